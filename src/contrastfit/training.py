@@ -1,0 +1,382 @@
+"""Training on ``transformers.Trainer``.
+
+:class:`ContrastfitTrainer` adds three things to the library's Trainer, which keeps the rest
+(optimiser and schedule, checkpoints and ``--resume``, mixed precision, torchrun / accelerate DDP,
+logging integrations, progress bars):
+
+* for contrastive methods, the training batches come from
+  :class:`~contrastfit.data.ClassBalancedBatchSampler` (pitfall 2); the sampler is built in
+  :meth:`get_train_dataloader`, so it is what the trainer really feeds (pitfall 5);
+* the parts of a composite loss (``ce``, ``scl``, ...) are logged next to the total;
+* parameters a method owns can have their own learning rate (``Method.learning_rates``).
+
+:func:`train` runs one whole job: load and sample the data, build the model, train, evaluate on
+validation and test, save the model and write ``results.json`` (atomically) with everything that
+made the result.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import datasets
+import torch
+from torch.utils.data import DataLoader
+from transformers import DataCollatorWithPadding, Trainer, TrainerCallback, TrainingArguments
+
+from .data import ClassBalancedBatchSampler, TextData, data_hash, load_data, sample_per_class, sample_stratified
+from .data.loading import LABEL, TEXT, TEXT_PAIR
+from .encoders import DEFAULT_MODEL, default_pooling
+from .errors import ConfigError
+from .evaluation import evaluate_model, headline
+from .methods import get_method
+from .modeling import ContrastiveClassifier, write_json_atomic
+from .versions import library_versions
+
+RESULTS_NAME = "results.json"
+CHECKPOINT_DIR = "checkpoints"
+MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids", "labels")
+
+
+@dataclass
+class TrainConfig:
+    """Everything one training job needs. Field names match the CLI flags."""
+
+    method: str = "ce"
+    data: str = "mr"
+    output: str = "runs/run"
+    model: str = DEFAULT_MODEL
+    hparams: dict[str, Any] = field(default_factory=dict)
+    # data
+    text_column: str | None = None
+    text_pair_column: str | None = None
+    label_column: str | None = None
+    validation_data: str | None = None
+    test_data: str | None = None
+    task: str | None = None
+    shots: int | None = None
+    train_size: int | None = None
+    validation_size: int | None = None
+    seed: int = 0
+    # model
+    pooling: str | None = None  # None: the encoder's own (mean for sentence-transformers models), else cls
+    max_length: int = 128
+    # optimisation
+    epochs: float | None = None  # None: 3 epochs, or more so that training takes >= min_steps steps
+    min_steps: int = 60
+    batch_size: int = 16
+    learning_rate: float = 5e-5
+    weight_decay: float = 0.01
+    warmup_ratio: float = 0.1
+    gradient_accumulation_steps: int = 1
+    fp16: bool = False
+    bf16: bool = False
+    use_cpu: bool = False
+    # bookkeeping
+    save_model: bool = True
+    save_checkpoints: bool = True
+    save_steps: int = 50
+    keep_checkpoints: bool = False
+    resume: bool = False
+    evaluate_test: bool = True
+    logging_steps: int = 10
+    report_to: str = "none"
+    progress: bool = True
+    trust_remote_code: bool = False
+
+    def validate(self) -> None:
+        get_method(self.method)
+        if self.shots is not None and self.train_size is not None:
+            raise ConfigError("give either --shots (per class) or --train-size (total), not both")
+        for name in ("batch_size", "max_length", "gradient_accumulation_steps"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.learning_rate <= 0:
+            raise ConfigError(f"learning_rate must be > 0, got {self.learning_rate}")
+        if self.epochs is not None and self.epochs <= 0:
+            raise ConfigError(f"epochs must be > 0, got {self.epochs}")
+        if self.fp16 and self.bf16:
+            raise ConfigError("choose one of fp16 and bf16")
+
+
+# ---------------------------------------------------------------------------------------------
+# Trainer
+# ---------------------------------------------------------------------------------------------
+
+class ContrastfitTrainer(Trainer):
+    """``transformers.Trainer`` with the class-balanced sampler, loss-part logging and per-part
+    learning rates for a :class:`~contrastfit.modeling.ContrastiveClassifier`."""
+
+    def __init__(self, *args, balanced_batches: bool = False, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.balanced_batches = balanced_batches
+        self._part_sums: dict[str, float] = {}
+        self._part_count = 0
+
+    def _classifier(self) -> ContrastiveClassifier:
+        return self.accelerator.unwrap_model(self.model)
+
+    def get_train_dataloader(self) -> DataLoader:
+        if not self.balanced_batches:
+            return super().get_train_dataloader()
+        dataset = self._remove_unused_columns(self.train_dataset, description="training")
+        sampler = ClassBalancedBatchSampler(dataset["labels"], self._train_batch_size, seed=self.args.seed)
+        loader = DataLoader(
+            dataset,
+            batch_sampler=sampler,
+            collate_fn=self.data_collator,
+            num_workers=self.args.dataloader_num_workers,
+            pin_memory=self.args.dataloader_pin_memory,
+        )
+        return self.accelerator.prepare(loader)
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        result = super().compute_loss(model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch)
+        if model.training:
+            for key, value in self._classifier().last_loss_parts.items():
+                self._part_sums[key] = self._part_sums.get(key, 0.0) + value
+            self._part_count += 1
+        return result
+
+    def log(self, logs: dict[str, float], *args, **kwargs) -> None:
+        if self._part_count and "loss" in logs:
+            for key, total in self._part_sums.items():
+                logs[f"loss_{key}"] = round(total / self._part_count, 6)
+            self._part_sums, self._part_count = {}, 0
+        super().log(logs, *args, **kwargs)
+
+    def create_optimizer(self, model=None):
+        if self.optimizer is not None:
+            return self.optimizer
+        model = self._classifier()
+        special = model.method.learning_rates()  # {parameter name prefix: learning rate}
+        decay = set(self.get_decay_parameter_names(model))
+        groups: dict[tuple[float, float], list[torch.nn.Parameter]] = {}
+        for name, param in model.named_parameters():
+            if not param.requires_grad:
+                continue
+            lr = next((rate for prefix, rate in special.items() if name.startswith(prefix)), self.args.learning_rate)
+            wd = self.args.weight_decay if name in decay else 0.0
+            groups.setdefault((lr, wd), []).append(param)
+        param_groups = [{"params": ps, "lr": lr, "weight_decay": wd} for (lr, wd), ps in groups.items()]
+        optimizer_cls, optimizer_kwargs = self.get_optimizer_cls_and_kwargs(self.args, model)
+        optimizer_kwargs.pop("lr", None)
+        self.optimizer = optimizer_cls(param_groups, lr=self.args.learning_rate, **optimizer_kwargs)
+        return self.optimizer
+
+
+class _StopFlag(TrainerCallback):
+    """Lets tests and callers interrupt training after a number of steps (simulating a crash)."""
+
+    def __init__(self, stop_after: int | None):
+        self.stop_after = stop_after
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.stop_after is not None and state.global_step >= self.stop_after:
+            control.should_training_stop = True
+            control.should_save = True
+        return control
+
+
+# ---------------------------------------------------------------------------------------------
+# Data preparation
+# ---------------------------------------------------------------------------------------------
+
+@dataclass
+class PreparedData:
+    data: TextData
+    train: datasets.Dataset
+    validation: datasets.Dataset | None
+    test: datasets.Dataset | None
+
+    def description(self, config: TrainConfig) -> dict[str, Any]:
+        out = {
+            "name": self.data.name,
+            "source": self.data.source,
+            "task": self.data.task,
+            "label_names": self.data.label_names,
+            "sampling": {"shots": config.shots, "train_size": config.train_size,
+                         "validation_size": config.validation_size, "seed": config.seed},
+        }
+        for split in ("train", "validation", "test"):
+            ds = getattr(self, split)
+            if ds is not None:
+                out[f"{split}_size"] = len(ds)
+                out[f"{split}_hash"] = data_hash(ds)
+        return out
+
+
+def prepare_data(config: TrainConfig, data: TextData | None = None) -> PreparedData:
+    """Load the data and draw the seed's training sample and validation subset."""
+    data = data or load_data(
+        config.data,
+        text_column=config.text_column,
+        text_pair_column=config.text_pair_column,
+        label_column=config.label_column,
+        validation_data=config.validation_data,
+        test_data=config.test_data,
+        task=config.task,
+    )
+    train = data.train
+    if config.shots is not None:
+        if data.label_names is None:
+            raise ConfigError("--shots needs class labels; use --train-size for a regression target")
+        train = sample_per_class(train, config.shots, config.seed, data.label_names)
+    elif config.train_size is not None:
+        train = sample_stratified(train, config.train_size, config.seed)
+    validation = data.validation
+    if validation is not None and config.validation_size is not None:
+        validation = sample_stratified(validation, config.validation_size, config.seed)
+    return PreparedData(data, train, validation, data.test)
+
+
+def tokenize_dataset(ds: datasets.Dataset, tokenizer, max_length: int) -> datasets.Dataset:
+    """Tokenise without padding (the collator pads each batch to its own longest sequence)."""
+    has_pair = TEXT_PAIR in ds.column_names
+
+    def encode(batch):
+        enc = tokenizer(batch[TEXT], batch[TEXT_PAIR] if has_pair else None, truncation=True, max_length=max_length)
+        enc["labels"] = batch[LABEL]
+        return enc
+
+    out = ds.map(encode, batched=True, remove_columns=ds.column_names, desc="tokenize", load_from_cache_file=False)
+    return out.select_columns([c for c in MODEL_INPUTS if c in out.column_names])
+
+
+def resolve_epochs(config: TrainConfig, n_train: int) -> float:
+    if config.epochs is not None:
+        return float(config.epochs)
+    steps_per_epoch = max(1, math.ceil(n_train / (config.batch_size * config.gradient_accumulation_steps)))
+    return float(max(3, math.ceil(config.min_steps / steps_per_epoch)))
+
+
+# ---------------------------------------------------------------------------------------------
+# One job
+# ---------------------------------------------------------------------------------------------
+
+def build_trainer(config: TrainConfig, model: ContrastiveClassifier, train_ds: datasets.Dataset,
+                  epochs: float, stop_after: int | None = None) -> ContrastfitTrainer:
+    output = Path(config.output)
+    args = TrainingArguments(
+        output_dir=str(output / CHECKPOINT_DIR),
+        num_train_epochs=epochs,
+        per_device_train_batch_size=config.batch_size,
+        per_device_eval_batch_size=max(64, config.batch_size),
+        gradient_accumulation_steps=config.gradient_accumulation_steps,
+        learning_rate=config.learning_rate,
+        weight_decay=config.weight_decay,
+        warmup_steps=config.warmup_ratio,
+        lr_scheduler_type="linear",
+        logging_steps=config.logging_steps,
+        save_strategy="steps" if config.save_checkpoints else "no",
+        save_steps=config.save_steps,
+        save_total_limit=1,
+        eval_strategy="no",
+        seed=config.seed,
+        data_seed=config.seed,
+        fp16=config.fp16,
+        bf16=config.bf16,
+        use_cpu=config.use_cpu,
+        report_to=config.report_to,
+        disable_tqdm=not config.progress,
+        remove_unused_columns=False,
+        dataloader_pin_memory=torch.cuda.is_available(),
+    )
+    collator = DataCollatorWithPadding(model.tokenizer)
+    return ContrastfitTrainer(
+        model=model,
+        args=args,
+        train_dataset=train_ds,
+        data_collator=collator,
+        balanced_batches=model.method.contrastive,
+        callbacks=[_StopFlag(stop_after)] if stop_after is not None else None,
+    )
+
+
+def last_checkpoint(output: str | Path) -> str | None:
+    from transformers.trainer_utils import get_last_checkpoint
+
+    folder = Path(output) / CHECKPOINT_DIR
+    return get_last_checkpoint(str(folder)) if folder.is_dir() else None
+
+
+def train(config: TrainConfig | None = None, *, text_data: TextData | None = None, stop_after: int | None = None,
+          **overrides: Any) -> dict[str, Any]:
+    """Train one model and return its result (also written to ``<output>/results.json``).
+
+    ``stop_after`` stops training after that many optimisation steps, leaving a checkpoint but no
+    result (for testing ``resume``).
+    """
+    from transformers import set_seed
+
+    config = TrainConfig(**{**(asdict(config) if config else {}), **overrides})
+    config.validate()
+    output = Path(config.output)
+    results_path = output / RESULTS_NAME
+    if results_path.is_file():
+        if config.resume:
+            return json.loads(results_path.read_text(encoding="utf-8"))
+        raise ConfigError(f"{output} already holds a finished run ({RESULTS_NAME}); choose another --output")
+    if not config.resume and last_checkpoint(output) is not None:
+        raise ConfigError(f"{output} holds an unfinished run; add --resume to continue it or choose another --output")
+
+    t0 = time.perf_counter()
+    set_seed(config.seed)
+    prepared = prepare_data(config, text_data)
+    pooling = config.pooling or default_pooling(config.model)
+    model = ContrastiveClassifier.from_encoder(
+        config.model, config.method, prepared.data.label_names, hparams=config.hparams, pooling=pooling,
+        max_length=config.max_length, trust_remote_code=config.trust_remote_code,
+    )
+    train_ds = tokenize_dataset(prepared.train, model.tokenizer, config.max_length)
+    epochs = resolve_epochs(config, len(train_ds))
+    trainer = build_trainer(config, model, train_ds, epochs, stop_after)
+    t_setup = time.perf_counter()
+    resume_from = last_checkpoint(output) if config.resume else None
+    train_output = trainer.train(resume_from_checkpoint=resume_from)
+    t_train = time.perf_counter()
+    if stop_after is not None and trainer.state.global_step < trainer.state.max_steps:
+        return {"interrupted_at_step": trainer.state.global_step}
+
+    metrics: dict[str, Any] = {}
+    if prepared.validation is not None:
+        metrics["validation"] = evaluate_model(model, prepared.validation)
+    if config.evaluate_test and prepared.test is not None:
+        metrics["test"] = evaluate_model(model, prepared.test)
+    t_eval = time.perf_counter()
+
+    training = {k: getattr(config, k) for k in (
+        "batch_size", "learning_rate", "weight_decay", "warmup_ratio", "gradient_accumulation_steps",
+        "max_length", "fp16", "bf16", "min_steps")}
+    training.update(epochs=epochs, steps=trainer.state.global_step, pooling=pooling,
+                    train_loss=float(train_output.training_loss), resumed_from=resume_from)
+    result = {
+        "method": config.method,
+        "hparams": model.method.hparams,
+        "model": config.model,
+        "seed": config.seed,
+        "data": prepared.description(config),
+        "training": training,
+        "metrics": metrics,
+        "timings": {"setup_s": t_setup - t0, "train_s": t_train - t_setup, "eval_s": t_eval - t_train},
+        "versions": library_versions(),
+        "log_history": trainer.state.log_history,
+    }
+    model.info.update({k: result[k] for k in ("model", "seed", "data", "training", "versions")})
+    model.info["base_model"] = config.model
+    if config.save_model:
+        model.save_pretrained(output)
+    write_json_atomic(results_path, result)
+    if not config.keep_checkpoints:
+        shutil.rmtree(output / CHECKPOINT_DIR, ignore_errors=True)
+    if config.progress:
+        summary = {split: {k: round(v, 4) for k, v in headline(m).items()} for split, m in metrics.items()}
+        print(f"{config.method}: {json.dumps(summary)}  ({t_train - t_setup:.0f}s training)")
+    result["model_object"] = model
+    return result

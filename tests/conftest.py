@@ -1,0 +1,78 @@
+"""Shared fixtures: a tiny randomly initialised BERT (built here, no download) and small data files."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+WORDS = ("good great fine film movie bad awful boring plot actor story dull superb weak fun a the is was very not "
+         "and but it this that of to").split()
+
+
+def _make_tiny_encoder(folder: Path) -> Path:
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
+    from transformers import BertConfig, BertModel, PreTrainedTokenizerFast
+    import torch
+
+    vocab = {t: i for i, t in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS])}
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="[UNK]"))
+    tok.normalizer = normalizers.Lowercase()
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", vocab["[CLS]"]), ("[SEP]", vocab["[SEP]"])],
+    )
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]",
+                                   sep_token="[SEP]", mask_token="[MASK]", model_max_length=64)
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=len(vocab), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=64, max_position_embeddings=64, hidden_dropout_prob=0.1,
+                        attention_probs_dropout_prob=0.1)
+    BertModel(config).save_pretrained(folder)
+    fast.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def tiny_encoder_dir(tmp_path_factory) -> Path:
+    """A 2-layer, hidden-32 BERT with a word-level tokenizer over WORDS, saved as a local HF folder."""
+    return _make_tiny_encoder(tmp_path_factory.mktemp("tiny-bert"))
+
+
+@pytest.fixture()
+def tiny_backbone(tiny_encoder_dir):
+    from contrastfit.encoders import load_backbone
+
+    return load_backbone(str(tiny_encoder_dir))
+
+
+def sentiment_rows(n_per_class: int = 12, seed: int = 0):
+    """Deterministic toy sentiment rows: positive words vs negative words."""
+    import random
+
+    rng = random.Random(seed)
+    pos, neg, filler = ["good", "great", "superb", "fun", "fine"], ["bad", "awful", "boring", "dull", "weak"], ["the", "film", "movie", "plot", "actor", "story", "was", "very", "a"]
+    rows = []
+    for label, words in (("positive", pos), ("negative", neg)):
+        for _ in range(n_per_class):
+            text = " ".join(rng.sample(filler, 3) + rng.sample(words, 2))
+            rows.append({"sentence": text, "sentiment": label})
+    rng.shuffle(rows)
+    return rows
+
+
+@pytest.fixture()
+def sentiment_csv(tmp_path) -> Path:
+    import csv
+
+    path = tmp_path / "toy.csv"
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        writer = csv.DictWriter(fh, fieldnames=["sentence", "sentiment"])
+        writer.writeheader()
+        writer.writerows(sentiment_rows())
+    return path
