@@ -22,7 +22,8 @@ Conventions
   zero that is still connected to the graph (its gradient is zero), never NaN (pitfall 1).
 * Several views of each example (SupCL-Seq's dropout views) are passed by stacking the views along
   the batch dimension and repeating the labels; a view of the same example is then a positive.
-* Computed in float32 whatever the input dtype, so it is safe under fp16/bf16 autocast.
+* Computed in float32 whatever the input dtype (float64 input stays float64), with autocast
+  disabled inside, so it is safe under fp16/bf16 autocast.
 """
 
 from __future__ import annotations
@@ -41,21 +42,25 @@ def supcon(embeddings: torch.Tensor, labels: torch.Tensor, temperature: float = 
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
 
-    z = F.normalize(embeddings.float(), p=2, dim=1)
-    n = z.shape[0]
-    logits = z @ z.T / temperature
-    self_mask = torch.eye(n, dtype=torch.bool, device=z.device)
-    # log of the softmax over all a != i: drop the diagonal from the normaliser.
-    log_prob = logits - torch.logsumexp(logits.masked_fill(self_mask, float("-inf")), dim=1, keepdim=True)
+    # At least float32 (float64 stays float64), and outside any autocast region: under fp16/bf16
+    # autocast the matmul below would otherwise run (and return) in half precision.
+    dtype = torch.promote_types(embeddings.dtype, torch.float32)
+    with torch.autocast(device_type=embeddings.device.type, enabled=False):
+        z = F.normalize(embeddings.to(dtype), p=2, dim=1)
+        n = z.shape[0]
+        logits = z @ z.T / temperature
+        self_mask = torch.eye(n, dtype=torch.bool, device=z.device)
+        # log of the softmax over all a != i: drop the diagonal from the normaliser.
+        log_prob = logits - torch.logsumexp(logits.masked_fill(self_mask, float("-inf")), dim=1, keepdim=True)
 
-    positives = (labels.view(-1, 1) == labels.view(1, -1)) & ~self_mask
-    n_pos = positives.sum(dim=1)
-    has_pos = n_pos > 0
-    if not bool(has_pos.any()):
-        return embeddings.sum() * 0.0
+        positives = (labels.view(-1, 1) == labels.view(1, -1)) & ~self_mask
+        n_pos = positives.sum(dim=1)
+        has_pos = n_pos > 0
+        if not bool(has_pos.any()):
+            return z.sum() * 0.0
 
-    per_anchor = -(log_prob * positives).sum(dim=1)[has_pos] / n_pos[has_pos]
-    return per_anchor.mean()
+        per_anchor = -(log_prob * positives).sum(dim=1)[has_pos] / n_pos[has_pos]
+        return per_anchor.mean()
 
 
 class SupConLoss(nn.Module):
