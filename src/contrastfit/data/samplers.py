@@ -4,9 +4,11 @@ A supervised contrastive term needs, in every batch, at least two classes (negat
 two examples of a class (positives). Random batches of a small few-shot set often lack both, and a
 "group by label" sampler makes single-class batches with no negatives at all (pitfall 2).
 
-:class:`ClassBalancedBatchSampler` builds each batch from ``m = min(#classes, batch_size // 2)``
-classes drawn without replacement with probability proportional to their frequency, and gives the
-chosen classes ``batch_size`` slots in proportion to their frequency with at least two each. Within
+:class:`ClassBalancedBatchSampler` builds each batch from ``m = min(#classes, max(2, batch_size // 2))``
+classes drawn without replacement with probability proportional to their frequency (more classes,
+drawn the same way, when the chosen ones have too few examples to fill the batch), and gives the
+chosen classes ``batch_size`` slots in proportion to their frequency with at least two each (one
+each when the batch has fewer than two slots per class, e.g. 1-shot or a batch of 2 or 3). Within
 a class, examples are drawn from a reshuffled cycle, so every example is seen about once per epoch
 and the class mix of the training data is kept on average. A class with a single example gets a
 single slot (it can have no positive; the loss leaves such anchors out). Every batch has exactly
@@ -44,10 +46,20 @@ class ClassBalancedBatchSampler(Sampler[list[int]]):
 
     def _quotas(self, rng: np.random.Generator) -> dict[int, int]:
         freq = self.counts / self.counts.sum()
-        m = min(len(self.classes), max(1, self.batch_size // 2))
-        chosen = rng.choice(len(self.classes), size=m, replace=False, p=freq)
+        m = min(len(self.classes), max(2, self.batch_size // 2))
+        chosen = [int(i) for i in rng.choice(len(self.classes), size=m, replace=False, p=freq)]
+        if sum(int(self.counts[i]) for i in chosen) < self.batch_size:
+            # Too few examples (e.g. singleton classes) to fill the batch: add classes until they do.
+            rest = np.array([i for i in range(len(self.classes)) if i not in chosen])
+            for i in rng.choice(rest, size=len(rest), replace=False, p=freq[rest] / freq[rest].sum()):
+                chosen.append(int(i))
+                if sum(int(self.counts[j]) for j in chosen) >= self.batch_size:
+                    break
         caps = {i: int(self.counts[i]) for i in chosen}
         quota = {i: min(2, caps[i]) for i in chosen}
+        while sum(quota.values()) > self.batch_size:  # fewer than two slots per class: one each
+            i = max(chosen, key=lambda j: (quota[j], -freq[j], j))
+            quota[i] -= 1
         # Hand out the remaining slots one by one to the class furthest below its share.
         weights = {i: freq[i] for i in chosen}
         total_w = sum(weights.values())

@@ -1,0 +1,660 @@
+"""Data: local files, a Hub-shaped folder (offline), built-in data sets, few-shot sampling, the
+class-balanced batch sampler (pitfall 2) and the evaluation metrics."""
+
+from __future__ import annotations
+
+import collections
+import csv
+import json
+import math
+
+import datasets
+import numpy as np
+import pytest
+
+from conftest import sentiment_rows
+from contrastfit.data import (
+    ClassBalancedBatchSampler,
+    data_hash,
+    load_builtin,
+    load_data,
+    load_hub,
+    load_local,
+    sample_per_class,
+    sample_stratified,
+)
+from contrastfit.data.loading import parse_hub_name
+from contrastfit.data.sampling import stratified_quotas
+from contrastfit.errors import DataError
+from contrastfit.evaluation import classification_metrics, regression_metrics
+
+
+@pytest.fixture(autouse=True)
+def _private_datasets_cache(tmp_path_factory, monkeypatch):
+    """Keep the Arrow caches that ``datasets.load_dataset`` writes out of the user's home."""
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path_factory.getbasetemp() / "hf-datasets-cache")
+
+
+def _write_csv(path, rows, fieldnames, delimiter=","):
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        writer = csv.DictWriter(fh, fieldnames=fieldnames, delimiter=delimiter)
+        writer.writeheader()
+        writer.writerows(rows)
+    return path
+
+
+def _one_line(err) -> str:
+    msg = str(err.value)
+    assert msg and "\n" not in msg, msg
+    return msg
+
+
+def _expected_ids(rows, column, names):
+    return [names.index(str(r[column])) for r in rows]
+
+
+# ---------------------------------------------------------------------------------------------
+# Local files
+# ---------------------------------------------------------------------------------------------
+
+def test_csv_custom_columns(sentiment_csv):
+    data = load_local(sentiment_csv, text_column="sentence", label_column="sentiment", validation_split=0)
+    rows = sentiment_rows()
+    assert data.label_names == ["negative", "positive"]
+    assert data.task == "classification" and data.num_labels == 2 and not data.has_pairs
+    assert data.train.column_names == ["text", "label"]
+    assert data.train["text"] == [r["sentence"] for r in rows]
+    assert data.train["label"] == [1 if r["sentiment"] == "positive" else 0 for r in rows]
+    assert data.validation is None and data.test is None
+    assert data.sizes() == {"train": 24}
+    assert data.name == "toy" and data.source["kind"] == "local"
+
+
+def test_tsv_string_labels_sorted(tmp_path):
+    rows = [{"body": f"the film {i}", "grade": g} for i, g in enumerate(["mid", "high", "low", "mid", "high", "low", "zero"])]
+    path = _write_csv(tmp_path / "d.tsv", rows, ["body", "grade"], delimiter="\t")
+    data = load_local(path, text_column="body", label_column="grade", validation_split=0)
+    assert data.label_names == ["high", "low", "mid", "zero"]
+    assert data.train["label"] == [2, 0, 1, 2, 0, 1, 3]
+    assert data.train["text"] == [r["body"] for r in rows]
+
+
+def test_jsonl_int_labels(tmp_path):
+    rows = [{"txt": f"row {i}, with a comma", "tag": t, "extra": i} for i, t in enumerate([2, 0, 1, 10, 2])]
+    path = tmp_path / "d.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    data = load_local(path, text_column="txt", label_column="tag", validation_split=0)
+    # integer classes are ordered numerically, named by their string
+    assert data.label_names == ["0", "1", "2", "10"]
+    assert data.train["label"] == [2, 0, 1, 3, 2]
+    assert data.train["text"] == [r["txt"] for r in rows]
+    assert data.train.column_names == ["text", "label"]
+
+
+def test_parquet_custom_columns(tmp_path):
+    rows = sentiment_rows(5, seed=3)
+    path = tmp_path / "d.parquet"
+    datasets.Dataset.from_list([{"review_body": r["sentence"], "polarity": r["sentiment"]} for r in rows]).to_parquet(str(path))
+    data = load_local(path, text_column="review_body", label_column="polarity", validation_split=0)
+    assert data.label_names == ["negative", "positive"]
+    assert data.train["text"] == [r["sentence"] for r in rows]
+    assert data.train["label"] == _expected_ids(rows, "sentiment", data.label_names)
+
+
+def test_sentence_pair_file(tmp_path):
+    rows = [{"first": f"a {i}", "second": f"b {i}", "gold": ["entail", "contra", "neutral"][i % 3]} for i in range(9)]
+    path = _write_csv(tmp_path / "pairs.csv", rows, ["first", "second", "gold"])
+    data = load_local(path, text_column="first", text_pair_column="second", label_column="gold", validation_split=0)
+    assert data.has_pairs
+    assert data.train.column_names == ["text", "text_pair", "label"]
+    assert data.train["text"] == [r["first"] for r in rows]
+    assert data.train["text_pair"] == [r["second"] for r in rows]
+    assert data.label_names == ["contra", "entail", "neutral"]
+    assert data.train["label"] == [1, 0, 2] * 3
+
+
+def test_sentence1_sentence2_pair_is_guessed(tmp_path):
+    rows = [{"sentence1": f"a {i}", "sentence2": f"b {i}", "label": i % 2} for i in range(6)]
+    data = load_local(_write_csv(tmp_path / "p.csv", rows, ["sentence1", "sentence2", "label"]), validation_split=0)
+    assert data.train["text_pair"] == [r["sentence2"] for r in rows]
+
+
+def test_float_labels_are_regression(tmp_path):
+    scores = [0.5, 3.25, 4.0, 1.75, 2.0]
+    rows = [{"text": f"s {i}", "score": s} for i, s in enumerate(scores)]
+    data = load_local(_write_csv(tmp_path / "sts.csv", rows, ["text", "score"]), label_column="score", validation_split=0)
+    assert data.label_names is None
+    assert data.task == "regression" and data.num_labels == 1
+    assert data.train.features["label"].dtype == "float32"
+    np.testing.assert_allclose(data.train["label"], scores)
+    # whole-number floats are classes; task="regression" forces a regression target
+    whole = [{"text": f"s {i}", "score": s} for i, s in enumerate([1.0, 2.0, 1.0])]
+    path = _write_csv(tmp_path / "whole.csv", whole, ["text", "score"])
+    assert load_local(path, label_column="score", validation_split=0).label_names == ["1", "2"]
+    assert load_local(path, label_column="score", validation_split=0, task="regression").label_names is None
+
+
+def test_load_data_dispatches_local_file(sentiment_csv):
+    data = load_data(str(sentiment_csv), label_column="sentiment", validation_split=0)
+    assert len(data.train) == 24 and data.label_names == ["negative", "positive"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Bad input: one-line DataError naming the file / column / value
+# ---------------------------------------------------------------------------------------------
+
+def test_missing_file(tmp_path):
+    path = tmp_path / "absent.csv"
+    with pytest.raises(DataError) as err:
+        load_local(path)
+    assert str(path) in _one_line(err) and "no such file" in str(err.value)
+    with pytest.raises(DataError) as err:
+        load_data("./no/such/file.csv")
+    assert "file.csv" in _one_line(err)
+
+
+def test_empty_file(tmp_path):
+    path = tmp_path / "empty.csv"
+    path.write_bytes(b"")
+    with pytest.raises(DataError) as err:
+        load_local(path)
+    assert str(path) in _one_line(err) and "empty" in str(err.value)
+
+
+def test_header_only_csv(tmp_path):
+    path = tmp_path / "header.csv"
+    path.write_text("text,label\n", encoding="utf-8")
+    with pytest.raises(DataError) as err:
+        load_local(path)
+    assert str(path) in _one_line(err)
+
+
+def test_missing_text_column(sentiment_csv):
+    with pytest.raises(DataError) as err:
+        load_local(sentiment_csv, text_column="body", label_column="sentiment")
+    msg = _one_line(err)
+    assert "'body'" in msg and str(sentiment_csv) in msg and "sentence" in msg and "sentiment" in msg
+
+
+def test_no_guessable_text_column(tmp_path):
+    path = _write_csv(tmp_path / "x.csv", [{"blurb": "a", "label": 1}], ["blurb", "label"])
+    with pytest.raises(DataError) as err:
+        load_local(path)
+    msg = _one_line(err)
+    assert "--text-column" in msg and "blurb" in msg
+
+
+def test_missing_label_column(sentiment_csv):
+    with pytest.raises(DataError) as err:
+        load_local(sentiment_csv, text_column="sentence")  # the label column is 'sentiment', not 'label'
+    msg = _one_line(err)
+    assert "label column 'label'" in msg and "columns: sentence, sentiment" in msg and str(sentiment_csv) in msg
+    with pytest.raises(DataError) as err:
+        load_local(sentiment_csv, label_column="gold")
+    assert "'gold'" in _one_line(err) and "sentence, sentiment" in str(err.value)
+
+
+def test_missing_label_value_names_the_row(tmp_path):
+    path = tmp_path / "gaps.csv"
+    path.write_text("text,label\ngood,positive\nbad,negative\nfine,\nawful,negative\n", encoding="utf-8")
+    with pytest.raises(DataError) as err:
+        load_local(path)
+    msg = _one_line(err)
+    assert "'label'" in msg and "row 3" in msg and str(path) in msg
+
+
+def test_non_utf8_file_names_the_line(tmp_path):
+    path = tmp_path / "latin1.csv"
+    path.write_bytes(b"text,label\ngood film,1\nbad film,0\ncaf\xe9 film,1\n")
+    with pytest.raises(DataError) as err:
+        load_local(path)
+    msg = _one_line(err)
+    assert str(path) in msg and "UTF-8" in msg and "line 4" in msg and "0xe9" in msg
+
+
+def test_unknown_suffix(tmp_path):
+    path = tmp_path / "data.xlsx"
+    path.write_bytes(b"PK\x03\x04 not really")
+    with pytest.raises(DataError) as err:
+        load_data(str(path))
+    msg = _one_line(err)
+    assert str(path) in msg and "'.xlsx'" in msg
+
+
+def test_unknown_label_in_test_file(tmp_path, sentiment_csv):
+    test = _write_csv(tmp_path / "test.csv", [{"sentence": "good", "sentiment": "positive"},
+                                              {"sentence": "meh", "sentiment": "neutral"}], ["sentence", "sentiment"])
+    with pytest.raises(DataError) as err:
+        load_local(sentiment_csv, label_column="sentiment", test_data=test)
+    msg = _one_line(err)
+    assert "'neutral'" in msg and "row 2" in msg and str(test) in msg
+
+
+# ---------------------------------------------------------------------------------------------
+# Validation / test splits of local files
+# ---------------------------------------------------------------------------------------------
+
+def test_default_validation_split_is_stratified(tmp_path):
+    rows = sentiment_rows(50)  # 100 rows, 50 / 50
+    path = _write_csv(tmp_path / "big.csv", rows, ["sentence", "sentiment"])
+    data = load_local(path, label_column="sentiment")
+    assert data.sizes() == {"train": 90, "validation": 10}
+    assert collections.Counter(data.validation["label"]) == {0: 5, 1: 5}
+    all_rows = collections.Counter((r["sentence"], r["sentiment"] == "positive") for r in rows)
+    got = collections.Counter(zip(list(data.train["text"]) + list(data.validation["text"]),
+                                  [bool(v) for v in list(data.train["label"]) + list(data.validation["label"])]))
+    assert got == all_rows  # a partition of the file
+    # fixed seed: the same split each time; another seed gives another split
+    again = load_local(path, label_column="sentiment")
+    assert data_hash(again.validation) == data_hash(data.validation)
+    other = load_local(path, label_column="sentiment", split_seed=1)
+    assert data_hash(other.validation) != data_hash(data.validation)
+    none = load_local(path, label_column="sentiment", validation_split=0)
+    assert none.validation is None and len(none.train) == 100
+
+
+def test_explicit_validation_and_test_files(tmp_path, sentiment_csv):
+    # only positive rows: inferring names from this file alone would call them class 0
+    val_rows = [{"sentence": "superb fun", "sentiment": "positive"}, {"sentence": "great film", "sentiment": "positive"}]
+    test_rows = [{"sentence": "dull plot", "sentiment": "negative"}, {"sentence": "good", "sentiment": "positive"},
+                 {"sentence": "weak", "sentiment": "negative"}]
+    val = _write_csv(tmp_path / "val.csv", val_rows, ["sentence", "sentiment"])
+    test = _write_csv(tmp_path / "test.csv", test_rows, ["sentence", "sentiment"])
+    data = load_local(sentiment_csv, label_column="sentiment", validation_data=val, test_data=test)
+    assert data.sizes() == {"train": 24, "validation": 2, "test": 3}  # no hold-out from the training file
+    assert data.validation["label"] == [1, 1]
+    assert data.test["label"] == [0, 1, 0]
+    assert data.test["text"] == ["dull plot", "good", "weak"]
+    assert data.source["validation_split"] is None
+
+
+# ---------------------------------------------------------------------------------------------
+# Hub-shaped folder (offline)
+# ---------------------------------------------------------------------------------------------
+
+def _glue_sst2_folder(root, n_train=40, n_val=20, n_test=10):
+    features = datasets.Features({
+        "sentence": datasets.Value("string"),
+        "label": datasets.ClassLabel(names=["negative", "positive"]),
+        "idx": datasets.Value("int32"),
+    })
+    (root / "data").mkdir(parents=True)
+    for split, n, labelled in (("train", n_train, True), ("validation", n_val, True), ("test", n_test, False)):
+        rows = {
+            "sentence": [f"{split} sentence number {i}" for i in range(n)],
+            "label": [i % 2 if labelled else -1 for i in range(n)],
+            "idx": list(range(n)),
+        }
+        datasets.Dataset.from_dict(rows, features=features).to_parquet(
+            str(root / "data" / f"{split}-00000-of-00001.parquet"))
+    return root
+
+
+def test_hub_folder_like_glue_sst2(tmp_path):
+    folder = _glue_sst2_folder(tmp_path / "sst2")
+    data = load_hub(str(folder))
+    assert data.label_names == ["negative", "positive"]  # from the ClassLabel, not "0" / "1"
+    assert data.train.column_names == ["text", "label"]  # idx dropped
+    assert len(data.train) == 40
+    assert data.train["text"][:2] == ["train sentence number 0", "train sentence number 1"]
+    assert data.train["label"][:4] == [0, 1, 0, 1]
+    # the unlabelled test split is replaced by a stratified half of validation
+    assert data.sizes() == {"train": 40, "validation": 10, "test": 10}
+    assert -1 not in data.test["label"]
+    assert collections.Counter(data.validation["label"]) == {0: 5, 1: 5}
+    assert collections.Counter(data.test["label"]) == {0: 5, 1: 5}
+    val, test = set(data.validation["text"]), set(data.test["text"])
+    assert not val & test
+    assert val | test == {f"validation sentence number {i}" for i in range(20)}
+    # each row keeps its label
+    for text, label in zip(data.test["text"], data.test["label"]):
+        assert int(text.rsplit(" ", 1)[1]) % 2 == label
+    assert data.source["kind"] == "hub"
+
+
+def test_hub_folder_without_validation_holds_out_train(tmp_path):
+    root = tmp_path / "only-train"
+    (root / "data").mkdir(parents=True)
+    datasets.Dataset.from_dict({"text": [f"t {i}" for i in range(40)], "label": [i % 2 for i in range(40)]}).to_parquet(
+        str(root / "data" / "train-00000-of-00001.parquet"))
+    data = load_hub(str(root))
+    assert data.sizes() == {"train": 36, "validation": 2, "test": 2}
+    assert data.label_names == ["0", "1"]
+    splits = [set(data.split(s)["text"]) for s in ("train", "validation", "test")]
+    assert not (splits[0] & splits[1] or splits[0] & splits[2] or splits[1] & splits[2])
+
+
+def test_parse_hub_name():
+    assert parse_hub_name("glue/sst2") == ("nyu-mll/glue", "sst2")
+    assert parse_hub_name("super_glue/boolq") == ("aps/super_glue", "boolq")
+    assert parse_hub_name("owner/name:cfg") == ("owner/name", "cfg")
+    assert parse_hub_name("owner/name") == ("owner/name", None)
+    assert parse_hub_name("stanfordnlp/imdb") == ("stanfordnlp/imdb", None)
+
+
+def test_unknown_hub_name_offline_raises_data_error():
+    if not datasets.config.HF_HUB_OFFLINE:
+        pytest.skip("needs HF_HUB_OFFLINE=1 (never touch the network in tests)")
+    with pytest.raises(DataError) as err:
+        load_data("some-owner/does-not-exist")
+    msg = _one_line(err)
+    assert "'some-owner/does-not-exist'" in msg and "mr" in msg
+
+
+def test_split_error_lists_splits(sentiment_csv):
+    data = load_local(sentiment_csv, label_column="sentiment")
+    with pytest.raises(DataError, match="has no 'test' split") as err:
+        data.split("test")
+    assert "train, validation" in _one_line(err)
+
+
+# ---------------------------------------------------------------------------------------------
+# Built-in data sets
+# ---------------------------------------------------------------------------------------------
+
+BUILTIN_EXPECTED = {
+    # name: (split sizes, label names)
+    "mr": ({"train": 6823, "validation": 854, "test": 853}, ["negative", "positive"]),
+    "bbc-news": ({"train": 1699, "validation": 213, "test": 213},
+                 ["business", "entertainment", "politics", "sport", "tech"]),
+    "imdb": ({"train": 19922, "validation": 2491, "test": 2491}, ["negative", "positive"]),
+}
+
+
+@pytest.mark.parametrize("name", list(BUILTIN_EXPECTED))
+def test_builtin_sizes_splits_and_determinism(name):
+    sizes, names = BUILTIN_EXPECTED[name]
+    data = load_builtin(name)
+    assert data.label_names == names
+    assert data.sizes() == sizes
+    total = sum(sizes.values())
+    # ~80 / 10 / 10
+    assert abs(sizes["train"] / total - 0.8) < 0.005
+    assert abs(sizes["validation"] / total - 0.1) < 0.005 and abs(sizes["test"] / total - 0.1) < 0.005
+    # stratified: each class's share is the same in every split (within one example)
+    counts = {s: np.bincount(data.split(s)["label"], minlength=len(names)) for s in sizes}
+    full = sum(counts.values())
+    assert (full > 0).all()
+    for s in sizes:
+        expected = full * sizes[s] / total
+        assert np.abs(counts[s] - expected).max() <= 1.0, (s, counts[s], expected)
+    # no text in two splits, and no duplicate at all
+    texts = {s: set(data.split(s)["text"]) for s in sizes}
+    assert sum(len(t) for t in texts.values()) == total
+    assert not texts["train"] & texts["validation"]
+    assert not texts["train"] & texts["test"]
+    assert not texts["validation"] & texts["test"]
+    assert all(t.strip() for t in data.test["text"])
+    # deterministic: a fresh load (bypassing the cache) gives the same rows
+    fresh = load_builtin.__wrapped__(name)
+    assert fresh is not data
+    for s in sizes:
+        assert data_hash(fresh.split(s)) == data_hash(data.split(s))
+    assert data.source["split_seed"] == 20211
+
+
+def test_builtin_totals():
+    assert sum(load_builtin("mr").sizes().values()) == 8530
+    bbc = load_builtin("bbc-news")
+    labels = np.concatenate([bbc.split(s)["label"] for s in ("train", "validation", "test")])
+    # 2,225 files, of which 100 are exact duplicates of another article of the same class
+    assert dict(zip(bbc.label_names, np.bincount(labels).tolist())) == {
+        "business": 503, "entertainment": 369, "politics": 403, "sport": 503, "tech": 347}
+
+
+def test_unknown_builtin_name():
+    with pytest.raises(DataError, match="available: mr, imdb, bbc-news") as err:
+        load_builtin("nope")
+    _one_line(err)
+
+
+# ---------------------------------------------------------------------------------------------
+# Few-shot sampling
+# ---------------------------------------------------------------------------------------------
+
+def _ds(counts: dict[int, int]) -> datasets.Dataset:
+    labels = [c for c, k in sorted(counts.items()) for _ in range(k)]
+    rng = np.random.default_rng(0)
+    labels = [int(v) for v in rng.permutation(labels)]
+    return datasets.Dataset.from_dict({"text": [f"row {i}" for i in range(len(labels))], "label": labels})
+
+
+def test_sample_per_class():
+    ds = _ds({0: 30, 1: 10, 2: 8})
+    a = sample_per_class(ds, 8, seed=1)
+    assert collections.Counter(a["label"]) == {0: 8, 1: 8, 2: 8}
+    assert len(set(a["text"])) == 24 and set(a["text"]) <= set(ds["text"])
+    # rows keep their original order and their labels
+    positions = [int(t.split()[1]) for t in a["text"]]
+    assert positions == sorted(positions)
+    assert [ds["label"][i] for i in positions] == a["label"]
+    assert sample_per_class(ds, 8, seed=1)["text"] == a["text"]
+    assert sample_per_class(ds, 8, seed=2)["text"] != a["text"]
+    # as many shots as the smallest class has: all of that class
+    whole = sample_per_class(ds, 8, seed=3)
+    assert {t for t, l in zip(whole["text"], whole["label"]) if l == 2} == {
+        t for t, l in zip(ds["text"], ds["label"]) if l == 2}
+
+
+def test_sample_per_class_too_many_shots_names_the_class():
+    ds = _ds({0: 30, 1: 5})
+    with pytest.raises(DataError) as err:
+        sample_per_class(ds, 6, seed=0, label_names=["negative", "positive"])
+    msg = _one_line(err)
+    assert "'positive'" in msg and "5 examples" in msg and "--shots 6" in msg
+    with pytest.raises(DataError, match="class '1'"):
+        sample_per_class(ds, 6, seed=0)
+    with pytest.raises(DataError, match="--shots"):
+        sample_per_class(ds, 0, seed=0)
+
+
+def test_sample_stratified_70_30():
+    ds = _ds({0: 70, 1: 30})
+    s = sample_stratified(ds, 20, seed=0)
+    assert len(s) == 20
+    assert collections.Counter(s["label"]) == {0: 14, 1: 6}
+    assert set(s["text"]) <= set(ds["text"]) and len(set(s["text"])) == 20
+    assert sample_stratified(ds, 20, seed=0)["text"] == s["text"]
+    assert sample_stratified(ds, 20, seed=5)["text"] != s["text"]
+    assert sample_stratified(ds, 100, seed=0) is ds
+    assert sample_stratified(ds, 1000, seed=0) is ds
+
+
+def test_sample_stratified_largest_remainder_and_minimum_one():
+    # 50/30/20 of 7 = 3.5 / 2.1 / 1.4 -> floors 3/2/1, the largest remainder (.5) gets the last one
+    s = sample_stratified(_ds({0: 50, 1: 30, 2: 20}), 7, seed=0)
+    assert collections.Counter(s["label"]) == {0: 4, 1: 2, 2: 1}
+    # 97/2/1 of 10: every class gets at least one
+    s = sample_stratified(_ds({0: 97, 1: 2, 2: 1}), 10, seed=0)
+    assert len(s) == 10 and collections.Counter(s["label"]) == {0: 8, 1: 1, 2: 1}
+    assert stratified_quotas({0: 70, 1: 30}, 20) == {0: 14, 1: 6}
+    assert stratified_quotas({0: 1, 1: 1, 2: 98}, 3) == {0: 1, 1: 1, 2: 1}
+    assert stratified_quotas({0: 5, 1: 5, 2: 90}, 2) == {0: 0, 1: 0, 2: 2}  # n < #classes: proportional
+    for n in range(1, 40):
+        q = stratified_quotas({0: 3, 1: 17, 2: 60}, n)
+        assert sum(q.values()) == n and all(q[c] <= k for c, k in {0: 3, 1: 17, 2: 60}.items())
+        if n >= 3:
+            assert min(q.values()) >= 1
+
+
+def test_sample_stratified_regression_and_errors():
+    ds = datasets.Dataset.from_dict({"text": [f"r{i}" for i in range(30)], "label": [i / 7 for i in range(30)]})
+    s = sample_stratified(ds, 10, seed=0)
+    assert len(s) == 10 and set(s["text"]) <= set(ds["text"])
+    with pytest.raises(DataError):
+        sample_stratified(ds, 0, seed=0)
+
+
+# ---------------------------------------------------------------------------------------------
+# ClassBalancedBatchSampler (pitfall 2)
+# ---------------------------------------------------------------------------------------------
+
+def _check_epoch(labels, batch_size, seed=0, epoch=0):
+    labels = np.asarray(labels)
+    n = len(labels)
+    available = collections.Counter(labels.tolist())
+    sampler = ClassBalancedBatchSampler(labels, batch_size, seed=seed)
+    sampler.set_epoch(epoch)
+    batches = list(sampler)
+    assert len(batches) == len(sampler) == math.ceil(n / min(batch_size, n))
+    for b in batches:
+        assert all(isinstance(i, int) and 0 <= i < n for i in b)
+        assert len(b) == len(set(b)) == min(batch_size, n), b
+        counts = collections.Counter(labels[b].tolist())
+        if len(available) >= 2:
+            assert len(counts) >= 2, counts
+        for cls, k in counts.items():
+            if available[cls] >= 2:
+                assert k >= 2, (cls, counts)
+    return batches
+
+
+FEW_SHOT_CASES = {
+    "16 per class, 2 classes, batch 16": ([0] * 16 + [1] * 16, 16),
+    "5 classes x 4, batch 8": ([c for c in range(5) for _ in range(4)], 8),
+    "imbalanced 90/10, batch 16": ([0] * 90 + [1] * 10, 16),
+    "imbalanced 90/10, batch 8": ([1] * 10 + [0] * 90, 8),
+    "a class with one example": ([0] * 10 + [1] * 9 + [2], 8),
+    "two classes with one example, batch 4": ([0] * 10 + [1] + [2], 4),
+    "n < batch size": ([0, 1, 0, 1, 1, 0], 16),
+    "n < batch size, 3 vs 2": ([0, 0, 0, 1, 1], 32),
+    "4 classes x 8, batch 6": ([c for c in range(4) for _ in range(8)], 6),
+}
+
+
+@pytest.mark.parametrize("case", list(FEW_SHOT_CASES))
+def test_balanced_batches_composition(case):
+    labels, bs = FEW_SHOT_CASES[case]
+    for seed in range(3):
+        for epoch in range(3):
+            _check_epoch(labels, bs, seed=seed, epoch=epoch)
+
+
+@pytest.mark.parametrize("labels,bs", [([0, 1], 16), ([0, 0, 1], 16), ([0, 1, 2, 3, 4], 16), (list(range(10)), 4),
+                                       ([0] * 5 + [1] * 5, 3), ([0] * 5 + [1] * 5, 2)])
+def test_tiny_batches_still_have_two_classes_and_full_size(labels, bs):
+    """1-shot sets and batches of 2-3: every batch is full, of distinct rows, with two classes."""
+    labels = np.asarray(labels)
+    for seed in range(3):
+        sampler = ClassBalancedBatchSampler(labels, bs, seed=seed)
+        for epoch in range(3):
+            sampler.set_epoch(epoch)
+            batches = list(sampler)
+            assert len(batches) == len(sampler)
+            for b in batches:
+                assert len(b) == len(set(b)) == min(bs, len(labels))
+                assert len(set(labels[b].tolist())) >= 2
+
+
+def test_single_class_data():
+    batches = list(ClassBalancedBatchSampler([3] * 10, 4, seed=0))
+    assert len(batches) == 3 and all(len(set(b)) == 4 for b in batches)
+
+
+def test_balanced_epoch_covers_every_example():
+    labels = [0] * 16 + [1] * 16
+    for seed in range(3):
+        for epoch in range(3):
+            batches = _check_epoch(labels, 16, seed=seed, epoch=epoch)
+            assert len(batches) == 2
+            seen = [i for b in batches for i in b]
+            assert sorted(seen) == list(range(32))  # each example exactly once
+            for b in batches:
+                assert collections.Counter(np.asarray(labels)[b].tolist()) == {0: 8, 1: 8}
+
+
+def test_sampler_deterministic_per_seed_and_epoch():
+    labels = [c for c in range(5) for _ in range(4)]
+    a = ClassBalancedBatchSampler(labels, 8, seed=7)
+    b = ClassBalancedBatchSampler(labels, 8, seed=7)
+    assert list(a) == list(b)
+    assert list(a) == list(a)  # iterating again (same epoch) repeats the epoch
+    first = list(a)
+    a.set_epoch(1)
+    second = list(a)
+    assert second != first
+    b.set_epoch(1)
+    assert list(b) == second
+    assert list(ClassBalancedBatchSampler(labels, 8, seed=8)) != first
+
+
+def test_sampler_keeps_class_proportions_on_average():
+    labels = np.array([0] * 90 + [1] * 10)
+    sampler = ClassBalancedBatchSampler(labels, 16, seed=0)
+    counts = collections.Counter()
+    for epoch in range(30):
+        sampler.set_epoch(epoch)
+        for b in sampler:
+            counts.update(labels[b].tolist())
+    share = counts[1] / (counts[0] + counts[1])
+    assert 0.08 <= share <= 0.2  # the data has 10%; the minimum of 2 per class lifts it a little
+    assert counts[0] > 4 * counts[1]
+
+
+def test_sampler_argument_checks():
+    with pytest.raises(ValueError, match="batch_size"):
+        ClassBalancedBatchSampler([0, 1], 1)
+    with pytest.raises(ValueError, match="labels"):
+        ClassBalancedBatchSampler([], 4)
+
+
+# ---------------------------------------------------------------------------------------------
+# Metrics
+# ---------------------------------------------------------------------------------------------
+
+def test_binary_classification_metrics_by_hand():
+    y_true = [1, 1, 1, 1, 0, 0, 0, 0, 0, 0]
+    y_pred = [1, 1, 1, 0, 1, 1, 0, 0, 0, 0]
+    # TP = 3, FN = 1, FP = 2, TN = 4
+    m = classification_metrics(y_true, y_pred, ["negative", "positive"])
+    assert m["accuracy"] == pytest.approx(0.7)
+    assert m["f1"] == pytest.approx(2 * 3 / (2 * 3 + 2 + 1))  # F1 of "positive" = 2/3
+    f1_neg = 2 * 4 / (2 * 4 + 1 + 2)  # 8/11
+    assert m["macro_f1"] == pytest.approx((2 / 3 + f1_neg) / 2)
+    assert m["mcc"] == pytest.approx((3 * 4 - 2 * 1) / math.sqrt(5 * 4 * 6 * 5))
+    assert m["confusion_matrix"] == [[4, 2], [1, 3]]
+    assert m["per_class"]["positive"] == pytest.approx({"precision": 0.6, "recall": 0.75, "f1": 2 / 3, "support": 4})
+    assert m["per_class"]["negative"] == pytest.approx({"precision": 0.8, "recall": 4 / 6, "f1": f1_neg, "support": 6})
+    assert m["n"] == 10
+    json.dumps(m)  # JSON-able
+
+
+def test_multiclass_classification_metrics_by_hand():
+    y_true = [0, 0, 1, 1, 2, 2]
+    y_pred = [0, 1, 1, 1, 2, 0]
+    m = classification_metrics(y_true, y_pred, ["a", "b", "c"])
+    assert m["accuracy"] == pytest.approx(4 / 6)
+    f1s = [2 * 1 / (2 + 1 + 1), 2 * 2 / (4 + 1 + 0), 2 * 1 / (2 + 0 + 1)]  # 0.5, 0.8, 2/3
+    assert m["macro_f1"] == pytest.approx(sum(f1s) / 3)
+    assert m["f1"] == pytest.approx(sum(f1s) / 3)  # not binary: F1 is macro
+    # Gorodkin's multi-class MCC: (c*s - sum p_k t_k) / sqrt((s^2 - sum p_k^2)(s^2 - sum t_k^2))
+    c, s, t, p = 4, 6, [2, 2, 2], [2, 3, 1]
+    mcc = (c * s - sum(a * b for a, b in zip(p, t))) / math.sqrt((s * s - sum(x * x for x in p)) * (s * s - sum(x * x for x in t)))
+    assert m["mcc"] == pytest.approx(mcc)
+    assert m["confusion_matrix"] == [[1, 1, 0], [0, 2, 0], [1, 0, 1]]
+
+
+def test_classification_metrics_missing_class_and_perfect():
+    m = classification_metrics([0, 0, 1], [0, 0, 0], ["x", "y", "z"])
+    assert m["confusion_matrix"] == [[2, 0, 0], [1, 0, 0], [0, 0, 0]]
+    assert m["per_class"]["z"] == {"precision": 0.0, "recall": 0.0, "f1": 0.0, "support": 0}
+    assert m["mcc"] == 0.0
+    perfect = classification_metrics([0, 1, 1], [0, 1, 1], ["n", "p"])
+    assert perfect["accuracy"] == perfect["f1"] == perfect["macro_f1"] == perfect["mcc"] == 1.0
+
+
+def test_regression_metrics_against_scipy_and_by_hand():
+    from scipy.stats import pearsonr, spearmanr
+
+    y_true = [1.0, 2.0, 3.0, 4.0, 5.0]
+    y_pred = [1.1, 2.5, 2.4, 3.9, 6.0]
+    m = regression_metrics(y_true, y_pred)
+    assert m["pearson"] == pytest.approx(pearsonr(y_true, y_pred)[0], rel=1e-12)
+    assert m["pearson"] == pytest.approx(np.corrcoef(y_true, y_pred)[0, 1], rel=1e-12)
+    assert m["spearman"] == pytest.approx(spearmanr(y_true, y_pred)[0], rel=1e-12)
+    assert m["spearman"] == pytest.approx(1 - 6 * 2 / (5 * 24))  # ranks differ by one at two places: 0.9
+    assert m["mse"] == pytest.approx((0.01 + 0.25 + 0.36 + 0.01 + 1.0) / 5)
+    assert m["n"] == 5
+    const = regression_metrics([1.0, 2.0, 3.0], [2.0, 2.0, 2.0])
+    assert math.isnan(const["pearson"]) and math.isnan(const["spearman"])
+    assert const["mse"] == pytest.approx(2 / 3)
