@@ -59,6 +59,7 @@ class TrainConfig:
     label_column: str | None = None
     validation_data: str | None = None
     test_data: str | None = None
+    validation_split: float = 0.1  # held out of a local file when no validation file is given
     task: str | None = None
     shots: int | None = None
     train_size: int | None = None
@@ -89,6 +90,7 @@ class TrainConfig:
     report_to: str = "none"
     progress: bool = True
     trust_remote_code: bool = False
+    tags: dict[str, Any] = field(default_factory=dict)  # stored as-is in results.json (e.g. experiment labels)
 
     def validate(self) -> None:
         get_method(self.method)
@@ -201,6 +203,7 @@ class PreparedData:
             "source": self.data.source,
             "task": self.data.task,
             "label_names": self.data.label_names,
+            "text_pair": self.data.has_pairs,
             "sampling": {"shots": config.shots, "train_size": config.train_size,
                          "validation_size": config.validation_size, "seed": config.seed},
         }
@@ -221,6 +224,7 @@ def prepare_data(config: TrainConfig, data: TextData | None = None) -> PreparedD
         label_column=config.label_column,
         validation_data=config.validation_data,
         test_data=config.test_data,
+        validation_split=config.validation_split,
         task=config.task,
     )
     train = data.train
@@ -307,7 +311,7 @@ def last_checkpoint(output: str | Path) -> str | None:
 
 
 def train(config: TrainConfig | None = None, *, text_data: TextData | None = None, stop_after: int | None = None,
-          **overrides: Any) -> dict[str, Any]:
+          **overrides: Any) -> "TrainResult":
     """Train one model and return its result (also written to ``<output>/results.json``).
 
     ``stop_after`` stops training after that many optimisation steps, leaving a checkpoint but no
@@ -321,7 +325,7 @@ def train(config: TrainConfig | None = None, *, text_data: TextData | None = Non
     results_path = output / RESULTS_NAME
     if results_path.is_file():
         if config.resume:
-            return json.loads(results_path.read_text(encoding="utf-8"))
+            return TrainResult(json.loads(results_path.read_text(encoding="utf-8")), output=str(output))
         raise ConfigError(f"{output} already holds a finished run ({RESULTS_NAME}); choose another --output")
     if not config.resume and last_checkpoint(output) is not None:
         raise ConfigError(f"{output} holds an unfinished run; add --resume to continue it or choose another --output")
@@ -342,7 +346,7 @@ def train(config: TrainConfig | None = None, *, text_data: TextData | None = Non
     train_output = trainer.train(resume_from_checkpoint=resume_from)
     t_train = time.perf_counter()
     if stop_after is not None and trainer.state.global_step < trainer.state.max_steps:
-        return {"interrupted_at_step": trainer.state.global_step}
+        return TrainResult({"interrupted_at_step": trainer.state.global_step}, model)
 
     metrics: dict[str, Any] = {}
     if prepared.validation is not None:
@@ -366,6 +370,7 @@ def train(config: TrainConfig | None = None, *, text_data: TextData | None = Non
         "metrics": metrics,
         "timings": {"setup_s": t_setup - t0, "train_s": t_train - t_setup, "eval_s": t_eval - t_train},
         "versions": library_versions(),
+        "tags": config.tags,
         "log_history": trainer.state.log_history,
     }
     model.info.update({k: result[k] for k in ("model", "seed", "data", "training", "versions")})
@@ -378,5 +383,24 @@ def train(config: TrainConfig | None = None, *, text_data: TextData | None = Non
     if config.progress:
         summary = {split: {k: round(v, 4) for k, v in headline(m).items()} for split, m in metrics.items()}
         print(f"{config.method}: {json.dumps(summary)}  ({t_train - t_setup:.0f}s training)")
-    result["model_object"] = model
-    return result
+    return TrainResult(result, model)
+
+
+class TrainResult(dict):
+    """The run's record (the contents of ``results.json``) with the trained model as ``.model``
+    (loaded from the output folder on first use when the run had finished earlier)."""
+
+    def __init__(self, record: dict[str, Any], model: ContrastiveClassifier | None = None, output: str | None = None):
+        super().__init__(record)
+        self._model = model
+        self._output = output
+
+    @property
+    def metrics(self) -> dict[str, Any]:
+        return self["metrics"]
+
+    @property
+    def model(self) -> ContrastiveClassifier:
+        if self._model is None:
+            self._model = ContrastiveClassifier.from_pretrained(self._output)
+        return self._model

@@ -1,0 +1,336 @@
+"""Command line: ``contrastfit train | evaluate | predict | datasets | methods | experiment``.
+
+Every user error (:class:`~contrastfit.errors.ContrastfitError`) is printed as one line,
+``contrastfit: error: ...``, with exit status 2 and no traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Sequence
+
+from .errors import ContrastfitError
+
+# Method hyper-parameters with a CLI flag of their own (others go through --param NAME=VALUE).
+_HPARAM_FLAGS = {"lambda": "--lambda", "temperature": "--temperature"}
+
+
+def _add_data_args(p: argparse.ArgumentParser, required: bool = True) -> None:
+    g = p.add_argument_group("data")
+    g.add_argument("--data", required=required,
+                   help="built-in name (mr, imdb, bbc-news), a local .csv/.tsv/.jsonl/.parquet file, "
+                        "or a Hugging Face data set name (e.g. glue/sst2, owner/name:config)")
+    g.add_argument("--text-column", help="column with the text (default: text, sentence, ...)")
+    g.add_argument("--text-pair-column", help="column with the second text of a sentence pair")
+    g.add_argument("--label-column", help="column with the label (default: label)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from . import __version__
+
+    parser = argparse.ArgumentParser(prog="contrastfit", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"contrastfit {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    # -- train ---------------------------------------------------------------------------------
+    p = sub.add_parser("train", help="fine-tune an encoder with one method",
+                       description="Fine-tune an encoder with one method; writes the model and results.json to --output.")
+    p.add_argument("--method", default="ce", help="training method (see `contrastfit methods`; default: ce)")
+    p.add_argument("--output", required=True, help="output folder (model, config, results.json)")
+    p.add_argument("--model", default="minilm-l6", help="built-in name, local Hugging Face folder or Hub name (default: minilm-l6)")
+    _add_data_args(p)
+    g = p.add_argument_group("data options")
+    g.add_argument("--validation-data", help="local file with validation rows (default: hold out 10%% of --data)")
+    g.add_argument("--test-data", help="local file with test rows")
+    g.add_argument("--validation-split", type=float, default=0.1,
+                   help="fraction of a local --data file held out for validation when no --validation-data is given")
+    g.add_argument("--task", choices=["classification", "regression"], help="force the task (default: from the labels)")
+    g.add_argument("--shots", type=int, help="sample K training examples per class")
+    g.add_argument("--train-size", type=int, help="sample N training examples in total, stratified")
+    g.add_argument("--validation-size", type=int, help="stratified subset of the validation split of this size")
+    g.add_argument("--seed", type=int, default=0, help="seed for sampling, initialisation and batches (default: 0)")
+    g = p.add_argument_group("method")
+    g.add_argument("--lambda", dest="hp_lambda", type=float, help="weight of the contrastive term (ce-scl)")
+    g.add_argument("--temperature", dest="hp_temperature", type=float, help="contrastive temperature")
+    g.add_argument("--param", action="append", default=[], metavar="NAME=VALUE", help="any other method hyper-parameter")
+    g = p.add_argument_group("model and optimisation")
+    g.add_argument("--pooling", choices=["cls", "pooler", "mean"], help="default: the encoder's own (mean for minilm-l6), else cls")
+    g.add_argument("--max-length", type=int, default=128)
+    g.add_argument("--epochs", type=float, help="default: 3, or more to reach 60 optimisation steps")
+    g.add_argument("--batch-size", type=int, default=16)
+    g.add_argument("--learning-rate", type=float, default=5e-5)
+    g.add_argument("--weight-decay", type=float, default=0.01)
+    g.add_argument("--warmup-ratio", type=float, default=0.1)
+    g.add_argument("--gradient-accumulation-steps", type=int, default=1)
+    g.add_argument("--fp16", action="store_true", help="mixed precision (CUDA)")
+    g.add_argument("--bf16", action="store_true", help="bfloat16 mixed precision")
+    g.add_argument("--cpu", action="store_true", help="train on the CPU even if a GPU is present")
+    g.add_argument("--resume", action="store_true", help="continue an interrupted run from its last checkpoint")
+    g.add_argument("--report-to", default="none", help="Trainer logging integrations (e.g. tensorboard, wandb)")
+    g.add_argument("--trust-remote-code", action="store_true", help="allow a Hub model's own code (off by default)")
+    g.add_argument("--quiet", action="store_true", help="no progress bars")
+
+    # -- evaluate ------------------------------------------------------------------------------
+    p = sub.add_parser("evaluate", help="evaluate a trained model",
+                       description="Evaluate a trained model: a built-in data set on its test split (or --split), a local file whole.")
+    p.add_argument("run", help="output folder of `contrastfit train`")
+    _add_data_args(p)
+    p.add_argument("--split", default=None, choices=["train", "validation", "test"], help="split of a built-in or Hub data set (default: test)")
+    p.add_argument("--json", dest="json_out", help="also write all metrics (per class, confusion matrix) to this JSON file")
+    p.add_argument("--batch-size", type=int, default=64)
+
+    # -- predict -------------------------------------------------------------------------------
+    p = sub.add_parser("predict", help="predict labels for texts (JSONL out)",
+                       description="Predict labels. Texts come from arguments, --file, or standard input (one per line; "
+                                   "a tab separates the two texts of a pair). Writes one JSON object per line.")
+    p.add_argument("run", help="output folder of `contrastfit train`")
+    p.add_argument("texts", nargs="*", help="texts to classify")
+    p.add_argument("--file", help="a .txt file (one text per line) or a table (.csv/.tsv/.jsonl/.parquet)")
+    p.add_argument("--text-column", help="text column of --file (table)")
+    p.add_argument("--text-pair-column", help="second-text column of --file (table)")
+    p.add_argument("--output", help="write the JSONL here instead of standard output")
+    p.add_argument("--batch-size", type=int, default=64)
+
+    # -- datasets / methods --------------------------------------------------------------------
+    p = sub.add_parser("datasets", help="list the built-in data sets with sizes and labels")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p = sub.add_parser("methods", help="list the training methods and their default hyper-parameters")
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+    # -- experiment ----------------------------------------------------------------------------
+    p = sub.add_parser("experiment", help="run an experiment config (methods x settings x seeds) and print its table",
+                       description="Run every (method, setting, seed) of a YAML config, skipping runs already finished, "
+                                   "then print and write the summary table.")
+    p.add_argument("config", help="experiment YAML file")
+    p.add_argument("--output", help="override the config's output folder")
+    p.add_argument("--quiet", action="store_true", help="no per-step progress bars")
+    return parser
+
+
+# ---------------------------------------------------------------------------------------------
+
+def _parse_params(items: Sequence[str]) -> dict[str, str]:
+    out = {}
+    for item in items:
+        if "=" not in item:
+            raise ContrastfitError(f"--param expects NAME=VALUE, got '{item}'")
+        key, value = item.split("=", 1)
+        out[key.strip().replace("-", "_")] = value.strip()
+    return out
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from .training import TrainConfig, train
+
+    hparams = _parse_params(args.param)
+    for name in _HPARAM_FLAGS:
+        value = getattr(args, f"hp_{name}")
+        if value is not None:
+            hparams[name] = value
+    config = TrainConfig(
+        method=args.method, data=args.data, output=args.output, model=args.model, hparams=hparams,
+        text_column=args.text_column, text_pair_column=args.text_pair_column, label_column=args.label_column,
+        validation_data=args.validation_data, test_data=args.test_data, validation_split=args.validation_split,
+        task=args.task,
+        shots=args.shots, train_size=args.train_size, validation_size=args.validation_size, seed=args.seed,
+        pooling=args.pooling, max_length=args.max_length, epochs=args.epochs, batch_size=args.batch_size,
+        learning_rate=args.learning_rate, weight_decay=args.weight_decay, warmup_ratio=args.warmup_ratio,
+        gradient_accumulation_steps=args.gradient_accumulation_steps, fp16=args.fp16, bf16=args.bf16,
+        use_cpu=args.cpu, resume=args.resume, report_to=args.report_to, progress=not args.quiet,
+        trust_remote_code=args.trust_remote_code,
+    )
+    result = train(config)
+    print(f"saved to {args.output}")
+    return 0 if result else 1
+
+
+def _load_eval_split(args: argparse.Namespace, model) -> tuple[object, str]:
+    """A built-in or Hub data set's split, or a local file whole, labelled with the model's labels."""
+    from pathlib import Path
+
+    from .data import load_data
+    from .data.loading import SUFFIX_BUILDERS, normalise_columns, read_table
+
+    path = Path(args.data).expanduser()
+    if path.suffix.lower() in SUFFIX_BUILDERS or path.is_file():
+        source = model.info.get("data", {}).get("source", {})
+        text_col = args.text_column or source.get("text_column")
+        pair_col = args.text_pair_column or source.get("text_pair_column")
+        label_col = args.label_column or source.get("label_column")
+        ds, _ = normalise_columns(read_table(path), str(path), text_col, pair_col, label_col, model.label_names)
+        return ds, f"{path} (all {len(ds)} rows)"
+    data = load_data(args.data, text_column=args.text_column, text_pair_column=args.text_pair_column,
+                     label_column=args.label_column)
+    split = args.split or "test"
+    ds = data.split(split)
+    if data.label_names is not None and model.label_names is not None and data.label_names != model.label_names:
+        from .errors import DataError
+
+        raise DataError(f"data set '{args.data}' has labels {data.label_names}, the model {model.label_names}")
+    return ds, f"{args.data} ({split} split, {len(ds)} rows)"
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    from .evaluation import evaluate_model, headline
+    from .modeling import ContrastiveClassifier, write_json_atomic
+
+    model = ContrastiveClassifier.from_pretrained(args.run)
+    ds, what = _load_eval_split(args, model)
+    metrics = evaluate_model(model, ds, batch_size=args.batch_size, progress=True)
+    print(f"{args.run} on {what}")
+    width = max(len(k) for k in headline(metrics))
+    for key, value in headline(metrics).items():
+        print(f"  {key:<{width}}  {value:.4f}")
+    if "per_class" in metrics:
+        print("  per class:  " + "  ".join(f"{n}: F1 {m['f1']:.3f}" for n, m in metrics["per_class"].items()))
+    if args.json_out:
+        write_json_atomic(args.json_out, {"run": args.run, "data": what, "metrics": metrics})
+    return 0
+
+
+def _read_predict_inputs(args: argparse.Namespace) -> tuple[list[str], list[str] | None]:
+    from pathlib import Path
+
+    from .data.loading import SUFFIX_BUILDERS, check_utf8, normalise_columns, read_table
+    from .errors import DataError
+
+    if args.texts:
+        return list(args.texts), None
+    if args.file:
+        path = Path(args.file).expanduser()
+        if path.suffix.lower() in SUFFIX_BUILDERS:
+            ds, _ = normalise_columns(read_table(path), str(path), args.text_column, args.text_pair_column, None,
+                                      require_labels=False)
+            return ds["text"], ds["text_pair"] if "text_pair" in ds.column_names else None
+        if not path.is_file():
+            raise DataError(f"{path}: no such file")
+        check_utf8(path)
+        lines = path.read_text(encoding="utf-8").splitlines()
+    else:
+        if sys.stdin.isatty():
+            raise ContrastfitError("no texts: give them as arguments, with --file, or on standard input")
+        try:
+            lines = sys.stdin.read().splitlines()
+        except UnicodeDecodeError:
+            raise DataError("standard input is not valid UTF-8") from None
+    lines = [line for line in lines if line.strip()]
+    if lines and all("\t" in line for line in lines):
+        firsts, seconds = zip(*(line.split("\t", 1) for line in lines))
+        return list(firsts), list(seconds)
+    return lines, None
+
+
+def cmd_predict(args: argparse.Namespace) -> int:
+    from .modeling import ContrastiveClassifier
+
+    model = ContrastiveClassifier.from_pretrained(args.run)
+    texts, pairs = _read_predict_inputs(args)
+    if pairs is None and model.info.get("data", {}).get("text_pair"):
+        raise ContrastfitError(f"{args.run} classifies text pairs: give two tab-separated texts per line")
+    scores = model.predict_proba(texts, pairs, batch_size=args.batch_size)
+    out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout
+    try:
+        for i, text in enumerate(texts):
+            row: dict = {"text": text}
+            if pairs is not None:
+                row["text_pair"] = pairs[i]
+            if model.task == "regression":
+                row["score"] = float(scores[i, 0])
+            else:
+                row["label"] = model.label_names[int(scores[i].argmax())]
+                row["probabilities"] = {name: round(float(p), 6) for name, p in zip(model.label_names, scores[i])}
+            out.write(json.dumps(row, ensure_ascii=False) + "\n")
+    finally:
+        if out is not sys.stdout:
+            out.close()
+    return 0
+
+
+def cmd_datasets(args: argparse.Namespace) -> int:
+    from .data import describe_builtin
+
+    rows = describe_builtin()
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    print(f"{'name':<10} {'size':>6}  {'train/validation/test':<22} labels")
+    for r in rows:
+        split = "/".join(str(r["splits"][s]) for s in ("train", "validation", "test"))
+        labels = ", ".join(f"{k} {v}" for k, v in r["labels"].items())
+        print(f"{r['name']:<10} {r['size']:>6}  {split:<22} {labels}")
+        print(f"{'':<10} {'':>6}  {r['description']} (package {r['package']})")
+    return 0
+
+
+def cmd_methods(args: argparse.Namespace) -> int:
+    from .methods import available_methods
+
+    specs = available_methods()
+    if args.json:
+        print(json.dumps({n: {"description": s.description, "reference": s.reference, "defaults": s.defaults}
+                          for n, s in specs.items()}, indent=2))
+        return 0
+    for name, spec in specs.items():
+        defaults = ", ".join(f"{k}={v}" for k, v in spec.defaults.items()) or "-"
+        print(f"{name:<14} {spec.description}\n{'':<14} {spec.reference}; defaults: {defaults}")
+    return 0
+
+
+def cmd_experiment(args: argparse.Namespace) -> int:
+    from .experiments import load_config, run_experiment
+
+    config = load_config(args.config)
+    if args.output:
+        config.output = args.output
+    run_experiment(config, progress=not args.quiet)
+    return 0
+
+
+COMMANDS = {"train": cmd_train, "evaluate": cmd_evaluate, "predict": cmd_predict, "datasets": cmd_datasets,
+            "methods": cmd_methods, "experiment": cmd_experiment}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    _quiet_libraries()
+    try:
+        return COMMANDS[args.command](args)
+    except ContrastfitError as exc:
+        print(f"contrastfit: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("contrastfit: interrupted", file=sys.stderr)
+        return 130
+
+
+def _quiet_libraries() -> None:
+    """Keep library chatter (weight-loading bars, advisory warnings) out of the user's terminal."""
+    import logging
+    import warnings
+
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    warnings.filterwarnings("ignore", category=UserWarning, module="transformers")
+    for name in ("transformers", "datasets", "accelerate"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    try:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.set_verbosity_error()
+        hf_logging.disable_progress_bar()
+    except Exception:  # pragma: no cover - logging is cosmetic
+        pass
+    try:
+        import datasets
+
+        datasets.disable_progress_bars()
+    except Exception:  # pragma: no cover
+        pass
+
+
+if __name__ == "__main__":
+    sys.exit(main())

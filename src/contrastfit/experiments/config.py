@@ -1,0 +1,161 @@
+"""Experiment configuration: a YAML file naming data, model, methods, a protocol, seeds and an
+output folder. Unknown keys are refused with a message that names them.
+
+.. code-block:: yaml
+
+    data: mr                       # built-in name, local file or Hub name
+    model: minilm-l6
+    methods: [ce, {name: ce-scl, lambda: 0.9, temperature: [0.1, 0.3]}]   # lists are grids
+    protocol: {kind: few-shot, shots: [16]}        # or {kind: few-shot, train_size: [20, 100]}
+    seeds: [0, 1, 2]
+    validation_size: 256           # stratified validation subset (Gunel: ~500)
+    training: {batch_size: 16, learning_rate: 5.0e-5}                     # any `contrastfit train` option
+    output: runs/quickstart
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ..errors import ConfigError
+from ..methods import get_method
+
+TOP_LEVEL = {"name", "data", "model", "methods", "protocol", "seeds", "validation_size", "training", "output",
+             "data_options", "save_models", "metrics"}
+PROTOCOL_KEYS = {"kind", "shots", "train_size"}
+DATA_OPTION_KEYS = {"text_column", "text_pair_column", "label_column", "validation_data", "test_data", "validation_split", "task"}
+# TrainConfig fields an experiment may set under `training:` (the rest are set by the runner).
+TRAINING_KEYS = {"pooling", "max_length", "epochs", "min_steps", "batch_size", "learning_rate", "weight_decay",
+                 "warmup_ratio", "gradient_accumulation_steps", "fp16", "bf16", "use_cpu"}
+
+
+@dataclass(frozen=True)
+class MethodVariant:
+    """One method with one set of hyper-parameters (one point of its grid)."""
+
+    method: str
+    hparams: tuple[tuple[str, Any], ...] = ()
+
+    @property
+    def label(self) -> str:
+        if not self.hparams:
+            return self.method
+        return f"{self.method}[" + ",".join(f"{k}={v}" for k, v in self.hparams) + "]"
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One point of the protocol, e.g. 16 shots per class."""
+
+    shots: int | None = None
+    train_size: int | None = None
+
+    @property
+    def label(self) -> str:
+        if self.shots is not None:
+            return f"shots={self.shots}"
+        if self.train_size is not None:
+            return f"N={self.train_size}"
+        return "full"
+
+
+@dataclass
+class ExperimentConfig:
+    data: str
+    methods: list[MethodVariant]
+    settings: list[Setting]
+    seeds: list[int]
+    output: str
+    model: str = "minilm-l6"
+    name: str = "experiment"
+    validation_size: int | None = None
+    training: dict[str, Any] = field(default_factory=dict)
+    data_options: dict[str, Any] = field(default_factory=dict)
+    save_models: bool = False
+    metrics: list[str] = field(default_factory=lambda: ["accuracy", "f1", "macro_f1", "mcc"])
+    raw: dict[str, Any] = field(default_factory=dict)
+
+
+def _as_list(value: Any) -> list:
+    return list(value) if isinstance(value, (list, tuple)) else [value]
+
+
+def _expand_method(entry: Any, where: str) -> list[MethodVariant]:
+    if isinstance(entry, str):
+        get_method(entry)
+        return [MethodVariant(entry)]
+    if not isinstance(entry, dict) or "name" not in entry:
+        raise ConfigError(f"{where}: each method is a name or a mapping with 'name', got {entry!r}")
+    name = entry["name"]
+    spec = get_method(name)
+    grid = {k: _as_list(v) for k, v in entry.items() if k != "name"}
+    unknown = sorted(set(grid) - set(spec.defaults))
+    if unknown:
+        raise ConfigError(f"{where}: method '{name}' has no hyper-parameter {', '.join(unknown)} "
+                          f"(it has: {', '.join(spec.defaults) or 'none'})")
+    keys = sorted(grid)
+    return [MethodVariant(name, tuple(zip(keys, combo))) for combo in itertools.product(*(grid[k] for k in keys))]
+
+
+def parse_config(raw: dict[str, Any], where: str = "config") -> ExperimentConfig:
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}: expected a mapping at the top level")
+    unknown = sorted(set(raw) - TOP_LEVEL)
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {', '.join(unknown)} (allowed: {', '.join(sorted(TOP_LEVEL))})")
+    for key in ("data", "methods", "output"):
+        if key not in raw:
+            raise ConfigError(f"{where}: missing required key '{key}'")
+    methods = [v for i, m in enumerate(_as_list(raw["methods"])) for v in _expand_method(m, f"{where}: methods[{i}]")]
+    protocol = raw.get("protocol") or {"kind": "full"}
+    bad = sorted(set(protocol) - PROTOCOL_KEYS)
+    if bad:
+        raise ConfigError(f"{where}: protocol has unknown key(s) {', '.join(bad)} (allowed: {', '.join(sorted(PROTOCOL_KEYS))})")
+    kind = protocol.get("kind", "few-shot")
+    if kind == "few-shot":
+        if ("shots" in protocol) == ("train_size" in protocol):
+            raise ConfigError(f"{where}: a few-shot protocol needs exactly one of 'shots' (per class) or 'train_size' (total)")
+        settings = ([Setting(shots=int(k)) for k in _as_list(protocol["shots"])] if "shots" in protocol
+                    else [Setting(train_size=int(n)) for n in _as_list(protocol["train_size"])])
+    elif kind == "full":
+        settings = [Setting()]
+    else:
+        raise ConfigError(f"{where}: unknown protocol kind '{kind}' (available: few-shot, full)")
+    training = dict(raw.get("training") or {})
+    bad = sorted(set(training) - TRAINING_KEYS)
+    if bad:
+        raise ConfigError(f"{where}: training has unknown key(s) {', '.join(bad)} (allowed: {', '.join(sorted(TRAINING_KEYS))})")
+    data_options = dict(raw.get("data_options") or {})
+    bad = sorted(set(data_options) - DATA_OPTION_KEYS)
+    if bad:
+        raise ConfigError(f"{where}: data_options has unknown key(s) {', '.join(bad)} (allowed: {', '.join(sorted(DATA_OPTION_KEYS))})")
+    seeds = [int(s) for s in _as_list(raw.get("seeds", [0]))]
+    if not seeds:
+        raise ConfigError(f"{where}: seeds is empty")
+    return ExperimentConfig(
+        data=str(raw["data"]), methods=methods, settings=settings, seeds=seeds, output=str(raw["output"]),
+        model=str(raw.get("model", "minilm-l6")), name=str(raw.get("name", "experiment")),
+        validation_size=raw.get("validation_size"), training=training, data_options=data_options,
+        save_models=bool(raw.get("save_models", False)),
+        metrics=list(raw.get("metrics", ["accuracy", "f1", "macro_f1", "mcc"])), raw=raw,
+    )
+
+
+def load_config(path: str | Path) -> ExperimentConfig:
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"experiment config {path}: no such file")
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f" at line {mark.line + 1}" if mark is not None else ""
+        raise ConfigError(f"experiment config {path}: not valid YAML{at}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"experiment config {path}: not valid UTF-8") from None
+    return parse_config(raw, str(path))

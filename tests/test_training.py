@@ -1,0 +1,187 @@
+"""Training, saving and reloading on the tiny encoder: what the Trainer really does."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from contrastfit import ContrastiveClassifier, train
+from contrastfit.errors import ConfigError
+from contrastfit.losses import supcon
+from contrastfit.training import ContrastfitTrainer
+
+
+def _train(tmp_path, tiny_encoder_dir, data, method="ce-scl", name="run", **kw):
+    opts = dict(method=method, data=str(data), output=str(tmp_path / name), model=str(tiny_encoder_dir),
+                epochs=kw.pop("epochs", 2), batch_size=8, learning_rate=1e-3, progress=False, logging_steps=1,
+                label_column="sentiment")
+    opts.update(kw)
+    return train(**opts)
+
+
+def test_round_trip_predictions_identical(tmp_path, tiny_encoder_dir, sentiment_csv):
+    result = _train(tmp_path, tiny_encoder_dir, sentiment_csv)
+    texts = ["good fun film", "awful dull plot", "the movie was very weak", "superb"]
+    before = result.model.predict_logits(texts)
+    reloaded = ContrastiveClassifier.from_pretrained(tmp_path / "run")
+    after = reloaded.predict_logits(texts)
+    np.testing.assert_array_equal(before, after)
+    assert reloaded.label_names == ["negative", "positive"]
+    assert reloaded.method.hparams == {"lambda": 0.9, "temperature": 0.3}
+    cfg = json.loads((tmp_path / "run" / "contrastfit.json").read_text())
+    # provenance: method, hyper-parameters, seed, data split and hash, model, versions
+    assert cfg["method"] == "ce-scl" and cfg["seed"] == 0
+    assert len(cfg["data"]["train_hash"]) == 16 and cfg["data"]["train_size"] > 0
+    assert "torch" in cfg["versions"] and "transformers" in cfg["versions"]
+    assert (tmp_path / "run" / "encoder" / "config.json").is_file()
+    assert (tmp_path / "run" / "head.safetensors").is_file()
+    assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+def test_results_record_metrics_and_loss_parts(tmp_path, tiny_encoder_dir, sentiment_csv):
+    result = _train(tmp_path, tiny_encoder_dir, sentiment_csv)
+    record = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert set(record["metrics"]) == {"validation"}  # a local file without --test-data has no test split
+    assert 0.0 <= record["metrics"]["validation"]["accuracy"] <= 1.0
+    logged = [h for h in record["log_history"] if "loss" in h]
+    assert logged and all("loss_ce" in h and "loss_scl" in h for h in logged)
+    # the logged total is the weighted sum of the logged parts
+    h = logged[0]
+    assert h["loss"] == pytest.approx(0.1 * h["loss_ce"] + 0.9 * h["loss_scl"], rel=1e-3)
+    assert result["hparams"] == {"lambda": 0.9, "temperature": 0.3}
+
+
+def test_contrastive_term_alone_moves_encoder(tmp_path, tiny_encoder_dir, sentiment_csv):
+    """Pitfall 4: with lambda = 1 only SupCon trains; the encoder must still change."""
+    model = ContrastiveClassifier.from_encoder(str(tiny_encoder_dir), "ce-scl", ["negative", "positive"],
+                                               hparams={"lambda": 1.0})
+    model.train()
+    enc = model.tokenize(["good fun film", "superb great", "awful dull", "bad weak plot"], padding=True)
+    batch = {k: torch.tensor(v) for k, v in enc.items()}
+    labels = torch.tensor([1, 1, 0, 0])
+    out = model(**batch, labels=labels)
+    assert out.loss.item() == pytest.approx(model.last_loss_parts["scl"], rel=1e-5)
+    out.loss.backward()
+    grads = [p.grad for n, p in model.named_parameters() if n.startswith("encoder.") and p.grad is not None]
+    assert grads and sum(float(g.abs().sum()) for g in grads) > 0
+    # and the head gets no gradient from a lambda = 1 objective
+    assert all(p.grad is None or float(p.grad.abs().sum()) == 0 for p in model.head.parameters())
+
+
+def test_supcon_gradient_reaches_encoder_through_trainer(tmp_path, tiny_encoder_dir, sentiment_csv):
+    before = ContrastiveClassifier.from_encoder(str(tiny_encoder_dir), "ce", ["a", "b"]).encoder.state_dict()
+    result = _train(tmp_path, tiny_encoder_dir, sentiment_csv, hparams={"lambda": 1.0}, weight_decay=0.0, epochs=1)
+    after = result.model.encoder.state_dict()
+    changed = [k for k in before if not torch.equal(before[k], after[k].cpu())]
+    assert len(changed) > len(before) // 2
+
+
+def test_trainer_feeds_class_balanced_batches(tmp_path, tiny_encoder_dir, sentiment_csv, monkeypatch):
+    """Pitfall 5: check the batches the Trainer really computes the loss on, not the setting."""
+    seen: list[list[int]] = []
+    original = ContrastfitTrainer.compute_loss
+
+    def spy(self, model, inputs, *args, **kwargs):
+        if model.training:
+            seen.append(inputs["labels"].tolist())
+        return original(self, model, inputs, *args, **kwargs)
+
+    monkeypatch.setattr(ContrastfitTrainer, "compute_loss", spy)
+    _train(tmp_path, tiny_encoder_dir, sentiment_csv, shots=5, epochs=3, validation_split=0)
+    assert len(seen) == 3 * 2  # 10 examples, batch 8 -> 2 batches per epoch
+    for labels in seen:
+        counts = np.bincount(labels, minlength=2)
+        assert len(labels) == 8 and (counts >= 2).all(), labels
+
+
+def test_ce_uses_the_plain_random_sampler(tmp_path, tiny_encoder_dir, sentiment_csv, monkeypatch):
+    seen = []
+    original = ContrastfitTrainer.compute_loss
+
+    def spy(self, model, inputs, *args, **kwargs):
+        if model.training:
+            seen.append(len(inputs["labels"]))
+        return original(self, model, inputs, *args, **kwargs)
+
+    monkeypatch.setattr(ContrastfitTrainer, "compute_loss", spy)
+    _train(tmp_path, tiny_encoder_dir, sentiment_csv, method="ce", shots=5, epochs=1)
+    assert seen == [8, 2]  # the library's sampler: the last batch is the remainder
+
+
+def test_resume_after_interruption(tmp_path, tiny_encoder_dir, sentiment_csv):
+    kwargs = dict(epochs=3, save_steps=2, shots=8)
+    full = _train(tmp_path, tiny_encoder_dir, sentiment_csv, name="full", **kwargs)
+    partial = _train(tmp_path, tiny_encoder_dir, sentiment_csv, name="cut", stop_after=3, **kwargs)
+    assert partial["interrupted_at_step"] == 3
+    assert not (tmp_path / "cut" / "results.json").exists()
+    with pytest.raises(ConfigError, match="unfinished run"):
+        _train(tmp_path, tiny_encoder_dir, sentiment_csv, name="cut", **kwargs)
+    resumed = _train(tmp_path, tiny_encoder_dir, sentiment_csv, name="cut", resume=True, **kwargs)
+    assert resumed["training"]["resumed_from"].endswith("checkpoint-3")
+    assert resumed["training"]["steps"] == full["training"]["steps"] == 6
+    texts = ["good fun film", "awful dull plot"]
+    np.testing.assert_allclose(resumed.model.predict_logits(texts), full.model.predict_logits(texts), atol=1e-5)
+    # a finished run is not trained again
+    again = _train(tmp_path, tiny_encoder_dir, sentiment_csv, name="cut", resume=True, **kwargs)
+    assert again["metrics"] == resumed["metrics"]
+    with pytest.raises(ConfigError, match="finished run"):
+        _train(tmp_path, tiny_encoder_dir, sentiment_csv, name="cut", **kwargs)
+
+
+def test_regression_target_trains_with_mse(tmp_path, tiny_encoder_dir):
+    import csv
+
+    path = tmp_path / "sts.csv"
+    rng = np.random.default_rng(0)
+    with open(path, "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["sentence1", "sentence2", "score"])
+        for _ in range(40):
+            w.writerow(["good film", "great movie", round(float(rng.uniform(3, 5)), 2)])
+            w.writerow(["good film", "awful plot", round(float(rng.uniform(0, 2)), 2)])
+    result = _train(tmp_path, tiny_encoder_dir, path, method="ce", label_column="score", epochs=3)
+    assert result.model.task == "regression" and result.model.label_names is None
+    assert set(result.metrics["validation"]) >= {"pearson", "spearman", "mse"}
+    with pytest.raises(ConfigError, match="class labels"):
+        _train(tmp_path, tiny_encoder_dir, path, method="ce-scl", label_column="score", name="r2")
+
+
+def test_sentence_pairs_train_and_predict(tmp_path, tiny_encoder_dir):
+    import csv
+
+    path = tmp_path / "pairs.csv"
+    with open(path, "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["premise", "hypothesis", "label"])
+        for i in range(12):
+            w.writerow(["good film", "great fun movie", "entailment"])
+            w.writerow(["good film", "awful dull movie", "contradiction"])
+    result = _train(tmp_path, tiny_encoder_dir, path, epochs=2, label_column="label")
+    assert result["data"]["text_pair"] is True  # found by the premise/hypothesis rule
+    probs = result.model.predict_proba(["good film"], ["great fun movie"])
+    assert probs.shape == (1, 2) and probs.sum() == pytest.approx(1.0, abs=1e-5)
+
+
+def test_bad_hyper_parameters_are_refused(tmp_path, tiny_encoder_dir, sentiment_csv):
+    with pytest.raises(ConfigError, match="no hyper-parameter 'lamda'"):
+        _train(tmp_path, tiny_encoder_dir, sentiment_csv, hparams={"lamda": 0.5})
+    with pytest.raises(ConfigError, match="lambda must be in"):
+        _train(tmp_path, tiny_encoder_dir, sentiment_csv, hparams={"lambda": 2})
+    with pytest.raises(ConfigError, match="either --shots"):
+        _train(tmp_path, tiny_encoder_dir, sentiment_csv, shots=2, train_size=4)
+
+
+def test_supcon_in_training_loss_matches_function(tiny_encoder_dir):
+    model = ContrastiveClassifier.from_encoder(str(tiny_encoder_dir), "ce-scl", ["n", "p"], hparams={"temperature": 0.5})
+    model.eval()  # no dropout: the two computations see the same embeddings
+    enc = model.tokenize(["good fun", "great", "awful", "dull plot"], padding=True)
+    batch = {k: torch.tensor(v) for k, v in enc.items()}
+    labels = torch.tensor([1, 1, 0, 0])
+    out = model.method.training_loss(model, batch, labels)
+    pooled = model.encoder(**batch).pooled
+    assert out.parts["scl"].item() == pytest.approx(supcon(pooled, labels, 0.5).item(), rel=1e-6)
+    ce = torch.nn.functional.cross_entropy(model.head(pooled), labels)
+    assert out.loss.item() == pytest.approx(0.1 * ce.item() + 0.9 * out.parts["scl"].item(), rel=1e-5)
