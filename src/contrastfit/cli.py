@@ -217,7 +217,9 @@ def _read_predict_inputs(args: argparse.Namespace) -> tuple[list[str], list[str]
         except UnicodeDecodeError:
             raise DataError("standard input is not valid UTF-8") from None
     lines = [line for line in lines if line.strip()]
-    if lines and all("\t" in line for line in lines):
+    if not lines:
+        raise ContrastfitError(f"no texts in {args.file or 'standard input'}")
+    if all("\t" in line for line in lines):
         firsts, seconds = zip(*(line.split("\t", 1) for line in lines))
         return list(firsts), list(seconds)
     return lines, None

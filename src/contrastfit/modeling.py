@@ -43,6 +43,20 @@ class ClassifierOutput(ModelOutput):
     logits: torch.Tensor | None = None
 
 
+def model_max_length(tokenizer, encoder: TextEncoder, requested: int) -> int:
+    """``requested`` clipped to what the tokenizer and the position embeddings allow."""
+    limits = [requested]
+    tok_limit = getattr(tokenizer, "model_max_length", None)
+    if isinstance(tok_limit, int) and 0 < tok_limit < 1_000_000:  # "unset" is a huge sentinel
+        limits.append(tok_limit)
+    positions = getattr(getattr(encoder.backbone, "config", None), "max_position_embeddings", None)
+    if isinstance(positions, int) and positions > 0:
+        # RoBERTa-style models offset positions by padding_idx + 1
+        offset = getattr(encoder.backbone.config, "pad_token_id", 0) + 1 if "roberta" in type(encoder.backbone).__name__.lower() else 0
+        limits.append(positions - offset)
+    return min(limits)
+
+
 class ContrastiveClassifier(nn.Module):
     """A text classifier (or regressor) trained by one of the registered methods."""
 
@@ -61,7 +75,7 @@ class ContrastiveClassifier(nn.Module):
         self.head = method.build_head()
         self.tokenizer = tokenizer
         self.label_names = label_names
-        self.max_length = max_length
+        self.max_length = model_max_length(tokenizer, encoder, max_length)
         self.info: dict[str, Any] = dict(info or {})
         self.last_loss_parts: dict[str, float] = {}
 

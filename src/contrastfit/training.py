@@ -338,7 +338,7 @@ def train(config: TrainConfig | None = None, *, text_data: TextData | None = Non
         config.model, config.method, prepared.data.label_names, hparams=config.hparams, pooling=pooling,
         max_length=config.max_length, trust_remote_code=config.trust_remote_code,
     )
-    train_ds = tokenize_dataset(prepared.train, model.tokenizer, config.max_length)
+    train_ds = tokenize_dataset(prepared.train, model.tokenizer, model.max_length)
     epochs = resolve_epochs(config, len(train_ds))
     trainer = build_trainer(config, model, train_ds, epochs, stop_after)
     t_setup = time.perf_counter()

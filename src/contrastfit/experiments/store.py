@@ -1,0 +1,330 @@
+"""The results store: one SQLite database per experiment output folder (standard library only).
+
+Every run is a row of one table::
+
+    runs(run_id TEXT PRIMARY KEY, status TEXT ('running' | 'done' | 'failed'), config JSON,
+         result JSON, started REAL, finished REAL, host TEXT, pid INTEGER, error TEXT)
+
+``result`` holds whatever the runner records for the run (metrics, config, seed, data hash,
+versions, timings); ``config`` the run's configuration; ``started`` / ``finished`` are Unix times.
+
+Protocol: a runner calls :meth:`ResultsStore.claim` before a run and trains only when it returns
+True, then :meth:`ResultsStore.finish` (or :meth:`ResultsStore.fail`).
+
+Guarantees
+----------
+* **Crash safety.** Every method is one short transaction (``BEGIN IMMEDIATE`` ... ``COMMIT``) on a
+  database in WAL journal mode with ``synchronous=FULL``. SQLite's commit is atomic, so a process
+  killed at any moment -- even by SIGKILL, even inside a write -- leaves the database consistent
+  and keeps every committed row. What is lost is at most the run that was in progress, whose row
+  stays ``running``.
+* **Restart skips finished work.** ``claim`` returns False for a ``done`` run. A ``running`` row
+  whose owner is dead is claimed again: the owner is dead when it was on this host and its pid no
+  longer exists (or is a zombie, or has been reused by a process that started after the claim, as
+  far as ``/proc`` tells). ``failed`` runs are claimed again.
+* **Several runners on one store.** ``claim`` reads and writes inside one ``BEGIN IMMEDIATE``
+  transaction, which holds SQLite's write lock, so two processes (or threads) can never both claim
+  one run; ``busy_timeout`` makes a writer wait for the lock instead of failing. Runners on one
+  store therefore share the work without duplicating or corrupting anything.
+
+Limits: a ``running`` row owned by a process on *another* host is treated as alive (its liveness
+cannot be checked) -- use :meth:`ResultsStore.release` to free it by hand. SQLite's WAL mode needs
+a local file system (not NFS). One :class:`ResultsStore` object is safe to share between threads
+(its operations are serialised); across :func:`os.fork` it reopens its connection in the child.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sqlite3
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+__all__ = ["ResultsStore", "STORE_NAME"]
+
+#: File name of the store inside an experiment's output folder.
+STORE_NAME = "results.sqlite"
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS runs (
+    run_id   TEXT PRIMARY KEY,
+    status   TEXT NOT NULL CHECK (status IN ('running', 'done', 'failed')),
+    config   JSON,
+    result   JSON,
+    started  REAL,
+    finished REAL,
+    host     TEXT,
+    pid      INTEGER,
+    error    TEXT
+)
+"""
+_COLUMNS = ("run_id", "status", "config", "result", "started", "finished", "host", "pid", "error")
+
+# Runs claimed by *this* process and not yet finished, per database file: lets a claim whose pid is
+# our own be told apart from a stale claim of a dead process that happened to have the same pid.
+_LIVE_CLAIMS: set[tuple[str, str]] = set()
+_LIVE_LOCK = threading.Lock()
+
+
+def _json_default(obj: Any) -> Any:
+    if hasattr(obj, "tolist"):  # numpy arrays and scalars, torch tensors
+        return obj.tolist()
+    if isinstance(obj, (Path, os.PathLike)):
+        return os.fspath(obj)
+    if isinstance(obj, (set, frozenset, tuple)):
+        return list(obj)
+    raise TypeError(f"{type(obj).__name__} is not JSON serialisable")
+
+
+def _dumps(obj: Any) -> str | None:
+    return None if obj is None else json.dumps(obj, ensure_ascii=False, default=_json_default)
+
+
+def _loads(text: str | None) -> Any:
+    return None if text is None else json.loads(text)
+
+
+def _process_start_time(pid: int) -> float | None:
+    """Unix time the process started, from Linux's /proc; None where that is unavailable."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
+            stat = fh.read()
+        fields = stat[stat.rindex(")") + 2:].split()
+        start_ticks = int(fields[19])  # field 22 of stat; fields[0] is field 3 (state)
+        with open("/proc/stat", encoding="ascii") as fh:
+            btime = next(int(line.split()[1]) for line in fh if line.startswith("btime "))
+        return btime + start_ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
+
+
+def _process_state(pid: int) -> str | None:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
+            stat = fh.read()
+        return stat[stat.rindex(")") + 2:].split()[0]
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def pid_alive(pid: int | None, since: float | None = None) -> bool:
+    """Whether process ``pid`` on this host still exists (a zombie counts as dead). With ``since``
+    (when the claim was made), a process that started more than 2 s after it is a reused pid and
+    also counts as dead (Linux only; elsewhere only existence is checked)."""
+    if pid is None or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # exists, owned by someone else
+    except OSError:
+        return False
+    if _process_state(pid) == "Z":
+        return False
+    if since is not None:
+        started = _process_start_time(pid)
+        if started is not None and started > since + 2.0:
+            return False
+    return True
+
+
+class ResultsStore:
+    """Runs and their results in an SQLite database at ``path`` (created with its folder if absent).
+
+    See the module docstring for the crash-safety and concurrency guarantees.
+    """
+
+    def __init__(self, path: str | os.PathLike, timeout: float = 60.0) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.timeout = float(timeout)
+        self.host = socket.gethostname()
+        self._lock = threading.RLock()
+        self._conn: sqlite3.Connection | None = None
+        self._conn_pid = -1
+        self._key = os.path.realpath(self.path)
+        self._connection()
+
+    # -- connection and transactions -------------------------------------------------------------
+
+    def _connection(self) -> sqlite3.Connection:
+        if self._conn is not None and self._conn_pid == os.getpid():
+            return self._conn
+        conn = sqlite3.connect(self.path, timeout=self.timeout, isolation_level=None, check_same_thread=False)
+        try:
+            conn.execute(f"PRAGMA busy_timeout = {int(self.timeout * 1000)}")
+            self._retry(lambda: conn.execute("PRAGMA journal_mode = WAL").fetchone())
+            conn.execute("PRAGMA synchronous = FULL")
+            self._retry(lambda: conn.execute(_SCHEMA))
+        except BaseException:
+            conn.close()
+            raise
+        self._conn, self._conn_pid = conn, os.getpid()
+        return conn
+
+    def _retry(self, fn):
+        """Run ``fn``, retrying while the database is locked (switching to WAL mode does not wait
+        on ``busy_timeout`` in every SQLite version)."""
+        deadline = time.monotonic() + self.timeout
+        delay = 0.01
+        while True:
+            try:
+                return fn()
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) and "busy" not in str(exc) or time.monotonic() > deadline:
+                    raise
+                time.sleep(delay)
+                delay = min(delay * 2, 0.5)
+
+    @contextmanager
+    def _transaction(self, write: bool = True) -> Iterator[sqlite3.Connection]:
+        """One transaction: ``BEGIN IMMEDIATE`` (takes the write lock up front) for writes, a
+        snapshot ``BEGIN`` for reads; commits on success, rolls back on any exception."""
+        with self._lock:
+            conn = self._connection()
+            self._retry(lambda: conn.execute("BEGIN IMMEDIATE" if write else "BEGIN"))
+            try:
+                yield conn
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+
+    def close(self) -> None:
+        with self._lock:
+            if self._conn is not None and self._conn_pid == os.getpid():
+                self._conn.close()
+            self._conn = None
+
+    def __enter__(self) -> ResultsStore:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # -- runs --------------------------------------------------------------------------------------
+
+    def _owner_dead(self, host: str | None, pid: int | None, started: float | None, run_id: str) -> bool:
+        if host != self.host:
+            return False  # cannot check another host's processes
+        if pid == os.getpid():
+            with _LIVE_LOCK:
+                return (self._key, run_id) not in _LIVE_CLAIMS
+        return not pid_alive(pid, since=started)
+
+    def claim(self, run_id: str, config: Any = None) -> bool:
+        """Claim ``run_id`` for this process; True when the caller should run it.
+
+        Atomic (one ``BEGIN IMMEDIATE`` transaction). Succeeds when the run is absent, ``failed``,
+        or ``running`` under a dead owner on this host; fails when it is ``done`` or ``running``
+        under a live process (or one on another host).
+        """
+        with self._transaction() as conn:
+            row = conn.execute("SELECT status, host, pid, started FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+            if row is not None:
+                status, host, pid, started = row
+                if status == "done":
+                    return False
+                if status == "running" and not self._owner_dead(host, pid, started, run_id):
+                    return False
+            conn.execute(
+                "INSERT INTO runs (run_id, status, config, result, started, finished, host, pid, error) "
+                "VALUES (?, 'running', ?, NULL, ?, NULL, ?, ?, NULL) "
+                "ON CONFLICT(run_id) DO UPDATE SET status = 'running', config = excluded.config, result = NULL, "
+                "started = excluded.started, finished = NULL, host = excluded.host, pid = excluded.pid, error = NULL",
+                (run_id, _dumps(config), time.time(), self.host, os.getpid()),
+            )
+        with _LIVE_LOCK:
+            _LIVE_CLAIMS.add((self._key, run_id))
+        return True
+
+    def _close_run(self, run_id: str, status: str, result: Any, error: str | None) -> None:
+        with self._transaction() as conn:
+            conn.execute(
+                "INSERT INTO runs (run_id, status, config, result, started, finished, host, pid, error) "
+                "VALUES (?, ?, NULL, ?, NULL, ?, ?, ?, ?) "
+                "ON CONFLICT(run_id) DO UPDATE SET status = excluded.status, result = excluded.result, "
+                "finished = excluded.finished, host = excluded.host, pid = excluded.pid, error = excluded.error",
+                (run_id, status, _dumps(result), time.time(), self.host, os.getpid(), error),
+            )
+        with _LIVE_LOCK:
+            _LIVE_CLAIMS.discard((self._key, run_id))
+
+    def finish(self, run_id: str, result: Any) -> None:
+        """Mark ``run_id`` done with its ``result`` (any JSON-able value; numpy values are converted).
+        A run that was never claimed is recorded too."""
+        self._close_run(run_id, "done", result, None)
+
+    def fail(self, run_id: str, error: str | BaseException) -> None:
+        """Mark ``run_id`` failed with an error message; a later :meth:`claim` may retry it."""
+        message = f"{type(error).__name__}: {error}" if isinstance(error, BaseException) else str(error)
+        self._close_run(run_id, "failed", None, message)
+
+    def release(self, run_id: str) -> bool:
+        """Forget a run that is not done (e.g. a stale claim from another host), so it can be
+        claimed again; True if a row was removed."""
+        with self._transaction() as conn:
+            removed = conn.execute("DELETE FROM runs WHERE run_id = ? AND status != 'done'", (run_id,)).rowcount
+        with _LIVE_LOCK:
+            _LIVE_CLAIMS.discard((self._key, run_id))
+        return removed > 0
+
+    # -- reading -----------------------------------------------------------------------------------
+
+    def _rows(self, where: str = "", params: tuple = ()) -> list[dict[str, Any]]:
+        with self._transaction(write=False) as conn:
+            rows = conn.execute(f"SELECT {', '.join(_COLUMNS)} FROM runs {where} "
+                                "ORDER BY finished IS NULL, finished, run_id", params).fetchall()
+        out = []
+        for row in rows:
+            rec = dict(zip(_COLUMNS, row))
+            rec["config"], rec["result"] = _loads(rec["config"]), _loads(rec["result"])
+            out.append(rec)
+        return out
+
+    def get(self, run_id: str) -> dict[str, Any] | None:
+        """The row of ``run_id`` as a dict (``config`` and ``result`` decoded), or None."""
+        rows = self._rows("WHERE run_id = ?", (run_id,))
+        return rows[0] if rows else None
+
+    def done(self) -> list[Any]:
+        """The results of all finished runs, in the order they finished."""
+        return [row["result"] for row in self._rows("WHERE status = 'done'")]
+
+    def all(self) -> list[dict[str, Any]]:
+        """Every row as a dict (``config`` and ``result`` decoded)."""
+        return self._rows()
+
+    def export_json(self, path: str | os.PathLike) -> Path:
+        """Write every row to a JSON file atomically (temporary file, fsync, rename); returns the path."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        payload = json.dumps({"runs": self.all()}, indent=2, ensure_ascii=False, default=_json_default)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(payload + "\n")
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise
+        return path
+
+    def __len__(self) -> int:
+        with self._transaction(write=False) as conn:
+            return int(conn.execute("SELECT COUNT(*) FROM runs").fetchone()[0])
+
+    def __repr__(self) -> str:
+        return f"ResultsStore({str(self.path)!r})"

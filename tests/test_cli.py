@@ -1,0 +1,170 @@
+"""The command line: train, evaluate, predict, datasets, methods, and one-line errors for bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from contrastfit.cli import main
+
+
+@pytest.fixture(scope="module")
+def trained_run(tmp_path_factory, tiny_encoder_dir):
+    """One tiny ce-scl model trained through the CLI, shared by the evaluate/predict tests."""
+    import csv
+
+    from conftest import sentiment_rows
+
+    folder = tmp_path_factory.mktemp("cli")
+    data = folder / "toy.csv"
+    with open(data, "w", newline="", encoding="utf-8") as fh:
+        writer = csv.DictWriter(fh, fieldnames=["sentence", "sentiment"])
+        writer.writeheader()
+        writer.writerows(sentiment_rows())
+    out = folder / "run"
+    code = main(["train", "--method", "ce-scl", "--data", str(data), "--text-column", "sentence",
+                 "--label-column", "sentiment", "--model", str(tiny_encoder_dir), "--output", str(out),
+                 "--epochs", "2", "--batch-size", "8", "--learning-rate", "1e-3", "--temperature", "0.2",
+                 "--quiet"])
+    assert code == 0
+    return out, data
+
+
+def test_train_writes_model_and_results(trained_run):
+    out, _ = trained_run
+    record = json.loads((out / "results.json").read_text())
+    assert record["method"] == "ce-scl"
+    assert record["hparams"] == {"lambda": 0.9, "temperature": 0.2}  # --temperature reached the method
+    assert record["data"]["source"]["text_column"] == "sentence"
+    assert (out / "encoder" / "model.safetensors").is_file()
+
+
+def test_evaluate_local_file_whole(trained_run, capsys, tmp_path):
+    out, data = trained_run
+    report = tmp_path / "metrics.json"
+    assert main(["evaluate", str(out), "--data", str(data), "--json", str(report)]) == 0
+    printed = capsys.readouterr().out
+    assert "(all 24 rows)" in printed  # a local file is evaluated whole, not split
+    for name in ("accuracy", "f1", "macro_f1", "mcc"):
+        assert name in printed
+    metrics = json.loads(report.read_text())["metrics"]
+    assert sum(map(sum, metrics["confusion_matrix"])) == 24
+    assert set(metrics["per_class"]) == {"negative", "positive"}
+
+
+def test_predict_arguments_and_file(trained_run, capsys, tmp_path):
+    out, _ = trained_run
+    assert main(["predict", str(out), "good fun film", "awful dull plot"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [r["text"] for r in rows] == ["good fun film", "awful dull plot"]
+    for r in rows:
+        assert r["label"] in ("negative", "positive")
+        assert set(r["probabilities"]) == {"negative", "positive"}
+        assert sum(r["probabilities"].values()) == pytest.approx(1.0, abs=1e-5)
+        assert r["label"] == max(r["probabilities"], key=r["probabilities"].get)
+    # longer than the tiny encoder's 64 positions (default --max-length is 128): truncated, not a crash
+    assert main(["predict", str(out), " ".join(["good"] * 300)]) == 0
+    assert json.loads(capsys.readouterr().out)["label"] in ("negative", "positive")
+    texts = tmp_path / "texts.txt"
+    texts.write_text("superb\n\nboring plot\n", encoding="utf-8")
+    target = tmp_path / "pred.jsonl"
+    assert main(["predict", str(out), "--file", str(texts), "--output", str(target)]) == 0
+    assert [json.loads(line)["text"] for line in target.read_text().splitlines()] == ["superb", "boring plot"]
+
+
+def _cli(*args, stdin: str | bytes | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    data = stdin.encode() if isinstance(stdin, str) else stdin
+    return subprocess.run([sys.executable, "-m", "contrastfit.cli", *args], input=data, capture_output=True,
+                          env=env, timeout=120)
+
+
+def test_predict_reads_stdin(trained_run):
+    out, _ = trained_run
+    proc = _cli("predict", str(out), stdin="a fine film\n")
+    assert proc.returncode == 0, proc.stderr.decode()
+    (row,) = [json.loads(line) for line in proc.stdout.decode().splitlines()]
+    assert row["text"] == "a fine film" and row["label"] in ("negative", "positive")
+
+
+def test_datasets_lists_builtin_sizes(capsys):
+    assert main(["datasets", "--json"]) == 0
+    rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
+    assert set(rows) == {"mr", "imdb", "bbc-news"}
+    assert rows["mr"]["splits"] == {"train": 6823, "validation": 854, "test": 853}
+    assert sorted(rows["bbc-news"]["labels"]) == ["business", "entertainment", "politics", "sport", "tech"]
+    assert main(["datasets"]) == 0
+    assert "mr" in capsys.readouterr().out
+
+
+def test_methods_lists_registry(capsys):
+    assert main(["methods", "--json"]) == 0
+    specs = json.loads(capsys.readouterr().out)
+    assert {"ce", "ce-scl"} <= set(specs)
+    assert specs["ce-scl"]["defaults"] == {"lambda": 0.9, "temperature": 0.3}
+
+
+@pytest.mark.parametrize("command", ["train", "evaluate", "predict", "datasets", "methods", "experiment"])
+def test_every_command_has_help(command, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main([command, "--help"])
+    assert exc.value.code == 0
+    assert "usage: contrastfit" in capsys.readouterr().out
+
+
+def _one_line_error(result, *fragments: str) -> str:
+    """``result`` is a finished subprocess or ``(exit code, stderr)`` of an in-process call."""
+    if isinstance(result, subprocess.CompletedProcess):
+        code, err = result.returncode, result.stderr.decode().strip()
+    else:
+        code, err = result
+    assert code == 2, err
+    assert "Traceback" not in err
+    lines = [line for line in err.splitlines() if line.startswith("contrastfit: error:")]
+    assert len(lines) == 1, err
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+    return lines[0]
+
+
+def test_bad_inputs_get_one_line_errors(tmp_path, tiny_encoder_dir, trained_run, capsys):
+    run, data = trained_run
+
+    def cli(*args):
+        code = main(list(args))
+        return code, capsys.readouterr().err
+
+    common = ["--model", str(tiny_encoder_dir), "--quiet"]
+    _one_line_error(cli("train", "--data", "no-such-set", "--output", str(tmp_path / "a"), *common), "no-such-set")
+    _one_line_error(cli("train", "--data", "mr", "--model", str(tmp_path / "nowhere"), "--output", str(tmp_path / "b")),
+                    "nowhere")
+    _one_line_error(cli("train", "--data", str(data), "--label-column", "stars", "--output", str(tmp_path / "c"), *common),
+                    "stars")
+    empty = tmp_path / "empty.csv"
+    empty.write_text("", encoding="utf-8")
+    _one_line_error(cli("train", "--data", str(empty), "--output", str(tmp_path / "d"), *common), "empty.csv")
+    gaps = tmp_path / "gaps.csv"
+    gaps.write_text("text,label\ngood film,pos\nbad film,\n", encoding="utf-8")
+    _one_line_error(cli("train", "--data", str(gaps), "--output", str(tmp_path / "e"), *common), "gaps.csv", "label")
+    latin = tmp_path / "latin.csv"
+    latin.write_bytes("text,label\ncaf\xe9 cr\xe8me,pos\n".encode("latin-1"))
+    _one_line_error(cli("train", "--data", str(latin), "--output", str(tmp_path / "f"), *common), "latin.csv", "UTF-8")
+    _one_line_error(cli("train", "--data", str(data), "--label-column", "sentiment", "--shots", "50",
+                        "--output", str(tmp_path / "g"), *common), "50")
+    _one_line_error(cli("train", "--method", "nope", "--data", str(data), "--output", str(tmp_path / "h"), *common), "nope")
+    _one_line_error(cli("train", "--data", str(data), "--label-column", "sentiment", "--param", "alpha=1",
+                        "--output", str(tmp_path / "i"), *common), "alpha")
+    _one_line_error(cli("predict", str(tmp_path / "missing-run"), "x"), "missing-run")
+    blank = tmp_path / "blank.txt"
+    blank.write_text("\n \n", encoding="utf-8")
+    _one_line_error(cli("predict", str(run), "--file", str(blank)), "blank.txt")
+
+
+def test_console_errors_are_one_line_from_a_real_process(trained_run):
+    run, _ = trained_run
+    _one_line_error(_cli("predict", str(run)), "no texts")  # empty standard input
+    _one_line_error(_cli("evaluate", str(run), "--data", "bbc-news"), "labels")  # labels differ from the model's

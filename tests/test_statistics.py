@@ -1,0 +1,143 @@
+"""Statistics: summaries, top-k, tests against a baseline (SciPy), model selection by validation."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from contrastfit.evaluation.statistics import best_by_validation, compare_to_baseline, get_score, summarize, top_k
+
+METHOD = [0.80, 0.82, 0.85, 0.83, 0.86]
+BASE = [0.79, 0.80, 0.82, 0.79, 0.81]
+
+
+def test_summarize_sample_std():
+    s = summarize([1.0, 2.0, 3.0, 4.0])
+    assert s["n"] == 4
+    assert s["mean"] == pytest.approx(2.5)
+    assert s["std"] == pytest.approx(math.sqrt(5 / 3))  # ddof=1: sum sq dev 5 over n-1 = 3
+    assert s["std"] == pytest.approx(np.std([1, 2, 3, 4], ddof=1))
+
+
+def test_summarize_edge_cases():
+    assert summarize([0.7]) == {"mean": 0.7, "std": 0.0, "n": 1}
+    empty = summarize([])
+    assert empty["n"] == 0 and math.isnan(empty["mean"]) and math.isnan(empty["std"])
+    assert summarize(v for v in (1, 3))["mean"] == 2.0  # any iterable
+
+
+def test_compare_matches_scipy_on_same_inputs():
+    keys = [(seed, 0) for seed in range(5)]
+    out = compare_to_baseline(METHOD, BASE, paired_keys=(keys, keys))
+    assert out["n_pairs"] == 5 and out["n_method"] == 5 and out["n_baseline"] == 5
+    assert out["wilcoxon_p"] == pytest.approx(stats.wilcoxon(METHOD, BASE).pvalue, rel=1e-12)
+    assert out["mannwhitney_p"] == pytest.approx(
+        stats.mannwhitneyu(METHOD, BASE, alternative="two-sided").pvalue, rel=1e-12)
+    assert out["welch_p"] == pytest.approx(stats.ttest_ind(METHOD, BASE, equal_var=False).pvalue, rel=1e-12)
+    assert out["mean_method"] == pytest.approx(np.mean(METHOD))
+    assert out["reasons"] == {}
+
+
+def test_known_values():
+    # Wilcoxon, 5 pairs all improved with distinct differences: exact two-sided p = 2 / 2**5.
+    keys = list(range(5))
+    assert compare_to_baseline(METHOD, BASE, (keys, keys))["wilcoxon_p"] == pytest.approx(0.0625)
+    # Mann-Whitney, complete separation of 3 vs 3: exact two-sided p = 2 / C(6, 3) = 0.1.
+    out = compare_to_baseline([1, 2, 3], [4, 5, 6])
+    assert out["mannwhitney_p"] == pytest.approx(0.1)
+    # Welch: x = 1..5 (var 2.5), y = 2x (var 10); t = -3 / sqrt(0.5 + 2), df = 6.25 / (0.0625 + 1).
+    x, y = [1, 2, 3, 4, 5], [2, 4, 6, 8, 10]
+    t = -3 / math.sqrt(2.5)
+    df = 6.25 / (0.5 ** 2 / 4 + 2.0 ** 2 / 4)
+    expected = 2 * stats.t.sf(abs(t), df)
+    assert expected == pytest.approx(0.10753119493062728, rel=1e-9)
+    assert compare_to_baseline(x, y)["welch_p"] == pytest.approx(0.10753119493062728, rel=1e-9)
+
+
+def test_pairing_by_key_reorders_and_intersects():
+    # Same pairs as METHOD/BASE but the baseline is listed in another order with an unmatched extra run.
+    mkeys = [(s, 0) for s in range(5)]
+    order = [3, 1, 4, 0, 2]
+    bkeys = [(s, 0) for s in order] + [(9, 0)]
+    bscores = [BASE[s] for s in order] + [0.5]
+    out = compare_to_baseline(METHOD, bscores, paired_keys=(mkeys, bkeys))
+    assert out["n_pairs"] == 5 and out["n_baseline"] == 6
+    assert out["wilcoxon_p"] == pytest.approx(stats.wilcoxon(METHOD, BASE).pvalue)
+    # Mappings keyed by (seed, sample) pair on their common keys.
+    out2 = compare_to_baseline(dict(zip(mkeys, METHOD)), dict(zip(bkeys, bscores)))
+    assert out2["wilcoxon_p"] == pytest.approx(out["wilcoxon_p"])
+    assert out2["mannwhitney_p"] == pytest.approx(stats.mannwhitneyu(METHOD, bscores).pvalue)
+
+
+def test_wilcoxon_not_applicable():
+    no_keys = compare_to_baseline(METHOD, BASE)
+    assert no_keys["wilcoxon_p"] is None and "pairing" in no_keys["reasons"]["wilcoxon"]
+    same = compare_to_baseline([0.5, 0.6, 0.7], [0.5, 0.6, 0.7], paired_keys=([1, 2, 3], [1, 2, 3]))
+    assert same["wilcoxon_p"] is None and "zero" in same["reasons"]["wilcoxon"]
+    one = compare_to_baseline({1: 0.9}, {1: 0.8})
+    assert one["wilcoxon_p"] is None and "2 pairs" in one["reasons"]["wilcoxon"]
+    assert one["welch_p"] is None and "welch" in one["reasons"]
+    assert one["mannwhitney_p"] == pytest.approx(stats.mannwhitneyu([0.9], [0.8]).pvalue)
+    constant = compare_to_baseline([0.5, 0.5], [0.5, 0.5])
+    assert constant["welch_p"] is None and "constant" in constant["reasons"]["welch"]
+    with pytest.raises(ValueError):
+        compare_to_baseline([1, 2], [1, 2], paired_keys=([1, 1], [1, 2]))
+
+
+def test_top_k_highest_validation_with_deterministic_ties():
+    runs = [
+        {"run_id": "e", "seed": 4, "validation": 0.80, "test": 0.99},
+        {"run_id": "b", "seed": 1, "validation": 0.90, "test": 0.10},
+        {"run_id": "d", "seed": 3, "validation": 0.85, "test": 0.50},
+        {"run_id": "a", "seed": 0, "validation": 0.85, "test": 0.60},
+        {"run_id": "c", "seed": 2, "validation": 0.70, "test": 0.70},
+    ]
+    best = top_k(runs, 3, key="validation")
+    assert [r["seed"] for r in best] == [1, 0, 3]
+    assert [r["seed"] for r in top_k(list(reversed(runs)), 3, key="validation")] == [1, 0, 3]
+    assert len(top_k(runs, 10)) == 5
+    with pytest.raises(ValueError):
+        top_k(runs, 0)
+
+
+def test_top_k_ties_by_run_id_and_nested_keys():
+    runs = [{"run_id": "z", "seed": 1, "metrics": {"validation": {"accuracy": 0.5}}},
+            {"run_id": "y", "seed": 1, "metrics": {"validation": {"accuracy": 0.5}}},
+            {"run_id": "x", "seed": 2, "metrics": {"validation": {"accuracy": float("nan")}}}]
+    assert [r["run_id"] for r in top_k(runs, 3, key="metrics.validation.accuracy")] == ["y", "z", "x"]
+    assert get_score(runs[0], lambda r: r["metrics"]["validation"]["accuracy"] * 2) == 1.0
+    with pytest.raises(KeyError):
+        get_score(runs[0], "metrics.test.accuracy")
+
+
+class NoTest(dict):
+    """A run that fails the test if anything reads its test score."""
+
+    def __getitem__(self, key):
+        if key == "test":
+            raise AssertionError("best_by_validation read a test score")
+        return super().__getitem__(key)
+
+    def get(self, key, default=None):
+        if key == "test":
+            raise AssertionError("best_by_validation read a test score")
+        return super().get(key, default)
+
+
+def test_best_by_validation_never_looks_at_test():
+    groups = {
+        "lr=1e-5": [NoTest(validation=0.80, test=0.95), NoTest(validation=0.82, test=0.96)],
+        "lr=3e-5": [NoTest(validation=0.86, test=0.60), NoTest(validation=0.84, test=0.61)],
+        "lr=5e-5": [NoTest(validation=0.70, test=0.99)],
+        "empty": [],
+    }
+    assert best_by_validation(groups) == "lr=3e-5"
+    assert best_by_validation(groups, higher_is_better=False) == "lr=5e-5"
+    # Ties go to the first key in sorted order, whatever the dict order.
+    tie = {("b", 2): [{"validation": 0.5}], ("a", 1): [{"validation": 0.5}]}
+    assert best_by_validation(tie) == ("a", 1)
+    with pytest.raises(ValueError):
+        best_by_validation({"x": []})
