@@ -79,6 +79,10 @@ def _label_indices(labels: Sequence, label_names: Sequence[str]) -> np.ndarray:
     return out
 
 
+#: Up to this many points, t-SNE runs single-threaded (see :func:`plot_tsne`).
+_TSNE_SERIAL_MAX = 5000
+
+
 def plot_tsne(embeddings: Any, labels: Sequence, label_names: Sequence[str], path: str | os.PathLike,
               title: str, anchors: Any = None, seed: int = 0) -> Path:
     """t-SNE (:class:`sklearn.manifold.TSNE`) of ``embeddings`` (n x d), one colour per label.
@@ -87,7 +91,8 @@ def plot_tsne(embeddings: Any, labels: Sequence, label_names: Sequence[str], pat
     LaCon's label embeddings, row ``i`` belonging to label ``i``) are projected together with the
     embeddings -- t-SNE is fitted on the concatenation -- and drawn as large stars in their label's
     colour. The perplexity is ``min(30, n_points - 1)`` so that it stays below the number of
-    points; at least 3 points are needed. ``seed`` fixes t-SNE's random state.
+    points; at least 3 points are needed. ``seed`` fixes t-SNE's random state; up to 5000 points
+    t-SNE runs on one OpenMP thread, which is faster than contended threads at that size.
     """
     from sklearn.manifold import TSNE
 
@@ -103,8 +108,17 @@ def plot_tsne(embeddings: Any, labels: Sequence, label_names: Sequence[str], pat
     if n < 3:
         raise ValueError(f"t-SNE needs at least 3 points, got {n}")
     perplexity = float(min(30.0, n - 1))
-    coords = TSNE(n_components=2, perplexity=perplexity, init="pca", learning_rate="auto",
-                  random_state=seed).fit_transform(points)
+    tsne = TSNE(n_components=2, perplexity=perplexity, init="pca", learning_rate="auto", random_state=seed)
+    if n <= _TSNE_SERIAL_MAX:
+        # Barnes-Hut synchronises its OpenMP threads on every one of its ~1000 iterations; on a busy
+        # machine (or next to torch's own OpenMP pool) that costs seconds to minutes for a few
+        # hundred points, so small projections run on one thread.
+        from threadpoolctl import threadpool_limits
+
+        with threadpool_limits(limits=1, user_api="openmp"):
+            coords = tsne.fit_transform(points)
+    else:
+        coords = tsne.fit_transform(points)
     emb, anc = coords[: len(x)], coords[len(x):]
 
     colors = _colors(len(label_names))

@@ -1,19 +1,18 @@
 """Loss functions, one file per loss: pure functions in ``torch.nn.functional`` style plus thin
 ``nn.Module`` wrappers. Each file cites the paper and equation it implements."""
 
+from .diffcse import (DEFAULT_LAMBDA, ReplacedTokenDetectionLoss, UnigramGenerator, diffcse_loss, fill_with_mlm,
+                      mask_tokens, replaced_token_detection)
 from .lacon import LaConLoss, LaConLossParts, lacon, lacon_predict
+from .simcse import SimCSELoss, SupervisedSimCSELoss, simcse_sup, simcse_unsup
 from .soft_triple import SOSNOWSKI_TABLE1, SoftTripleLoss, flatten_tokens, soft_triple
 from .supcon import SupConLoss, supcon
 
 __all__ = [
-    "supcon",
-    "SupConLoss",
-    "soft_triple",
-    "flatten_tokens",
-    "SoftTripleLoss",
-    "SOSNOWSKI_TABLE1",
-    "lacon",
-    "lacon_predict",
-    "LaConLoss",
-    "LaConLossParts",
+    "supcon", "SupConLoss",
+    "soft_triple", "flatten_tokens", "SoftTripleLoss", "SOSNOWSKI_TABLE1",
+    "lacon", "lacon_predict", "LaConLoss", "LaConLossParts",
+    "simcse_unsup", "simcse_sup", "SimCSELoss", "SupervisedSimCSELoss",
+    "replaced_token_detection", "diffcse_loss", "mask_tokens", "UnigramGenerator", "fill_with_mlm",
+    "ReplacedTokenDetectionLoss", "DEFAULT_LAMBDA",
 ]

@@ -147,7 +147,8 @@ def mask_tokens(
     if not 0.0 <= probability <= 1.0:
         raise ValueError(f"probability must be in [0, 1], got {probability}")
     eligible = torch.ones_like(input_ids, dtype=torch.bool)
-    for name, m, want in (("attention_mask", attention_mask, True), ("special_tokens_mask", special_tokens_mask, False)):
+    checks = (("attention_mask", attention_mask, True), ("special_tokens_mask", special_tokens_mask, False))
+    for name, m, want in checks:
         if m is None:
             continue
         if m.shape != input_ids.shape:
@@ -193,7 +194,9 @@ class UnigramGenerator:
         return int(self.counts.numel())
 
     @classmethod
-    def from_corpus(cls, corpus: Iterable[Sequence[int]], vocab_size: int, special_ids: Iterable[int] = ()) -> "UnigramGenerator":
+    def from_corpus(
+        cls, corpus: Iterable[Sequence[int]], vocab_size: int, special_ids: Iterable[int] = ()
+    ) -> "UnigramGenerator":
         """Count the token ids of ``corpus`` (an iterable of input-id lists, e.g. a tokenizer's ``input_ids``)."""
         counts = torch.zeros(vocab_size, dtype=torch.float64)
         for ids in corpus:
@@ -215,7 +218,8 @@ class UnigramGenerator:
         """
         if masked_positions.shape != input_ids.shape:
             raise ValueError(
-                f"masked_positions must have the shape of input_ids {tuple(input_ids.shape)}, got {tuple(masked_positions.shape)}"
+                f"masked_positions must have the shape of input_ids {tuple(input_ids.shape)}, "
+                f"got {tuple(masked_positions.shape)}"
             )
         masked = masked_positions.to(input_ids.device).bool()
         k = int(masked.sum())
@@ -251,7 +255,8 @@ def fill_with_mlm(
     """
     if masked_positions.shape != input_ids.shape:
         raise ValueError(
-            f"masked_positions must have the shape of input_ids {tuple(input_ids.shape)}, got {tuple(masked_positions.shape)}"
+            f"masked_positions must have the shape of input_ids {tuple(input_ids.shape)}, "
+            f"got {tuple(masked_positions.shape)}"
         )
     masked = masked_positions.to(input_ids.device).bool()
     new_ids = input_ids.clone()

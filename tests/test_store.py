@@ -1,0 +1,200 @@
+"""Results store: claim / finish / skip, concurrent runners, crash (SIGKILL) recovery, integrity."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import contrastfit.experiments.store as store_module
+from contrastfit.experiments.store import ResultsStore, pid_alive
+
+# The child processes load store.py straight from its file (it needs only the standard library), so
+# they start in milliseconds instead of importing the whole package (torch, transformers).
+STORE_FILE = Path(store_module.__file__).resolve()
+PRELUDE = f"""
+import importlib.util, sys, time, os
+spec = importlib.util.spec_from_file_location("cf_store", {str(STORE_FILE)!r})
+mod = importlib.util.module_from_spec(spec); spec.loader.exec_module(mod)
+store = mod.ResultsStore(sys.argv[1])
+"""
+
+
+def child(code: str, *args: str, **kwargs) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", PRELUDE + code, *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, **kwargs)
+
+
+def integrity_ok(path: Path) -> bool:
+    conn = sqlite3.connect(path)
+    try:
+        return conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    finally:
+        conn.close()
+
+
+def test_claim_finish_skip(tmp_path):
+    path = tmp_path / "out" / "results.sqlite"
+    store = ResultsStore(path)
+    assert store.claim("ce-seed0", {"method": "ce", "seed": 0})
+    assert not store.claim("ce-seed0", {"method": "ce", "seed": 0})  # our own live claim
+    row = store.get("ce-seed0")
+    assert row["status"] == "running" and row["pid"] == os.getpid() and row["config"] == {"method": "ce", "seed": 0}
+    store.finish("ce-seed0", {"accuracy": np.float32(0.5), "confusion": np.array([[1, 0], [0, 1]]), "seed": 0})
+    assert not store.claim("ce-seed0", {})  # done: skipped
+    assert store.done() == [{"accuracy": 0.5, "confusion": [[1, 0], [0, 1]], "seed": 0}]
+    assert store.get("ce-seed0")["finished"] >= row["started"]
+    assert store.get("missing") is None
+
+    assert store.claim("lacon-seed0", {"method": "lacon"})
+    store.fail("lacon-seed0", RuntimeError("CUDA out of memory"))
+    failed = store.get("lacon-seed0")
+    assert failed["status"] == "failed" and failed["error"] == "RuntimeError: CUDA out of memory"
+    assert store.claim("lacon-seed0", {"method": "lacon"})  # failed runs are retried
+    assert store.get("lacon-seed0")["error"] is None
+    assert len(store) == 2 and {r["run_id"] for r in store.all()} == {"ce-seed0", "lacon-seed0"}
+
+    exported = store.export_json(tmp_path / "runs.json")
+    data = json.loads(exported.read_text(encoding="utf-8"))
+    assert [r["run_id"] for r in data["runs"]] == ["ce-seed0", "lacon-seed0"]
+    store.close()
+
+    reopened = ResultsStore(path)  # a restart sees everything
+    assert reopened.done() == [{"accuracy": 0.5, "confusion": [[1, 0], [0, 1]], "seed": 0}]
+    assert reopened.release("lacon-seed0") and not reopened.release("ce-seed0")
+    assert sqlite3.connect(path).execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    reopened.close()
+    assert integrity_ok(path)
+
+
+def test_stale_claim_with_our_own_pid_is_reclaimed(tmp_path):
+    """A dead runner that had the same pid as this process (pid reuse in containers) left a claim."""
+    path = tmp_path / "results.sqlite"
+    with ResultsStore(path) as store:
+        conn = sqlite3.connect(path)
+        conn.execute("INSERT INTO runs (run_id, status, started, host, pid) VALUES ('r', 'running', ?, ?, ?)",
+                     (time.time() - 60, store.host, os.getpid()))
+        conn.commit()
+        conn.close()
+        assert store.claim("r", {})
+        assert not ResultsStore(path).claim("r", {})  # now it is a live claim of this process
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc")
+def test_reused_pid_of_newer_process_counts_as_dead(tmp_path):
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        time.sleep(0.1)
+        assert pid_alive(sleeper.pid) and pid_alive(sleeper.pid, since=time.time() - 1)
+        assert not pid_alive(sleeper.pid, since=time.time() - 3600)  # started long after the claim
+        path = tmp_path / "results.sqlite"
+        store = ResultsStore(path)
+        conn = sqlite3.connect(path)
+        conn.execute("INSERT INTO runs (run_id, status, started, host, pid) VALUES ('old', 'running', ?, ?, ?)",
+                     (time.time() - 3600, store.host, sleeper.pid))
+        conn.execute("INSERT INTO runs (run_id, status, started, host, pid) VALUES ('new', 'running', ?, ?, ?)",
+                     (time.time(), store.host, sleeper.pid))
+        conn.execute("INSERT INTO runs (run_id, status, started, host, pid) VALUES ('far', 'running', ?, ?, ?)",
+                     (time.time(), "another-host", 1))
+        conn.commit()
+        conn.close()
+        assert store.claim("old", {})
+        assert not store.claim("new", {})  # its owner is alive
+        assert not store.claim("far", {})  # other hosts cannot be checked: treated as alive
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    assert not pid_alive(sleeper.pid)
+
+
+WRITER = """
+prefix = sys.argv[2]
+for i in range(50):
+    rid = f"{prefix}-{i}"
+    assert store.claim(rid, {"i": i, "writer": prefix})
+    store.finish(rid, {"run_id": rid, "i": i, "pid": os.getpid()})
+print("ok")
+"""
+
+
+def test_two_processes_write_concurrently(tmp_path):
+    path = tmp_path / "results.sqlite"
+    procs = [child(WRITER, str(path), name) for name in ("a", "b")]
+    outs = [p.communicate(timeout=60) for p in procs]
+    for p, (out, err) in zip(procs, outs):
+        assert p.returncode == 0, err
+        assert out.strip() == "ok"
+    store = ResultsStore(path)
+    rows = store.all()
+    assert len(rows) == 100 and all(r["status"] == "done" for r in rows)
+    assert {r["result"]["run_id"] for r in rows} == {f"{w}-{i}" for w in "ab" for i in range(50)}
+    store.close()
+    assert integrity_ok(path)
+
+
+CONTENDER = """
+claimed = []
+for i in range(40):
+    rid = f"run-{i}"
+    if store.claim(rid, {"i": i}):
+        claimed.append(rid)
+        store.finish(rid, {"by": os.getpid()})
+print(",".join(claimed))
+"""
+
+
+def test_two_processes_share_one_plan_without_duplicates(tmp_path):
+    path = tmp_path / "results.sqlite"
+    procs = [child(CONTENDER, str(path)) for _ in range(2)]
+    outs = [p.communicate(timeout=60) for p in procs]
+    claimed = []
+    for p, (out, err) in zip(procs, outs):
+        assert p.returncode == 0, err
+        claimed.append({r for r in out.strip().split(",") if r})
+    assert not claimed[0] & claimed[1]  # no run was claimed twice
+    assert claimed[0] | claimed[1] == {f"run-{i}" for i in range(40)}
+    assert len(ResultsStore(path).done()) == 40
+    assert integrity_ok(path)
+
+
+KILLED = """
+for i in range(3):
+    assert store.claim(f"done-{i}", {"i": i})
+    store.finish(f"done-{i}", {"i": i})
+assert store.claim("victim", {"i": 99})
+print("claimed", flush=True)
+time.sleep(60)
+"""
+
+
+def test_sigkill_mid_run_loses_nothing_and_run_is_reclaimed(tmp_path):
+    path = tmp_path / "results.sqlite"
+    proc = child(KILLED, str(path))
+    try:
+        assert proc.stdout.readline().strip() == "claimed"
+        store = ResultsStore(path)
+        assert not store.claim("victim", {})  # its owner is alive
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    restarted = ResultsStore(path)
+    assert restarted.get("victim")["status"] == "running"
+    assert restarted.claim("victim", {"i": 99})  # dead owner: claimed again
+    assert all(not restarted.claim(f"done-{i}", {}) for i in range(3))  # finished runs are kept
+    assert sorted(r["i"] for r in restarted.done()) == [0, 1, 2]
+    restarted.finish("victim", {"i": 99})
+    assert len(restarted.done()) == 4
+    restarted.close()
+    assert integrity_ok(path)
