@@ -15,7 +15,10 @@ from typing import Sequence
 from .errors import ContrastfitError
 
 # Method hyper-parameters with a CLI flag of their own (others go through --param NAME=VALUE).
-_HPARAM_FLAGS = {"lambda": "--lambda", "temperature": "--temperature"}
+# Flags for the most used method hyper-parameters (any other: --param NAME=VALUE).
+_HPARAM_FLAGS = {"lambda": "--lambda", "temperature": "--temperature", "beta": "--beta",
+                 "view_dropouts": "--view-dropouts", "dml_on": "--dml-on",
+                 "hard_negative_weight": "--hard-negative-weight"}
 
 
 def _add_data_args(p: argparse.ArgumentParser, required: bool = True) -> None:
@@ -55,6 +58,13 @@ def build_parser() -> argparse.ArgumentParser:
     g = p.add_argument_group("method")
     g.add_argument("--lambda", dest="hp_lambda", type=float, help="weight of the contrastive term (ce-scl)")
     g.add_argument("--temperature", dest="hp_temperature", type=float, help="contrastive temperature")
+    g.add_argument("--beta", dest="hp_beta", type=float, help="weight of CE in beta CE + (1-beta) DML (ce-supcon, ce-softtriple)")
+    g.add_argument("--view-dropouts", dest="hp_view_dropouts", metavar="P,P,...",
+                   help="dropout probability of each view (supcl-seq and its baselines), e.g. 0.0,0.1,0.2")
+    g.add_argument("--dml-on", dest="hp_dml_on", choices=["pooled", "tokens"],
+                   help="apply the metric-learning loss to the pooled embedding or every token (ce-softtriple)")
+    g.add_argument("--hard-negative-weight", dest="hp_hard_negative_weight", type=float,
+                   help="log-weight added to each anchor's own hard negative (simcse-sup)")
     g.add_argument("--param", action="append", default=[], metavar="NAME=VALUE", help="any other method hyper-parameter")
     g = p.add_argument_group("model and optimisation")
     g.add_argument("--pooling", choices=["cls", "pooler", "mean"], help="default: the encoder's own (mean for minilm-l6), else cls")

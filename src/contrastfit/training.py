@@ -303,6 +303,69 @@ def build_trainer(config: TrainConfig, model: ContrastiveClassifier, train_ds: d
     )
 
 
+def train_head(model: ContrastiveClassifier, train_ds: datasets.Dataset, collator, *, seed: int = 0,
+               cache: bool = True, progress: bool = False, epochs: int | None = None) -> dict[str, Any]:
+    """Stage 2 of two-stage methods (SupCL-Seq, SimCSE, DiffCSE): freeze the encoder and train
+    ``model.head`` on the method's head features of the training set.
+
+    With ``cache=True`` (the default) the training set is encoded **once** and every head epoch
+    runs on the cached features; ``cache=False`` re-encodes every mini-batch of every epoch (only
+    useful to measure what the cache saves, see ``bench/``). Hyper-parameters come from the
+    method: ``head_epochs``, ``head_learning_rate``, ``head_batch_size``. The head is trained with
+    AdamW on the method's task loss (CE, or MSE for a regression target); mini-batches are
+    shuffled with a generator seeded by ``seed``.
+    """
+    from tqdm.auto import tqdm
+
+    method = model.method
+    hp = method.hparams
+    epochs = int(epochs if epochs is not None else hp["head_epochs"])
+    batch_size = int(hp["head_batch_size"])
+    device = model.device
+    loader = DataLoader(train_ds, batch_size=64, shuffle=False, collate_fn=collator)
+    frozen = [p for p in model.encoder.parameters() if p.requires_grad]
+    for p in frozen:
+        p.requires_grad_(False)
+    model.eval()  # no dropout in the frozen encoder
+
+    def encode(batch) -> tuple[torch.Tensor, torch.Tensor]:
+        batch = {k: v.to(device) for k, v in batch.items()}
+        labels = batch.pop("labels")
+        with torch.no_grad():
+            return method.head_features(model, batch).float(), labels
+
+    t0 = time.perf_counter()
+    try:
+        if cache:
+            parts = [encode(b) for b in loader]
+            features, labels = torch.cat([f for f, _ in parts]), torch.cat([y for _, y in parts])
+        t_encode = time.perf_counter() - t0
+        optimizer = torch.optim.AdamW(model.head.parameters(), lr=float(hp["head_learning_rate"]), weight_decay=0.0)
+        generator = torch.Generator().manual_seed(seed)
+        model.head.train()
+        n = len(train_ds)
+        last = float("nan")
+        for _ in tqdm(range(epochs), desc="head", disable=not progress, leave=False):
+            order = torch.randperm(n, generator=generator)
+            for start in range(0, n, batch_size):
+                idx = order[start:start + batch_size]
+                if cache:
+                    x, y = features[idx.to(features.device)], labels[idx.to(labels.device)]
+                else:
+                    x, y = encode(collator([train_ds[int(i)] for i in idx]))
+                loss = method.task_loss(model.head(x), y)
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                optimizer.step()
+                last = float(loss.detach())
+    finally:
+        for p in frozen:
+            p.requires_grad_(True)
+        model.eval()
+    return {"epochs": epochs, "batch_size": batch_size, "learning_rate": float(hp["head_learning_rate"]),
+            "cached": cache, "encode_s": t_encode, "total_s": time.perf_counter() - t0, "final_loss": last}
+
+
 def last_checkpoint(output: str | Path) -> str | None:
     from transformers.trainer_utils import get_last_checkpoint
 
@@ -334,8 +397,10 @@ def train(config: TrainConfig | None = None, *, text_data: TextData | None = Non
     set_seed(config.seed)
     prepared = prepare_data(config, text_data)
     pooling = config.pooling or default_pooling(config.model)
+    # the paper's training-set-size-dependent defaults (e.g. Sosnowski Tables 1-2), under the user's values
+    hparams = {**get_method(config.method).defaults_for(len(prepared.train)), **config.hparams}
     model = ContrastiveClassifier.from_encoder(
-        config.model, config.method, prepared.data.label_names, hparams=config.hparams, pooling=pooling,
+        config.model, config.method, prepared.data.label_names, hparams=hparams, pooling=pooling,
         max_length=config.max_length, trust_remote_code=config.trust_remote_code,
     )
     train_ds = tokenize_dataset(prepared.train, model.tokenizer, model.max_length)
@@ -344,9 +409,12 @@ def train(config: TrainConfig | None = None, *, text_data: TextData | None = Non
     t_setup = time.perf_counter()
     resume_from = last_checkpoint(output) if config.resume else None
     train_output = trainer.train(resume_from_checkpoint=resume_from)
-    t_train = time.perf_counter()
     if stop_after is not None and trainer.state.global_step < trainer.state.max_steps:
         return TrainResult({"interrupted_at_step": trainer.state.global_step}, model)
+    head_stage = None
+    if model.method.frozen_head_stage:
+        head_stage = train_head(model, train_ds, trainer.data_collator, seed=config.seed, progress=config.progress)
+    t_train = time.perf_counter()
 
     metrics: dict[str, Any] = {}
     if prepared.validation is not None:
@@ -359,7 +427,7 @@ def train(config: TrainConfig | None = None, *, text_data: TextData | None = Non
         "batch_size", "learning_rate", "weight_decay", "warmup_ratio", "gradient_accumulation_steps",
         "max_length", "fp16", "bf16", "min_steps")}
     training.update(epochs=epochs, steps=trainer.state.global_step, pooling=pooling,
-                    train_loss=float(train_output.training_loss), resumed_from=resume_from)
+                    train_loss=float(train_output.training_loss), resumed_from=resume_from, head_stage=head_stage)
     result = {
         "method": config.method,
         "hparams": model.method.hparams,

@@ -12,7 +12,7 @@ values).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, Callable, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -43,6 +43,11 @@ class Method(nn.Module):
     #: Train with the class-balanced batch sampler (at least two examples of a class per batch).
     contrastive: ClassVar[bool] = False
     head_kind: ClassVar[str] = "linear"
+    #: Two stages (SupCL-Seq, SimCSE, DiffCSE): stage 1 trains the encoder with
+    #: :meth:`training_loss` on the Trainer; stage 2 freezes the encoder, encodes the training set
+    #: once and trains the head on the cached features (:func:`contrastfit.training.train_head`).
+    #: Such methods include :data:`HEAD_STAGE_DEFAULTS` in their ``defaults``.
+    frozen_head_stage: ClassVar[bool] = False
 
     def __init__(self, num_labels: int, hidden_size: int, task: str = "classification", **hparams: Any):
         super().__init__()
@@ -61,9 +66,19 @@ class Method(nn.Module):
     def build_head(self) -> nn.Module:
         return build_head(self.head_kind, self.hidden_size, self.num_outputs)
 
+    def head_features(self, model: nn.Module, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+        """What the head reads (default: the pooled sentence embedding); stage 2 caches these."""
+        return model.encoder(**inputs).pooled
+
     def predict_logits(self, model: nn.Module, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
         """Logits (or the regression value, shape (batch, 1)) used at inference."""
-        return model.head(model.encoder(**inputs).pooled)
+        return model.head(self.head_features(model, inputs))
+
+    @classmethod
+    def size_defaults(cls, n_train: int) -> dict[str, Any]:
+        """Paper defaults that depend on the training-set size (Sosnowski et al. tune per N).
+        Applied under the user's own values; empty for most methods."""
+        return {}
 
     # -- training ------------------------------------------------------------------------------
     def learning_rates(self) -> dict[str, float]:
@@ -96,7 +111,15 @@ def resolve_hparams(method: str, defaults: dict[str, Any], given: dict[str, Any]
             continue
         default = defaults[key]
         try:
-            if isinstance(default, bool):
+            if isinstance(default, tuple):
+                items = value.split(",") if isinstance(value, str) else list(value)
+                kind = type(default[0]) if default else float
+                value = tuple(kind(v.strip() if isinstance(v, str) else v) for v in items if str(v).strip())
+                if not value:
+                    raise ValueError
+            elif isinstance(default, str):
+                value = str(value)
+            elif isinstance(default, bool):
                 value = value if isinstance(value, bool) else str(value).lower() in ("1", "true", "yes")
             elif isinstance(default, int):
                 if float(value) != int(float(value)):
@@ -105,9 +128,14 @@ def resolve_hparams(method: str, defaults: dict[str, Any], given: dict[str, Any]
             elif isinstance(default, float):
                 value = float(value)
         except (TypeError, ValueError):
-            raise ConfigError(f"method '{method}': hyper-parameter '{key}' must be a {type(default).__name__}, got {value!r}") from None
+            kind = "comma-separated list" if isinstance(default, tuple) else type(default).__name__
+            raise ConfigError(f"method '{method}': hyper-parameter '{key}' must be a {kind}, got {value!r}") from None
         out[key] = value
     return out
+
+
+#: Stage-2 hyper-parameters of two-stage methods (frozen encoder, head on cached features).
+HEAD_STAGE_DEFAULTS: dict[str, Any] = {"head_epochs": 100, "head_learning_rate": 1e-3, "head_batch_size": 32}
 
 
 @dataclass(frozen=True)
@@ -117,6 +145,14 @@ class MethodSpec:
     defaults: dict[str, Any]
     description: str
     reference: str
+    size_table: Callable[[int], dict[str, Any]] | None = None
+
+    def defaults_for(self, n_train: int | None) -> dict[str, Any]:
+        """The defaults, with the paper's training-set-size-dependent values for ``n_train``."""
+        if n_train is None:
+            return dict(self.defaults)
+        sized = self.size_table(n_train) if self.size_table else self.cls.size_defaults(n_train)
+        return {**self.defaults, **sized}
 
     def create(self, num_labels: int, hidden_size: int, task: str = "classification", **hparams: Any) -> Method:
         merged = {**self.defaults, **{k: v for k, v in hparams.items() if v is not None}}
@@ -136,11 +172,13 @@ def register_method(cls: type[Method]) -> type[Method]:
     return cls
 
 
-def register_preset(name: str, base: str, defaults: dict[str, Any], description: str, reference: str) -> None:
-    """Register ``base`` under ``name`` with other default hyper-parameters."""
+def register_preset(name: str, base: str, defaults: dict[str, Any], description: str, reference: str,
+                    size_table: Callable[[int], dict[str, Any]] | None = None) -> None:
+    """Register ``base`` under ``name`` with other default hyper-parameters (and, optionally, other
+    training-set-size-dependent defaults)."""
     spec = _REGISTRY[base]
     resolve_hparams(name, spec.defaults, defaults)  # validate the preset itself
-    _REGISTRY[name] = MethodSpec(name, spec.cls, {**spec.defaults, **defaults}, description, reference)
+    _REGISTRY[name] = MethodSpec(name, spec.cls, {**spec.defaults, **defaults}, description, reference, size_table)
 
 
 def get_method(name: str) -> MethodSpec:

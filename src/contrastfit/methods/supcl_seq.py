@@ -1,0 +1,115 @@
+r"""SupCL-Seq and its two baselines (Sedghamiz et al., 2021).
+
+``supcl-seq`` (Section 2, Eq. 2)
+    Stage 1: every batch goes through the encoder ``N`` times, view ``n`` with *every* dropout of
+    the encoder set to ``p_n`` (``view_dropouts``, default ``0.0,0.1,0.2``, Table 4). The pooled
+    embeddings of all views are stacked and :func:`~contrastfit.losses.supcon` (temperature 0.05,
+    inner product of L2-normalised embeddings, Table 4) is applied with the anchors' labels repeated
+    per view: the other views of the same sentence *and* every view of every same-class sentence are
+    positives. Stage 2: the encoder is frozen and a linear head is trained with CE on cached
+    embeddings (:func:`contrastfit.training.train_head`).
+
+``dropout-augmented-ce`` (the paper's "Dropout Augmented" baseline, Table 2)
+    CE on the same dropout views, averaged over views; encoder and head trained together in one stage.
+
+``self-supervised-cl`` (Eq. 1, Gao et al.'s SimCSE objective with the same views)
+    Stage 1 as ``supcl-seq`` but labels ignored: the only positives of a view are the other views of
+    the same sentence. Stage 2: the same frozen-encoder linear head.
+
+Regression targets (STS-B) are binned by rounding to one decimal for the contrastive stage
+(footnote 3; ``regression_bin`` = 0.1 in target units) and the head is trained with MSE.
+Dropout is switched with :func:`contrastfit.encoders.set_dropout`, which works for any encoder and
+restores the exact previous values (pitfall 6).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..encoders import set_dropout
+from ..errors import ConfigError
+from ..losses import supcon
+from .base import HEAD_STAGE_DEFAULTS, LossOutput, Method, register_method
+
+VIEW_DROPOUTS = (0.0, 0.1, 0.2)  # Table 4 (CoLA, RTE, SST-2, WNLI)
+
+
+def dropout_views(model, inputs: dict[str, torch.Tensor], probabilities) -> list[torch.Tensor]:
+    """Pooled embeddings of one forward pass per dropout probability, each with its own graph."""
+    return [_pooled_with_dropout(model, inputs, p) for p in probabilities]
+
+
+def _pooled_with_dropout(model, inputs, p: float) -> torch.Tensor:
+    with set_dropout(model.encoder, p):
+        return model.encoder(**inputs).pooled
+
+
+def contrastive_labels(method: Method, labels: torch.Tensor) -> torch.Tensor:
+    """Class ids for the contrastive term: regression targets rounded to bins of ``regression_bin``."""
+    if method.task == "regression":
+        return torch.round(labels.float() / method.hparams["regression_bin"]).long()
+    return labels
+
+
+class _DropoutViewsMethod(Method):
+    def __init__(self, num_labels, hidden_size, task="classification", **hparams):
+        super().__init__(num_labels, hidden_size, task, **hparams)
+        views = self.hparams["view_dropouts"]
+        if len(views) < 1 or any(not 0.0 <= p < 1.0 for p in views):
+            raise ConfigError(f"{self.name}: view_dropouts must be probabilities in [0, 1), got {views}")
+        if "temperature" in self.hparams and self.hparams["temperature"] <= 0:
+            raise ConfigError(f"{self.name}: temperature must be > 0, got {self.hparams['temperature']}")
+
+
+@register_method
+class SupCLSeq(_DropoutViewsMethod):
+    name = "supcl-seq"
+    description = "SupCon over N dropout views, then a linear head on the frozen encoder"
+    reference = "Sedghamiz et al. 2021, Eq. 2, Table 4"
+    defaults = {"view_dropouts": VIEW_DROPOUTS, "temperature": 0.05, "regression_bin": 0.1, **HEAD_STAGE_DEFAULTS}
+    contrastive = True
+    frozen_head_stage = True
+
+    def training_loss(self, model, inputs, labels) -> LossOutput:
+        views = dropout_views(model, inputs, self.hparams["view_dropouts"])
+        y = contrastive_labels(self, labels).repeat(len(views))
+        loss = supcon(torch.cat(views), y, self.hparams["temperature"])
+        return LossOutput(loss=loss, parts={"supcon": loss})
+
+
+@register_method
+class SelfSupervisedCL(_DropoutViewsMethod):
+    name = "self-supervised-cl"
+    description = "labels ignored: views of the same sentence are the only positives; then a frozen-encoder head"
+    reference = "Sedghamiz et al. 2021, Eq. 1 (Gao et al. 2021)"
+    defaults = {"view_dropouts": VIEW_DROPOUTS, "temperature": 0.05, **HEAD_STAGE_DEFAULTS}
+    contrastive = False
+    frozen_head_stage = True
+
+    def __init__(self, num_labels, hidden_size, task="classification", **hparams):
+        super().__init__(num_labels, hidden_size, task, **hparams)
+        if len(self.hparams["view_dropouts"]) < 2:
+            raise ConfigError(f"{self.name}: needs at least two view_dropouts (a view's positives are the other views)")
+
+    def training_loss(self, model, inputs, labels) -> LossOutput:
+        views = dropout_views(model, inputs, self.hparams["view_dropouts"])
+        instance = torch.arange(labels.shape[0], device=labels.device).repeat(len(views))
+        loss = supcon(torch.cat(views), instance, self.hparams["temperature"])
+        return LossOutput(loss=loss, parts={"selfcl": loss})
+
+
+@register_method
+class DropoutAugmentedCE(_DropoutViewsMethod):
+    name = "dropout-augmented-ce"
+    description = "cross-entropy averaged over the same N dropout views (one stage)"
+    reference = "Sedghamiz et al. 2021, Table 2 baseline"
+    defaults = {"view_dropouts": VIEW_DROPOUTS}
+
+    def training_loss(self, model, inputs, labels) -> LossOutput:
+        views = dropout_views(model, inputs, self.hparams["view_dropouts"])
+        logits = [model.head(v) for v in views]
+        loss = torch.stack([self.task_loss(lg, labels) for lg in logits]).mean()
+        return LossOutput(loss=loss, logits=logits[0], parts={"ce": loss})
+
+
+__all__ = ["SupCLSeq", "SelfSupervisedCL", "DropoutAugmentedCE", "dropout_views", "contrastive_labels"]
