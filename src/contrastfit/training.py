@@ -404,6 +404,7 @@ def train(config: TrainConfig | None = None, *, text_data: TextData | None = Non
         max_length=config.max_length, trust_remote_code=config.trust_remote_code,
     )
     train_ds = tokenize_dataset(prepared.train, model.tokenizer, model.max_length)
+    model.method.prepare(model, train_ds)
     epochs = resolve_epochs(config, len(train_ds))
     trainer = build_trainer(config, model, train_ds, epochs, stop_after)
     t_setup = time.perf_counter()

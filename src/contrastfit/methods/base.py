@@ -81,6 +81,11 @@ class Method(nn.Module):
         return {}
 
     # -- training ------------------------------------------------------------------------------
+    def prepare(self, model: nn.Module, train_dataset) -> None:
+        """Called once before training with the tokenised training set (columns ``input_ids``,
+        ``attention_mask``, ``labels``, ...), e.g. to build DiffCSE's corpus-unigram generator or
+        to initialise label embeddings. Default: nothing."""
+
     def learning_rates(self) -> dict[str, float]:
         """Parameter-name prefixes (in the model) that train with their own learning rate, e.g.
         ``{"method.centers": 1e-2}``. Everything else uses the main learning rate."""
