@@ -117,6 +117,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("config", help="experiment YAML file")
     p.add_argument("--output", help="override the config's output folder")
     p.add_argument("--quiet", action="store_true", help="no per-step progress bars")
+    p.add_argument("--search", choices=["optuna"], help="run the config's `search:` block as an Optuna study instead of the grid")
+
+    # -- report / compare ----------------------------------------------------------------------
+    p = sub.add_parser("report", help="write report.md and report.html of an experiment folder",
+                       description="Tables (mean ± std, top-k, p-values against the baseline) and figures (t-SNE, "
+                                   "alignment/uniformity, distance to the mean, error analysis, learning curves, "
+                                   "confusion matrices) of an experiment output folder.")
+    p.add_argument("folder", help="output folder of `contrastfit experiment`")
+    p = sub.add_parser("compare", help="line up the tables of two experiment folders",
+                       description="Mean ± std of each (setting, method) of two experiment folders side by side, "
+                                   "with Welch and Mann-Whitney p-values between them.")
+    p.add_argument("folder_a")
+    p.add_argument("folder_b")
+    p.add_argument("--metric", action="append", help="metric(s) to compare (default: accuracy, macro_f1)")
     return parser
 
 
@@ -297,12 +311,33 @@ def cmd_experiment(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     if args.output:
         config.output = args.output
+    if args.search:
+        from .experiments.search import run_search
+
+        run_search(config, progress=not args.quiet)
+        return 0
     run_experiment(config, progress=not args.quiet)
     return 0
 
 
+def cmd_report(args: argparse.Namespace) -> int:
+    from .experiments.report import main_table_text, write_report
+
+    paths = write_report(args.folder)
+    print(main_table_text(args.folder))
+    print(f"\nwritten: {paths['markdown']}, {paths['html']}")
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from .experiments.report import compare
+
+    print(compare(args.folder_a, args.folder_b, args.metric or ["accuracy", "macro_f1"]))
+    return 0
+
+
 COMMANDS = {"train": cmd_train, "evaluate": cmd_evaluate, "predict": cmd_predict, "datasets": cmd_datasets,
-            "methods": cmd_methods, "experiment": cmd_experiment}
+            "methods": cmd_methods, "experiment": cmd_experiment, "report": cmd_report, "compare": cmd_compare}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,16 +1,21 @@
 """Experiment configuration: a YAML file naming data, model, methods, a protocol, seeds and an
-output folder. Unknown keys are refused with a message that names them.
+output folder. Unknown keys are refused with a message that names them; the README documents
+the whole schema.
 
 .. code-block:: yaml
 
+    name: mr-fewshot
     data: mr                       # built-in name, local file or Hub name
     model: minilm-l6
     methods: [ce, {name: ce-scl, lambda: 0.9, temperature: [0.1, 0.3]}]   # lists are grids
-    protocol: {kind: few-shot, shots: [16]}        # or {kind: few-shot, train_size: [20, 100]}
+    protocol: {kind: few-shot, shots: [8, 32], samples: 5}                # see experiments/protocols.py
     seeds: [0, 1, 2]
     validation_size: 256           # stratified validation subset (Gunel: ~500)
     training: {batch_size: 16, learning_rate: 5.0e-5}                     # any `contrastfit train` option
-    output: runs/quickstart
+    baseline: ce                   # p-values of every other method against this one
+    top_k: 3                       # also report the mean of the top 3 runs by validation (Gunel)
+    analyses: [tsne, alignment_uniformity, distance_groups, error_analysis, learning_curves, confusion]
+    output: runs/mr-fewshot
 """
 
 from __future__ import annotations
@@ -26,8 +31,8 @@ from ..errors import ConfigError
 from ..methods import get_method
 
 TOP_LEVEL = {"name", "data", "model", "methods", "protocol", "seeds", "validation_size", "training", "output",
-             "data_options", "save_models", "metrics"}
-PROTOCOL_KEYS = {"kind", "shots", "train_size"}
+             "data_options", "save_models", "metrics", "baseline", "top_k", "analyses", "report", "search"}
+ANALYSES = ("tsne", "alignment_uniformity", "distance_groups", "error_analysis", "learning_curves", "confusion")
 DATA_OPTION_KEYS = {"text_column", "text_pair_column", "label_column", "validation_data", "test_data", "validation_split", "task"}
 # TrainConfig fields an experiment may set under `training:` (the rest are set by the runner).
 TRAINING_KEYS = {"pooling", "max_length", "epochs", "min_steps", "batch_size", "learning_rate", "weight_decay",
@@ -48,27 +53,11 @@ class MethodVariant:
         return f"{self.method}[" + ",".join(f"{k}={v}" for k, v in self.hparams) + "]"
 
 
-@dataclass(frozen=True)
-class Setting:
-    """One point of the protocol, e.g. 16 shots per class."""
-
-    shots: int | None = None
-    train_size: int | None = None
-
-    @property
-    def label(self) -> str:
-        if self.shots is not None:
-            return f"shots={self.shots}"
-        if self.train_size is not None:
-            return f"N={self.train_size}"
-        return "full"
-
-
 @dataclass
 class ExperimentConfig:
     data: str
     methods: list[MethodVariant]
-    settings: list[Setting]
+    protocol: dict[str, Any]
     seeds: list[int]
     output: str
     model: str = "minilm-l6"
@@ -78,7 +67,16 @@ class ExperimentConfig:
     data_options: dict[str, Any] = field(default_factory=dict)
     save_models: bool = False
     metrics: list[str] = field(default_factory=lambda: ["accuracy", "f1", "macro_f1", "mcc"])
+    baseline: str | None = None
+    top_k: int | None = None
+    analyses: list[str] = field(default_factory=lambda: list(ANALYSES))
+    report: bool = True
+    search: dict[str, Any] | None = None
     raw: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def protocol_kind(self) -> str:
+        return self.protocol["kind"]
 
 
 def _as_list(value: Any) -> list:
@@ -112,20 +110,12 @@ def parse_config(raw: dict[str, Any], where: str = "config") -> ExperimentConfig
         if key not in raw:
             raise ConfigError(f"{where}: missing required key '{key}'")
     methods = [v for i, m in enumerate(_as_list(raw["methods"])) for v in _expand_method(m, f"{where}: methods[{i}]")]
-    protocol = raw.get("protocol") or {"kind": "full"}
-    bad = sorted(set(protocol) - PROTOCOL_KEYS)
-    if bad:
-        raise ConfigError(f"{where}: protocol has unknown key(s) {', '.join(bad)} (allowed: {', '.join(sorted(PROTOCOL_KEYS))})")
-    kind = protocol.get("kind", "few-shot")
-    if kind == "few-shot":
-        if ("shots" in protocol) == ("train_size" in protocol):
-            raise ConfigError(f"{where}: a few-shot protocol needs exactly one of 'shots' (per class) or 'train_size' (total)")
-        settings = ([Setting(shots=int(k)) for k in _as_list(protocol["shots"])] if "shots" in protocol
-                    else [Setting(train_size=int(n)) for n in _as_list(protocol["train_size"])])
-    elif kind == "full":
-        settings = [Setting()]
-    else:
-        raise ConfigError(f"{where}: unknown protocol kind '{kind}' (available: few-shot, full)")
+    protocol = dict(raw.get("protocol") or {"kind": "full"})
+    if "kind" not in protocol:
+        protocol["kind"] = "few-shot"
+    from .plan import check_protocol  # the protocol functions define the allowed options
+
+    check_protocol(protocol, where)
     training = dict(raw.get("training") or {})
     bad = sorted(set(training) - TRAINING_KEYS)
     if bad:
@@ -137,12 +127,29 @@ def parse_config(raw: dict[str, Any], where: str = "config") -> ExperimentConfig
     seeds = [int(s) for s in _as_list(raw.get("seeds", [0]))]
     if not seeds:
         raise ConfigError(f"{where}: seeds is empty")
+    variants = {v.label for v in methods} | {v.method for v in methods}
+    baseline = raw.get("baseline")
+    if baseline is not None and baseline not in variants:
+        raise ConfigError(f"{where}: baseline '{baseline}' is not one of the methods ({', '.join(sorted(variants))})")
+    analyses = _as_list(raw.get("analyses", list(ANALYSES)))
+    bad = sorted(set(analyses) - set(ANALYSES))
+    if bad:
+        raise ConfigError(f"{where}: unknown analyses {', '.join(bad)} (available: {', '.join(ANALYSES)})")
+    top_k = raw.get("top_k")
+    if top_k is not None and (not isinstance(top_k, int) or top_k < 1):
+        raise ConfigError(f"{where}: top_k must be a positive integer, got {top_k!r}")
+    search = raw.get("search")
+    if search is not None:
+        from .search import check_search
+
+        check_search(search, where)
     return ExperimentConfig(
-        data=str(raw["data"]), methods=methods, settings=settings, seeds=seeds, output=str(raw["output"]),
+        data=str(raw["data"]), methods=methods, protocol=protocol, seeds=seeds, output=str(raw["output"]),
         model=str(raw.get("model", "minilm-l6")), name=str(raw.get("name", "experiment")),
         validation_size=raw.get("validation_size"), training=training, data_options=data_options,
         save_models=bool(raw.get("save_models", False)),
-        metrics=list(raw.get("metrics", ["accuracy", "f1", "macro_f1", "mcc"])), raw=raw,
+        metrics=list(raw.get("metrics", ["accuracy", "f1", "macro_f1", "mcc"])), baseline=baseline, top_k=top_k,
+        analyses=list(analyses), report=bool(raw.get("report", True)), search=search, raw=raw,
     )
 
 

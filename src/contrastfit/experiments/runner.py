@@ -1,15 +1,20 @@
-"""Run an experiment: every (setting, method variant, seed), each in its own folder.
+"""Run an experiment: every (protocol run, method variant, training seed), each in its own folder,
+every result in the SQLite results store of the output folder.
 
-A run whose ``results.json`` exists is skipped, so an interrupted experiment picks up where it
-stopped; results are written atomically, so nothing finished is lost. At the end the runner prints
-the table (mean +- std over seeds of the test metrics, with the validation accuracy) and writes it
-to ``summary.md`` and ``summary.json``.
+Crash safety: a run is claimed in the store before it trains and marked done (with its whole
+record) after; :class:`~contrastfit.experiments.store.ResultsStore` commits each step atomically, so
+a runner killed at any moment (even SIGKILL) loses at most the run in progress, and a restarted
+runner skips what finished. A run that wrote its ``results.json`` but died before the store heard
+of it is imported, not retrained. Several runners on one output folder share the work: a run
+claimed by a live runner is left to it.
+
+Per run, the runner also saves ``analysis.npz`` (test embeddings, labels, predictions, texts and,
+for LaCon, the label embeddings) for the report's figures.
 """
 
 from __future__ import annotations
 
 import json
-import re
 import time
 from pathlib import Path
 from typing import Any
@@ -17,62 +22,134 @@ from typing import Any
 import numpy as np
 
 from ..data import load_data
+from ..errors import ContrastfitError
 from ..modeling import write_json_atomic
 from ..training import RESULTS_NAME, TrainConfig, train
-from .config import ExperimentConfig, MethodVariant, Setting
+from .config import ExperimentConfig
+from .plan import Job, jobs, protocol_runs
+from .store import STORE_NAME, ResultsStore
+
+ANALYSIS_NAME = "analysis.npz"
 
 
-def run_id(variant: MethodVariant, setting: Setting, seed: int) -> str:
-    raw = f"{variant.label}-{setting.label}-seed{seed}"
-    return re.sub(r"[^A-Za-z0-9_.=,-]+", "_", raw.replace("[", "_").replace("]", ""))
+def _train_config(config: ExperimentConfig, job: Job, folder: Path, progress: bool, model: str) -> TrainConfig:
+    return TrainConfig(
+        method=job.variant.method, data=config.data, output=str(folder), model=model,
+        hparams=dict(job.variant.hparams), seed=job.seed, save_model=config.save_models,
+        save_checkpoints=False, resume=True, progress=progress,
+        tags={"experiment": config.name, "variant": job.variant.label, "setting": job.run.setting,
+              "sample": job.run.sample, "params": job.run.params, "sampling": job.run.sampling,
+              "run_id": job.run_id},
+        **config.training,
+    )
 
 
-def plan(config: ExperimentConfig) -> list[tuple[Setting, MethodVariant, int]]:
-    return [(s, v, seed) for s in config.settings for v in config.methods for seed in config.seeds]
+def save_analysis(model, test, folder: Path, max_rows: int = 2000) -> None:
+    """Test-set embeddings and predictions for the report (at most ``max_rows`` rows)."""
+    if test is None or len(test) == 0 or model.task != "classification":
+        return
+    test = test.select(range(min(len(test), max_rows)))
+    texts = list(test["text"])
+    pairs = list(test["text_pair"]) if "text_pair" in test.column_names else None
+    arrays = {
+        "embeddings": model.embed(texts, pairs).astype(np.float32),
+        "labels": np.asarray(test["label"], dtype=np.int64),
+        "predictions": model.predict_logits(texts, pairs).argmax(axis=1).astype(np.int64),
+        "texts": np.asarray(texts, dtype=str),
+    }
+    label_embeddings = getattr(model.method, "label_embeddings", None)
+    if label_embeddings is not None:
+        arrays["label_embeddings"] = label_embeddings.detach().float().cpu().numpy()
+    tmp = folder / (ANALYSIS_NAME + ".tmp.npz")
+    np.savez_compressed(tmp, **arrays)
+    tmp.replace(folder / ANALYSIS_NAME)
+
+
+def _source_model(config: ExperimentConfig, out: Path, progress: bool) -> str:
+    """Train (once) the source model of a transfer protocol; return its encoder folder."""
+    source = dict(config.protocol["source"])
+    folder = out / "source"
+    tc = TrainConfig(
+        method=source.get("method", "ce"), data=source["data"], output=str(folder), model=config.model,
+        hparams=dict(source.get("hparams") or {}), shots=source.get("shots"), train_size=source.get("train_size"),
+        epochs=source.get("epochs"), seed=int(source.get("seed", 0)), save_model=True, resume=True,
+        progress=progress, tags={"experiment": config.name, "role": "transfer source"},
+    )
+    print(f"transfer: training the source model ({tc.method} on {tc.data}) in {folder}", flush=True)
+    train(tc)
+    return str(folder / "encoder")
 
 
 def run_experiment(config: ExperimentConfig, progress: bool = True) -> dict[str, Any]:
+    """Run (or continue) ``config``; return the summary rows. Also writes the report unless
+    ``report: false``."""
     out = Path(config.output)
     out.mkdir(parents=True, exist_ok=True)
     write_json_atomic(out / "experiment.json", config.raw)
     data = load_data(config.data, **config.data_options)
-    jobs = plan(config)
-    results: list[dict[str, Any]] = []
+    model = _source_model(config, out, progress) if config.protocol_kind == "transfer" else config.model
+    plan = jobs(config, protocol_runs(config, data))
     started = time.perf_counter()
-    ran = 0
-    for i, (setting, variant, seed) in enumerate(jobs, 1):
-        folder = out / "runs" / run_id(variant, setting, seed)
-        done = folder / RESULTS_NAME
-        if done.is_file():
-            results.append(json.loads(done.read_text(encoding="utf-8")))
-            print(f"[{i}/{len(jobs)}] {variant.label} {setting.label} seed={seed}: done earlier, skipped", flush=True)
-            continue
-        eta = ""
-        if ran:
-            per_run = (time.perf_counter() - started) / ran
-            eta = f", about {per_run * (len(jobs) - i + 1) / 60:.1f} min left"
-        print(f"[{i}/{len(jobs)}] {variant.label} {setting.label} seed={seed}{eta}", flush=True)
-        tc = TrainConfig(
-            method=variant.method, data=config.data, output=str(folder), model=config.model,
-            hparams=dict(variant.hparams), shots=setting.shots, train_size=setting.train_size,
-            validation_size=config.validation_size, seed=seed, save_model=config.save_models,
-            save_checkpoints=False, resume=True, progress=progress,
-            tags={"experiment": config.name, "variant": variant.label, "setting": setting.label},
-            **config.training, **config.data_options,
-        )
-        results.append(dict(train(tc, text_data=data)))
-        ran += 1
+    ran, skipped, elsewhere = 0, 0, []
+    with ResultsStore(out / STORE_NAME) as store:
+        for i, job in enumerate(plan, 1):
+            label = f"[{i}/{len(plan)}] {job.variant.label} {job.run.setting} sample={job.run.sample} seed={job.seed}"
+            row = store.get(job.run_id)
+            if row is not None and row["status"] == "done":
+                skipped += 1
+                continue
+            folder = out / "runs" / job.run_id
+            written = folder / RESULTS_NAME
+            if written.is_file():  # trained, but the runner died before the store heard of it
+                if store.claim(job.run_id, {"imported": True}):
+                    store.finish(job.run_id, json.loads(written.read_text(encoding="utf-8")))
+                skipped += 1
+                continue
+            if not store.claim(job.run_id, {"variant": job.variant.label, "setting": job.run.setting,
+                                            "sample": job.run.sample, "seed": job.seed}):
+                elsewhere.append(job.run_id)
+                print(f"{label}: running in another process, left to it", flush=True)
+                continue
+            eta = ""
+            if ran:
+                per_run = (time.perf_counter() - started) / ran
+                left = len(plan) - i + 1 - len(elsewhere)
+                eta = f", about {per_run * left / 60:.1f} min left"
+            print(f"{label}{eta}", flush=True)
+            try:
+                result = train(_train_config(config, job, folder, progress, model), text_data=job.run.data)
+                if config.analyses:
+                    save_analysis(result.model, job.run.data.test, folder)
+            except BaseException as exc:
+                store.fail(job.run_id, f"{type(exc).__name__}: {exc}")
+                raise
+            store.finish(job.run_id, dict(result))
+            ran += 1
+        results = store.done()
     summary = summarise(results, config)
     write_json_atomic(out / "summary.json", summary)
     table = format_table(summary, config.metrics)
     (out / "summary.md").write_text(table + "\n", encoding="utf-8")
     print()
     print(table)
-    print(f"\n{len(jobs)} runs ({ran} new) in {(time.perf_counter() - started) / 60:.1f} min; results in {out}")
+    minutes = (time.perf_counter() - started) / 60
+    print(f"\n{len(plan)} runs ({ran} new, {skipped} done earlier"
+          + (f", {len(elsewhere)} in other processes" if elsewhere else "") + f") in {minutes:.1f} min; results in {out}")
+    if config.report and not elsewhere:
+        try:
+            from .report import write_report
+
+            paths = write_report(out)
+            print(f"report: {paths['markdown']} and {paths['html']}")
+        except ContrastfitError as exc:
+            print(f"report not written: {exc}")
     return summary
 
 
 def summarise(results: list[dict[str, Any]], config: ExperimentConfig) -> dict[str, Any]:
+    """Mean ± std per (setting, variant) of every metric (test and validation)."""
+    from ..evaluation.statistics import summarize
+
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for r in results:
         tags = r.get("tags", {})
@@ -83,10 +160,10 @@ def summarise(results: list[dict[str, Any]], config: ExperimentConfig) -> dict[s
                                "seeds": [r["seed"] for r in runs]}
         for split in ("test", "validation"):
             for metric in config.metrics:
-                values = [r["metrics"][split][metric] for r in runs if split in r["metrics"] and metric in r["metrics"][split]]
+                values = [r["metrics"][split][metric] for r in runs
+                          if split in r["metrics"] and metric in r["metrics"][split]]
                 if values:
-                    row[f"{split}_{metric}"] = {"mean": float(np.mean(values)), "std": float(np.std(values, ddof=1)) if len(values) > 1 else 0.0,
-                                                "values": values}
+                    row[f"{split}_{metric}"] = {**summarize(values), "values": values}
         row["train_s_mean"] = float(np.mean([r["timings"]["train_s"] for r in runs]))
         rows.append(row)
     return {"name": config.name, "data": config.data, "model": config.model, "rows": rows}

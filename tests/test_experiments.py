@@ -1,0 +1,135 @@
+"""Experiment configs and the runner on the tiny encoder: schema, store, skip, crash and resume."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import sentiment_rows
+from contrastfit.errors import ConfigError
+from contrastfit.experiments import load_config, parse_config, run_experiment
+from contrastfit.experiments.store import STORE_NAME, ResultsStore
+
+
+def _csv(path: Path, rows) -> Path:
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        writer = csv.DictWriter(fh, fieldnames=["sentence", "sentiment"])
+        writer.writeheader()
+        writer.writerows(rows)
+    return path
+
+
+@pytest.fixture()
+def experiment_files(tmp_path, tiny_encoder_dir):
+    train = _csv(tmp_path / "train.csv", sentiment_rows(30, seed=1))
+    test = _csv(tmp_path / "test.csv", sentiment_rows(8, seed=2))
+
+    def write(**overrides) -> Path:
+        raw = {
+            "name": "tiny", "data": str(train), "model": str(tiny_encoder_dir),
+            "data_options": {"label_column": "sentiment", "test_data": str(test)},
+            "methods": ["ce", {"name": "ce-scl", "temperature": [0.1, 0.5]}],
+            "protocol": {"kind": "few-shot", "shots": 4},
+            "seeds": [0], "validation_size": 8,
+            "training": {"epochs": 1, "batch_size": 4, "learning_rate": 1e-3, "min_steps": 1},
+            "analyses": [], "report": False,
+            "output": str(tmp_path / "out"),
+        }
+        raw.update(overrides)
+        path = tmp_path / "config.yaml"
+        path.write_text(yaml.safe_dump(raw), encoding="utf-8")
+        return path
+
+    return write
+
+
+def test_config_expands_grids_and_refuses_unknown_keys(experiment_files):
+    config = load_config(experiment_files())
+    assert [v.label for v in config.methods] == ["ce", "ce-scl[temperature=0.1]", "ce-scl[temperature=0.5]"]
+    base = yaml.safe_load(experiment_files().read_text())
+    with pytest.raises(ConfigError, match="unknown key.*epochz"):
+        parse_config({**base, "epochz": 3})
+    with pytest.raises(ConfigError, match="has no option.*shotz"):
+        parse_config({**base, "protocol": {"kind": "few-shot", "shotz": 4}})
+    with pytest.raises(ConfigError, match="unknown protocol kind 'fewshot'"):
+        parse_config({**base, "protocol": {"kind": "fewshot"}})
+    with pytest.raises(ConfigError, match="no hyper-parameter tau"):
+        parse_config({**base, "methods": [{"name": "ce-scl", "tau": 0.1}]})
+    with pytest.raises(ConfigError, match="baseline 'nope'"):
+        parse_config({**base, "baseline": "nope"})
+    with pytest.raises(ConfigError, match="training has unknown key"):
+        parse_config({**base, "training": {"lr": 1}})
+
+
+def test_runner_stores_every_run_and_skips_finished_ones(experiment_files, capsys):
+    config = load_config(experiment_files(protocol={"kind": "few-shot", "shots": [2, 4], "samples": 2}))
+    summary = run_experiment(config, progress=False)
+    out = Path(config.output)
+    with ResultsStore(out / STORE_NAME) as store:
+        done = store.done()
+        assert len(done) == 3 * 2 * 2 and all(r["status"] == "done" for r in store.all())
+    # every record says what made it
+    r = done[0]
+    for key in ("method", "hparams", "seed", "data", "versions", "timings", "tags"):
+        assert key in r
+    assert {r["tags"]["setting"] for r in done} == {"shots=2", "shots=4"}
+    assert {r["data"]["train_size"] for r in done} == {4, 8}
+    assert {r["tags"]["sample"] for r in done} == {0, 1}
+    assert len(summary["rows"]) == 6 and all(row["runs"] == 2 for row in summary["rows"])
+    capsys.readouterr()
+    run_experiment(config, progress=False)
+    assert "(0 new, 12 done earlier)" in capsys.readouterr().out
+
+
+def test_killed_runner_resumes_without_losing_or_redoing_runs(experiment_files):
+    path = experiment_files(seeds=[0, 1])
+    out = Path(yaml.safe_load(path.read_text())["output"])
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    cmd = [sys.executable, "-m", "contrastfit.cli", "experiment", str(path), "--quiet"]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    store_path = out / STORE_NAME
+    deadline = time.time() + 240
+    try:
+        while time.time() < deadline:
+            if store_path.is_file():
+                with ResultsStore(store_path) as store:
+                    if len(store.done()) >= 2:
+                        break
+            time.sleep(0.2)
+        else:
+            pytest.fail("the runner did not finish two runs in time")
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    with ResultsStore(store_path) as store:
+        before = {r["run_id"]: r["finished"] for r in store.all() if r["status"] == "done"}
+        assert len(before) >= 2
+    done = subprocess.run(cmd, env=env, capture_output=True, timeout=600)
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    with ResultsStore(store_path) as store:
+        rows = store.all()
+        assert len(rows) == 6 and all(r["status"] == "done" for r in rows)
+        after = {r["run_id"]: r["finished"] for r in rows}
+    assert all(after[k] == v for k, v in before.items())  # finished runs were not redone
+    check = subprocess.run(["sqlite3", str(store_path), "PRAGMA integrity_check"], capture_output=True)
+    if check.returncode == 0:
+        assert check.stdout.decode().strip() == "ok"
+
+
+def test_summary_json_has_mean_and_std(experiment_files):
+    config = load_config(experiment_files(methods=["ce"], seeds=[0, 1]))
+    run_experiment(config, progress=False)
+    summary = json.loads((Path(config.output) / "summary.json").read_text())
+    (row,) = summary["rows"]
+    values = row["validation_accuracy"]["values"]
+    assert len(values) == 2 and row["validation_accuracy"]["n"] == 2
+    assert row["validation_accuracy"]["mean"] == pytest.approx(sum(values) / 2)
