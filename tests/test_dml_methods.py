@@ -48,7 +48,7 @@ def test_ce_supcon_is_ce_scl_with_lambda_one_minus_beta(tiny_encoder_dir, beta):
     assert isinstance(method, CrossEntropySupCon) and get_method("ce-supcon").cls is CrossEntropySupConBeta
     assert CrossEntropySupConBeta.training_loss is CrossEntropySupCon.training_loss
     assert method.hparams == {"beta": beta, "temperature": 0.6} and "lambda" not in method.hparams
-    assert method.hparams["lambda"] == 1 - beta
+    assert method.contrastive_weight() == pytest.approx(1 - beta)
 
 
 def test_ce_scl_keeps_its_own_hyper_parameters():
@@ -87,7 +87,7 @@ def test_cli_beta_reaches_ce_supcon_and_sized_defaults_fill_the_rest(tmp_path, t
     assert record["hparams"] == {"beta": 0.8, "temperature": 0.6}  # the user's beta, the table's temperature
     reloaded = ContrastiveClassifier.from_pretrained(out)
     assert reloaded.method.hparams == {"beta": 0.8, "temperature": 0.6}
-    assert reloaded.method.hparams["lambda"] == pytest.approx(0.2)
+    assert reloaded.method.contrastive_weight() == pytest.approx(0.2)
     # lambda is ce-scl's name, not ce-supcon's: refused with a one-line error
     code = main(["train", "--method", "ce-supcon", "--data", str(sentiment_csv), "--label-column", "sentiment",
                  "--model", str(tiny_encoder_dir), "--output", str(tmp_path / "bad"), "--lambda", "0.2", "--quiet"])
@@ -95,7 +95,7 @@ def test_cli_beta_reaches_ce_supcon_and_sized_defaults_fill_the_rest(tmp_path, t
 
 
 def test_ce_supcon_bad_values_are_refused(tiny_encoder_dir):
-    with pytest.raises(ConfigError, match="beta must be in"):
+    with pytest.raises(ConfigError, match="contrastive weight must be in"):
         _model(tiny_encoder_dir, "ce-supcon", beta=1.5)
     with pytest.raises(ConfigError, match="has no hyper-parameter 'lambda'"):
         _model(tiny_encoder_dir, "ce-supcon", **{"lambda": 0.2})

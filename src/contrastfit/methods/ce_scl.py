@@ -26,17 +26,21 @@ class CrossEntropySupCon(Method):
 
     def __init__(self, num_labels, hidden_size, task="classification", **hparams):
         super().__init__(num_labels, hidden_size, task, **hparams)
-        if not 0.0 <= self.hparams["lambda"] <= 1.0:
-            raise ConfigError(f"{self.name}: lambda must be in [0, 1], got {self.hparams['lambda']}")
+        if not 0.0 <= self.contrastive_weight() <= 1.0:
+            raise ConfigError(f"{self.name}: the contrastive weight must be in [0, 1], got {self.contrastive_weight()}")
         if self.hparams["temperature"] <= 0:
             raise ConfigError(f"{self.name}: temperature must be > 0, got {self.hparams['temperature']}")
         if task == "regression":
             raise ConfigError(f"{self.name} needs class labels; use 'ce' for a regression target")
+
+    def contrastive_weight(self) -> float:
+        """lambda, the weight of the SupCon term (presets with another parametrisation override this)."""
+        return float(self.hparams["lambda"])
 
     def training_loss(self, model, inputs, labels) -> LossOutput:
         pooled = model.encoder(**inputs).pooled
         logits = model.head(pooled)
         ce = self.task_loss(logits, labels)
         scl = supcon(pooled, labels, self.hparams["temperature"])
-        lam = self.hparams["lambda"]
+        lam = self.contrastive_weight()
         return LossOutput(loss=(1 - lam) * ce + lam * scl, logits=logits, parts={"ce": ce, "scl": scl})

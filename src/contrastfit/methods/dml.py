@@ -70,7 +70,7 @@ from typing import Any, Mapping
 
 from ..errors import ConfigError
 from ..losses import SOSNOWSKI_TABLE1, SoftTripleLoss, flatten_tokens
-from .base import LossOutput, Method, register_method, resolve_hparams
+from .base import LossOutput, Method, register_method
 from .ce_scl import CrossEntropySupCon
 
 #: Sosnowski et al., Table 2 (SupCon hyper-parameters by training-set size).
@@ -94,18 +94,6 @@ def nearest_size_row(table: Mapping[int, dict[str, Any]], n_train: int) -> dict[
     return dict(table[size])
 
 
-class _BetaHparams(dict):
-    """``ce-supcon``'s hyper-parameters (``beta``, ``temperature``). Reading ``"lambda"`` (the name
-    the ``ce-scl`` code uses for the SupCon weight) gives ``1 - beta``; it is not stored, so
-    iteration, ``len``, JSON (results.json, the saved model's config) show only ``beta`` and
-    ``temperature``, and a saved model reloads with exactly those."""
-
-    def __missing__(self, key: str) -> Any:
-        if key == "lambda":
-            return 1.0 - self["beta"]
-        raise KeyError(key)
-
-
 @register_method
 class CrossEntropySupConBeta(CrossEntropySupCon):
     """``ce-scl`` with Sosnowski's parametrisation ``beta CE + (1 - beta) SupCon`` and Table 2 defaults."""
@@ -115,20 +103,9 @@ class CrossEntropySupConBeta(CrossEntropySupCon):
     reference = "Sosnowski et al., Eq. 1 and 4, Table 2 (the objective of Gunel et al. 2021)"
     defaults = {"beta": 0.9, "temperature": 0.7}
 
-    def __init__(self, num_labels, hidden_size, task="classification", **hparams):
-        beta = resolve_hparams(self.name, self.defaults, hparams)["beta"]
-        if not 0.0 <= beta <= 1.0:
-            raise ConfigError(f"{self.name}: beta must be in [0, 1], got {beta}")
-        super().__init__(num_labels, hidden_size, task, **hparams)  # ce-scl's checks, reading lambda = 1 - beta
-
-    # Method.__init__ assigns ``self.hparams``; keep it as the view that serves ``lambda``.
-    @property
-    def hparams(self) -> _BetaHparams:
-        return self._beta_hparams
-
-    @hparams.setter
-    def hparams(self, value: dict[str, Any]) -> None:
-        self._beta_hparams = _BetaHparams(value)
+    def contrastive_weight(self) -> float:
+        """Gunel's lambda is Sosnowski's 1 - beta (beta weights the cross-entropy, Eq. 4)."""
+        return 1.0 - float(self.hparams["beta"])
 
     @classmethod
     def size_defaults(cls, n_train: int) -> dict[str, Any]:
