@@ -133,3 +133,39 @@ def test_summary_json_has_mean_and_std(experiment_files):
     values = row["validation_accuracy"]["values"]
     assert len(values) == 2 and row["validation_accuracy"]["n"] == 2
     assert row["validation_accuracy"]["mean"] == pytest.approx(sum(values) / 2)
+
+
+@pytest.mark.parametrize("path", sorted(Path(__file__).parent.parent.joinpath("examples").glob("*.yaml")), ids=lambda p: p.name)
+def test_every_example_config_is_valid(path):
+    config = load_config(path)
+    assert config.methods and config.seeds
+
+
+def test_runner_writes_analyses_and_report(experiment_files):
+    config = load_config(experiment_files(methods=["ce", "ce-scl"], analyses=["tsne", "confusion", "error_analysis"],
+                                          report=True, baseline="ce"))
+    run_experiment(config, progress=False)
+    out = Path(config.output)
+    npz = list(out.glob("runs/*/analysis.npz"))
+    assert len(npz) == 2
+    import numpy as np
+
+    with np.load(npz[0], allow_pickle=False) as arrays:
+        assert arrays["embeddings"].shape == (16, 32) and arrays["texts"].shape == (16,)
+    assert (out / "report.md").is_file() and (out / "report.html").is_file()
+    assert "data:image/png;base64" in (out / "report.html").read_text()
+
+
+def test_optuna_search_stores_trials(experiment_files, tmp_path):
+    pytest.importorskip("optuna")
+    from contrastfit.cli import main
+
+    path = experiment_files(methods=["ce-scl"], search={"method": "ce-scl", "trials": 2,
+                                                         "space": {"temperature": {"low": 0.1, "high": 0.5}}})
+    assert main(["experiment", str(path), "--search", "optuna", "--quiet"]) == 0
+    best = json.loads((tmp_path / "out" / "search.json").read_text())
+    assert best["trials"] == 2 and 0.1 <= best["params"]["temperature"] <= 0.5
+    assert (tmp_path / "out" / "optuna.sqlite3").is_file()
+    # a second call continues the same study (no new trials: 2 are done)
+    assert main(["experiment", str(path), "--search", "optuna", "--quiet"]) == 0
+    assert json.loads((tmp_path / "out" / "search.json").read_text())["trials"] == 2
