@@ -29,7 +29,8 @@ test-fast: setup
 	HF_HUB_OFFLINE=1 $(PY) -m pytest tests -q -m "not integration"
 
 bench: setup
-	HF_HUB_OFFLINE=1 $(PY) bench/step_time.py
+	HF_HUB_OFFLINE=1 $(PY) bench/step_time.py --methods all --steps 10
+	HF_HUB_OFFLINE=1 $(PY) bench/head_stage.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info

@@ -33,6 +33,7 @@ from contrastfit import ContrastiveClassifier  # noqa: E402
 from contrastfit.data import load_data, sample_per_class  # noqa: E402
 from contrastfit.encoders import default_pooling, resolve_model  # noqa: E402
 from contrastfit.modeling import write_json_atomic  # noqa: E402
+from contrastfit.training import tokenize_dataset  # noqa: E402
 from contrastfit.versions import library_versions  # noqa: E402
 
 PLAIN = "transformers-ce"
@@ -64,7 +65,7 @@ def one_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: di
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--methods", default="ce,ce-scl", help="comma-separated contrastfit methods (the first is the reference)")
+    p.add_argument("--methods", default="ce,ce-scl", help="comma-separated contrastfit methods (the first is the reference); 'all' for every method")
     p.add_argument("--no-plain", action="store_true", help=f"leave out the plain {PLAIN} model")
     p.add_argument("--model", default="minilm-l6")
     p.add_argument("--data", default="mr")
@@ -81,11 +82,18 @@ def main(argv: list[str] | None = None) -> int:
     rows = sample_per_class(data.train, per_class, seed=0)
     texts, labels = list(rows["text"]), [int(v) for v in rows["label"]]
 
+    if args.methods == "all":
+        from contrastfit.methods import available_methods
+
+        args.methods = ",".join(["ce"] + [m for m in available_methods() if m != "ce"])
     variants = [m.strip() for m in args.methods.split(",") if m.strip()]
     if not args.no_plain:
         variants.append(PLAIN)
     torch.manual_seed(0)
     models = {v: build(v, args.model, data.label_names, {}) for v in variants}
+    for v, m in models.items():
+        if isinstance(m, ContrastiveClassifier):  # e.g. DiffCSE builds its unigram generator here
+            m.method.prepare(m, tokenize_dataset(rows, m.tokenizer, m.max_length))
     reference = next(m for m in models.values() if isinstance(m, ContrastiveClassifier))
     batch = make_batch(reference, texts, labels)
     optimizers = {}

@@ -299,9 +299,10 @@ def cmd_methods(args: argparse.Namespace) -> int:
         print(json.dumps({n: {"description": s.description, "reference": s.reference, "defaults": s.defaults}
                           for n, s in specs.items()}, indent=2))
         return 0
+    width = max(map(len, specs)) + 2
     for name, spec in specs.items():
         defaults = ", ".join(f"{k}={v}" for k, v in spec.defaults.items()) or "-"
-        print(f"{name:<14} {spec.description}\n{'':<14} {spec.reference}; defaults: {defaults}")
+        print(f"{name:<{width}}{spec.description}\n{'':<{width}}{spec.reference}\n{'':<{width}}defaults: {defaults}")
     return 0
 
 
