@@ -1,6 +1,6 @@
 """Integration: the real all-MiniLM-L6-v2 on the real MR data (CPU; about a minute per method).
 
-Every method trains briefly on 8 examples per class and must be clearly above chance (0.5) on
+Every method trains briefly on 16 examples per class and must be clearly above chance (0.5) on
 256 MR test sentences. The thresholds are below what each run reaches with seed 0 on this data (see
 the README's table) and well above what an untrained head or a broken loss gives.
 """
@@ -18,24 +18,28 @@ from contrastfit.methods import available_methods
 
 pytestmark = pytest.mark.integration
 
-# method -> (extra options, minimum test accuracy on the 256-sentence MR test subset). Every run is
-# short (8 examples per class, 30 steps) to keep the suite in the CI budget; multi-view methods use
-# two views.
+# method -> (extra options, minimum test accuracy on the 256-sentence MR test subset). One-stage
+# methods train 60 steps on 16 examples per class; two-stage methods (encoder stage, then a head on
+# the frozen encoder) run a short encoder stage (2 epochs = 4 steps) and their full head stage, so
+# their accuracy here comes mostly from the head on MiniLM's embeddings: the test checks that the
+# whole pipeline runs on the real model and that the encoder stage does not wreck it. Multi-view
+# methods use two views. All of it keeps the suite inside the CI budget.
 TWO_VIEWS = {"view_dropouts": "0.0,0.1"}
+SHORT_STAGE_1 = {"epochs": 2}
 METHODS = {
-    "ce-scl": ({}, 0.6),
-    "ce-supcon": ({}, 0.6),
-    "ce-softtriple": ({}, 0.6),
-    "supcl-seq": ({"hparams": TWO_VIEWS}, 0.6),
-    "self-supervised-cl": ({"hparams": TWO_VIEWS}, 0.6),
-    "dropout-augmented-ce": ({"hparams": TWO_VIEWS}, 0.6),
-    "simcse-unsup": ({}, 0.6),
-    "simcse-sup": ({}, 0.6),
-    "diffcse": ({}, 0.6),
-    "lacon": ({}, 0.6),
-    "lacon-fusion": ({}, 0.6),
+    "ce-scl": ({}, 0.58),
+    "ce-supcon": ({}, 0.58),
+    "ce-softtriple": ({}, 0.58),
+    "dropout-augmented-ce": ({"hparams": TWO_VIEWS}, 0.58),
+    "lacon": ({}, 0.58),
+    "lacon-fusion": ({}, 0.58),
+    "supcl-seq": ({"hparams": TWO_VIEWS, **SHORT_STAGE_1}, 0.58),
+    "self-supervised-cl": ({"hparams": TWO_VIEWS, **SHORT_STAGE_1}, 0.58),
+    "simcse-unsup": (SHORT_STAGE_1, 0.58),
+    "simcse-sup": (SHORT_STAGE_1, 0.58),
+    "diffcse": (SHORT_STAGE_1, 0.58),
 }
-SHORT = {"shots": 8, "min_steps": 30, "max_length": 64, "validation_size": 64}
+SHORT = {"shots": 16, "min_steps": 60, "max_length": 64, "validation_size": 64}
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +57,7 @@ def test_short_real_run_beats_chance(method, mr_small, tmp_path):
     accuracy = result.metrics["test"]["accuracy"]
     assert accuracy > minimum, f"{method}: test accuracy {accuracy:.3f} <= {minimum}"
     record = json.loads((tmp_path / method / "results.json").read_text())
-    assert record["data"]["train_size"] == 16 and record["data"]["test_size"] == 256
+    assert record["data"]["train_size"] == 32 and record["data"]["test_size"] == 256
     texts = ["a fine, moving film", "dull and lifeless"]
     reloaded = ContrastiveClassifier.from_pretrained(tmp_path / method)
     np.testing.assert_array_equal(result.model.predict_logits(texts), reloaded.predict_logits(texts))

@@ -1,9 +1,19 @@
-"""Prediction heads on top of the pooled sentence embedding."""
+"""Prediction heads on top of the pooled sentence embedding.
+
+* :class:`LinearHead`, :class:`MLPHead`: logits from the pooled embedding.
+* :class:`LabelMatchingHead` (LaCon, Zhang et al.): a projection MLP ``g`` and learnable label
+  embeddings; the logits are the cosines of ``g(x)`` to the label embeddings divided by a
+  temperature (Eq. 1, 2, 8). With ``fusion_radius`` set it also holds a :class:`LabelFusion` block
+  (Eq. 9), which the method calls on the token embeddings to build the vector ``g`` reads.
+"""
 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
+
+from .losses.lacon import lacon_predict
 
 
 class LinearHead(nn.Module):
@@ -40,7 +50,113 @@ class MLPHead(nn.Module):
         return self.layers(embeddings)
 
 
-HEADS = {"linear": LinearHead, "mlp": MLPHead}
+class LabelFusion(nn.Module):
+    r"""LaCon-fusion's label fusion block (Zhang et al., Eq. 9; LEAM, Wang et al. 2018, Eq. 2-5).
+
+    For token embeddings ``E`` (b, s, d), label embeddings ``L`` (C, d) and the attention mask:
+
+    1. ``G[c, j] = cos(L_c, E_j)`` (b, C, s), the word-label compatibility matrix; padded
+       positions are set to 0 (exactly what the convolution's own zero padding puts past the ends).
+    2. ``u[c, j] = ReLU(sum_{t=-r..r} w_t G[c, j+t] + b_c)``: one filter ``w`` of width ``2r+1``
+       shared by all labels, and one bias per label (LEAM Eq. 4: ``W_1 in R^{2r+1}``,
+       ``b_1 in R^K``); zero padding keeps the length ``s``.
+    3. ``m_j = max_c u[c, j]`` (max-pooling over the labels, LEAM Eq. 5).
+    4. ``beta = softmax(m)`` over the **non-padding** tokens (padding gets weight exactly 0);
+       ``z = sum_j beta_j E_j``.
+
+    Appending padding to a sequence therefore changes neither ``beta`` on its real tokens nor ``z``.
+    G, the convolution and the softmax run in float32 (autocast off); ``z`` is float32.
+    """
+
+    def __init__(self, num_labels: int, radius: int):
+        super().__init__()
+        if radius < 0:
+            raise ValueError(f"fusion radius must be >= 0, got {radius}")
+        self.radius = radius
+        self.conv = nn.Conv1d(1, 1, kernel_size=2 * radius + 1, padding=radius, bias=False)
+        self.bias = nn.Parameter(torch.zeros(num_labels))
+
+    def attention(self, token_embeddings: torch.Tensor, attention_mask: torch.Tensor,
+                  label_embeddings: torch.Tensor) -> torch.Tensor:
+        """The token weights ``beta`` (b, s); rows sum to 1, padding positions are 0."""
+        b, s, _ = token_embeddings.shape
+        c = label_embeddings.shape[0]
+        keep = attention_mask.bool()
+        with torch.autocast(device_type=token_embeddings.device.type, enabled=False):
+            e = F.normalize(token_embeddings.float(), p=2, dim=-1)
+            lab = F.normalize(label_embeddings.float(), p=2, dim=-1)
+            g = torch.einsum("cd,bsd->bcs", lab, e) * keep.unsqueeze(1)  # (b, C, s)
+            u = F.conv1d(g.reshape(b * c, 1, s), self.conv.weight.float(), padding=self.radius)
+            u = u.reshape(b, c, s) + self.bias.float().view(1, c, 1)
+            m = torch.relu(u).amax(dim=1)  # (b, s)
+            # the most negative finite float, not -inf: exp underflows to exactly 0 for padding, and a
+            # row without any real token (no tokenizer makes one) gives zeros, not NaN
+            m = m.masked_fill(~keep, torch.finfo(m.dtype).min)
+            beta = torch.softmax(m, dim=1)
+            return torch.where(keep, beta, torch.zeros_like(beta))
+
+    def forward(self, token_embeddings: torch.Tensor, attention_mask: torch.Tensor,
+                label_embeddings: torch.Tensor) -> torch.Tensor:
+        """The fused vector ``z`` (b, d)."""
+        beta = self.attention(token_embeddings, attention_mask, label_embeddings)
+        return torch.einsum("bs,bsd->bd", beta, token_embeddings.float())
+
+
+class LabelMatchingHead(nn.Module):
+    """LaCon's head (Zhang et al., Sec. 2.1, 2.5, 2.6).
+
+    * ``projection`` (``g``): a ``depth``-layer MLP ``hidden_size -> dim -> ... -> dim`` with ReLU
+      after every hidden layer and none on the output (Sec. 2.1: "a 3-layer MLP with ReLU activation
+      function for each hidden layer"; dropout ``dropout``, 0 by default: the paper names none).
+      ``depth = 0`` is no projection (the "-g" ablation, Table 3; needs ``dim == hidden_size``).
+    * ``label_embeddings`` (``W_emb``, Eq. 2): an ``(num_labels, dim)`` parameter, randomly
+      initialised (Sec. 2.1) from N(0, 1), like ``nn.Embedding``; only its direction matters.
+    * ``forward(features)``: Eq. 8 as logits, ``cos(g(features), L) / temperature``; the argmax is the
+      prediction and the softmax a distribution over labels.
+    * ``fusion`` (``fusion_radius`` not None): the :class:`LabelFusion` block of LaCon-fusion, which
+      uses these same label embeddings (so ``dim`` must equal the encoder's hidden size).
+    """
+
+    def __init__(self, hidden_size: int, num_outputs: int, dim: int | None = None, depth: int = 3,
+                 temperature: float = 1.0, dropout: float = 0.0, fusion_radius: int | None = None):
+        super().__init__()
+        dim = dim or hidden_size
+        if depth < 0:
+            raise ValueError(f"projection depth must be >= 0, got {depth}")
+        if depth == 0 and dim != hidden_size:
+            raise ValueError(f"no projection (depth 0) needs dim == hidden_size ({hidden_size}), got {dim}")
+        if temperature <= 0:
+            raise ValueError(f"temperature must be > 0, got {temperature}")
+        if fusion_radius is not None and dim != hidden_size:
+            raise ValueError(f"label fusion compares label and token embeddings: dim must be {hidden_size}, got {dim}")
+        self.dim = dim
+        self.temperature = float(temperature)
+        self.projection: nn.Module = (
+            MLPHead(hidden_size, dim, depth=depth, inner_size=dim, dropout=dropout, activation="relu")
+            if depth > 0 else nn.Identity()
+        )
+        self.label_embeddings = nn.Parameter(torch.randn(num_outputs, dim))
+        self.fusion = LabelFusion(num_outputs, fusion_radius) if fusion_radius is not None else None
+
+    def project(self, features: torch.Tensor) -> torch.Tensor:
+        """``H = g(features)`` (Eq. 1), not normalised."""
+        return self.projection(features)
+
+    def fuse(self, token_embeddings: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """LaCon-fusion's ``z`` (Eq. 9) from the encoder's token embeddings."""
+        if self.fusion is None:
+            raise RuntimeError("this head has no label fusion block (build it with fusion_radius)")
+        return self.fusion(token_embeddings, attention_mask, self.label_embeddings)
+
+    def match(self, projected: torch.Tensor) -> torch.Tensor:
+        """Logits of already projected embeddings: ``cos(H, L) / temperature`` (Eq. 8)."""
+        return lacon_predict(projected, self.label_embeddings) / self.temperature
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        return self.match(self.project(features))
+
+
+HEADS = {"linear": LinearHead, "mlp": MLPHead, "label-matching": LabelMatchingHead}
 
 
 def build_head(kind: str, hidden_size: int, num_outputs: int, **kwargs) -> nn.Module:

@@ -1,6 +1,6 @@
 """Training methods, one file each. Importing this package registers all of them."""
 
-from . import ce, ce_scl, dml, simcse, supcl_seq  # noqa: F401  (registration side effects)
+from . import ce, ce_scl, dml, lacon, simcse, supcl_seq  # noqa: F401  (registration side effects)
 from .base import (HEAD_STAGE_DEFAULTS, LossOutput, Method, MethodSpec, available_methods, get_method, register_method,
                    register_preset)
 
