@@ -95,7 +95,7 @@ def test_cli_beta_reaches_ce_supcon_and_sized_defaults_fill_the_rest(tmp_path, t
 
 
 def test_ce_supcon_bad_values_are_refused(tiny_encoder_dir):
-    with pytest.raises(ConfigError, match="contrastive weight must be in"):
+    with pytest.raises(ConfigError, match="beta must be in"):
         _model(tiny_encoder_dir, "ce-supcon", beta=1.5)
     with pytest.raises(ConfigError, match="has no hyper-parameter 'lambda'"):
         _model(tiny_encoder_dir, "ce-supcon", **{"lambda": 0.2})

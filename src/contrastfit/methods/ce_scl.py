@@ -23,11 +23,14 @@ class CrossEntropySupCon(Method):
     reference = "Gunel et al. 2021, Eq. 1-3"
     defaults = {"lambda": 0.9, "temperature": 0.3}
     contrastive = True
+    #: the hyper-parameter that weights the two terms (checked to lie in [0, 1])
+    weight_name = "lambda"
 
     def __init__(self, num_labels, hidden_size, task="classification", **hparams):
         super().__init__(num_labels, hidden_size, task, **hparams)
-        if not 0.0 <= self.contrastive_weight() <= 1.0:
-            raise ConfigError(f"{self.name}: the contrastive weight must be in [0, 1], got {self.contrastive_weight()}")
+        weight = self.weight_name
+        if not 0.0 <= float(self.hparams[weight]) <= 1.0:
+            raise ConfigError(f"{self.name}: {weight} must be in [0, 1], got {self.hparams[weight]}")
         if self.hparams["temperature"] <= 0:
             raise ConfigError(f"{self.name}: temperature must be > 0, got {self.hparams['temperature']}")
         if task == "regression":

@@ -103,6 +103,8 @@ class CrossEntropySupConBeta(CrossEntropySupCon):
     reference = "Sosnowski et al., Eq. 1 and 4, Table 2 (the objective of Gunel et al. 2021)"
     defaults = {"beta": 0.9, "temperature": 0.7}
 
+    weight_name = "beta"
+
     def contrastive_weight(self) -> float:
         """Gunel's lambda is Sosnowski's 1 - beta (beta weights the cross-entropy, Eq. 4)."""
         return 1.0 - float(self.hparams["beta"])
