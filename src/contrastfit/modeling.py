@@ -16,10 +16,9 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import torch
@@ -27,6 +26,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 from transformers.utils import ModelOutput
 
+from .atomic import atomic_open
 from .encoders import TextEncoder, load_backbone
 from .errors import ModelError
 from .methods import Method, get_method
@@ -254,20 +254,9 @@ class ContrastiveClassifier(nn.Module):
 
 def write_json_atomic(path: str | os.PathLike, obj: Any) -> None:
     """Write JSON through a temporary file and an atomic rename: a crash never leaves half a file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(obj, fh, indent=2, ensure_ascii=False, default=_json_default)
-            fh.write("\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    with atomic_open(path) as fh:
+        json.dump(obj, fh, indent=2, ensure_ascii=False, default=_json_default)
+        fh.write("\n")
 
 
 def _json_default(obj: Any):

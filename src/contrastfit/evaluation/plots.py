@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import math
 import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from ..atomic import atomic_open
 
 __all__ = ["plot_confusion", "plot_distance_groups", "plot_learning_curves", "plot_metric_vs_setting", "plot_tsne"]
 
@@ -41,20 +42,9 @@ def _figure(width: float = 6.4, height: float = 4.8):
 
 def _save(fig, path: str | os.PathLike) -> Path:
     """Save ``fig`` as PNG to ``path`` atomically and return the path."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fig.savefig(fh, format="png", bbox_inches="tight")
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return path
+    with atomic_open(path, "wb") as fh:
+        fig.savefig(fh, format="png", bbox_inches="tight")
+    return Path(path)
 
 
 def _colors(n: int) -> list:

@@ -37,7 +37,6 @@ import json
 import math
 import os
 import re
-import tempfile
 import zipfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -45,6 +44,7 @@ from typing import Any
 
 import numpy as np
 
+from ..atomic import write_text_atomic
 from ..errors import ConfigError, ContrastfitError
 from ..evaluation.statistics import best_by_validation, compare_to_baseline, get_score, summarize
 from ..evaluation.statistics import top_k as select_top_k
@@ -592,22 +592,6 @@ def _render_html(blocks: Sequence[Block], title: str) -> str:
                          f"<figcaption>{html.escape(b[3])}</figcaption></figure>")
     parts += ["</body>", "</html>"]
     return "\n".join(parts) + "\n"
-
-
-def _write_text_atomic(path: Path, text: str) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return path
 
 
 # --------------------------------------------------------------------------------------------------
@@ -1173,9 +1157,9 @@ def write_report(folder: str | os.PathLike) -> dict[str, Any]:
     runs = load_runs(folder)
     report = _Report(folder, runs, _options(folder, runs))
     report.build()
-    md = _write_text_atomic(folder / REPORT_MD, _render_markdown(report.blocks))
+    md = write_text_atomic(folder / REPORT_MD, _render_markdown(report.blocks))
     title = next((b[2] for b in report.blocks if b[0] == "h"), "Experiment report")
-    page = _write_text_atomic(folder / REPORT_HTML, _render_html(report.blocks, title))
+    page = write_text_atomic(folder / REPORT_HTML, _render_html(report.blocks, title))
     return {"markdown": md, "html": page, "figures": dict(report.figures)}
 
 

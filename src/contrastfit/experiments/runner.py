@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..atomic import write_text_atomic
 from ..data import load_data
 from ..errors import ContrastfitError
 from ..modeling import write_json_atomic
@@ -146,7 +147,7 @@ def run_experiment(config: ExperimentConfig, progress: bool = True) -> dict[str,
     summary = summarise(results, config)
     write_json_atomic(out / "summary.json", summary)
     table = format_table(summary, config.metrics)
-    (out / "summary.md").write_text(table + "\n", encoding="utf-8")
+    write_text_atomic(out / "summary.md", table + "\n")
     print()
     print(table)
     minutes = (time.perf_counter() - started) / 60
