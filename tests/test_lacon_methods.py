@@ -231,3 +231,14 @@ def test_end_to_end_training_moves_labels_and_reload_is_identical(tmp_path, tiny
         assert torch.equal(reloaded.head.state_dict()[key], value), key
     texts = ["good fun", "dull awful plot", "the film was very boring and weak"]
     np.testing.assert_array_equal(result.model.predict_logits(texts), reloaded.predict_logits(texts))
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_embed_and_anchors_are_in_the_label_space(tiny_encoder_dir, method):
+    """Analyses (t-SNE with label embeddings as stars) see H = g(features) and L, not the pooled output."""
+    model, batch = _model(tiny_encoder_dir, method)
+    model.eval()
+    with torch.no_grad():
+        h = F.normalize(_project(model, _features(model, batch)), dim=1)
+    np.testing.assert_allclose(model.embed(TEXTS), h.numpy(), rtol=1e-5, atol=1e-5)
+    assert model.method.anchors(model) is model.head.label_embeddings

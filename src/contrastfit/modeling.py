@@ -178,7 +178,8 @@ class ContrastiveClassifier(nn.Module):
     @torch.no_grad()
     def embed(self, texts: Sequence[str], pairs: Sequence[str] | None = None, batch_size: int = 64,
               normalize: bool = True) -> np.ndarray:
-        """Pooled sentence embeddings, L2-normalised by default (for analyses and retrieval)."""
+        """Sentence embeddings in the space the method compares in (the pooled embedding, or e.g.
+        LaCon's projection), L2-normalised by default (for analyses and retrieval)."""
         was_training = self.training
         self.eval()
         chunks = []
@@ -187,8 +188,8 @@ class ContrastiveClassifier(nn.Module):
                 enc = self.tokenize(texts[start:start + batch_size],
                                     pairs[start:start + batch_size] if pairs is not None else None, padding=True)
                 batch = {k: torch.as_tensor(v, device=self.device) for k, v in enc.items()}
-                pooled = self.encoder(**batch).pooled.float()
-                chunks.append(nn.functional.normalize(pooled, dim=-1) if normalize else pooled)
+                emb = self.method.embedding(self, batch).float()
+                chunks.append(nn.functional.normalize(emb, dim=-1) if normalize else emb)
         finally:
             self.train(was_training)
         return torch.cat(chunks).cpu().numpy() if chunks else np.zeros((0, self.encoder.hidden_size), np.float32)

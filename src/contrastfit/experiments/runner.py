@@ -53,34 +53,18 @@ def save_analysis(model, test, folder: Path, max_rows: int = 2000) -> None:
     test = test.select(range(min(len(test), max_rows)))
     texts = list(test["text"])
     pairs = list(test["text_pair"]) if "text_pair" in test.column_names else None
-    label_embeddings = getattr(model.head, "label_embeddings", None)
-    embeddings = (_projected_embeddings(model, texts, pairs) if label_embeddings is not None
-                  else model.embed(texts, pairs))
     arrays = {
-        "embeddings": embeddings.astype(np.float32),
+        "embeddings": model.embed(texts, pairs).astype(np.float32),
         "labels": np.asarray(test["label"], dtype=np.int64),
         "predictions": model.predict_logits(texts, pairs).argmax(axis=1).astype(np.int64),
         "texts": np.asarray(texts, dtype=str),
     }
-    if label_embeddings is not None:
-        arrays["label_embeddings"] = torch.nn.functional.normalize(label_embeddings.detach().float(), dim=-1).cpu().numpy()
+    anchors = model.method.anchors(model)
+    if anchors is not None:  # e.g. LaCon's label embeddings, in the same space as the embeddings
+        arrays["label_embeddings"] = torch.nn.functional.normalize(anchors.detach().float(), dim=-1).cpu().numpy()
     tmp = folder / (ANALYSIS_NAME + ".tmp.npz")
     np.savez_compressed(tmp, **arrays)
     tmp.replace(folder / ANALYSIS_NAME)
-
-
-@torch.no_grad()
-def _projected_embeddings(model, texts: list[str], pairs: list[str] | None, batch_size: int = 64) -> np.ndarray:
-    """LaCon: the instance embeddings in the label embeddings' space (``g`` of the head features),
-    L2-normalised, so that t-SNE can show both."""
-    model.eval()
-    chunks = []
-    for start in range(0, len(texts), batch_size):
-        enc = model.tokenize(texts[start:start + batch_size], pairs[start:start + batch_size] if pairs else None, padding=True)
-        batch = {k: torch.as_tensor(v, device=model.device) for k, v in enc.items()}
-        h = model.head.project(model.method.head_features(model, batch))
-        chunks.append(torch.nn.functional.normalize(h.float(), dim=-1).cpu())
-    return torch.cat(chunks).numpy()
 
 
 def _source_model(config: ExperimentConfig, out: Path, progress: bool) -> str:

@@ -70,6 +70,16 @@ class Method(nn.Module):
         """What the head reads (default: the pooled sentence embedding); stage 2 caches these."""
         return model.encoder(**inputs).pooled
 
+    def embedding(self, model: nn.Module, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The sentence embedding analyses see (``model.embed``): the pooled embedding by default;
+        methods that compare in another space (LaCon's projection) return that."""
+        return model.encoder(**inputs).pooled
+
+    def anchors(self, model: nn.Module) -> torch.Tensor | None:
+        """Class anchors in the :meth:`embedding` space, drawn with the t-SNE (LaCon's label
+        embeddings); None for methods without them."""
+        return None
+
     def predict_logits(self, model: nn.Module, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
         """Logits (or the regression value, shape (batch, 1)) used at inference."""
         return model.head(self.head_features(model, inputs))

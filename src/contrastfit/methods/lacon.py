@@ -117,6 +117,13 @@ class LaCon(Method):
     def fusion_radius(self) -> int | None:
         return None
 
+    def embedding(self, model, inputs):
+        """``H = g(features)``, the space of the label embeddings (Eq. 1)."""
+        return model.head.project(self.head_features(model, inputs))
+
+    def anchors(self, model):
+        return model.head.label_embeddings
+
     def build_head(self):
         return build_head(self.head_kind, self.hidden_size, self.num_labels, dim=self.projection_dim,
                           depth=int(self.hparams["projection_layers"]), temperature=float(self.hparams["temperature"]),
