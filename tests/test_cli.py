@@ -76,6 +76,25 @@ def test_predict_arguments_and_file(trained_run, capsys, tmp_path):
     assert [json.loads(line)["text"] for line in target.read_text().splitlines()] == ["superb", "boring plot"]
 
 
+def test_explain_writes_attributions_and_a_plot(trained_run, capsys, tmp_path):
+    from contrastfit import ContrastiveClassifier
+
+    out, _ = trained_run
+    plot = tmp_path / "words.png"
+    assert main(["explain", str(out), "good fun film", "awful dull plot", "--samples", "4", "--plot", str(plot)]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    model = ContrastiveClassifier.from_pretrained(out)
+    predicted = model.predict(["good fun film", "awful dull plot"])
+    for row, text, label in zip(rows, ["good fun film", "awful dull plot"], predicted):
+        assert row["words"] == text.split() and row["target_name"] == label  # default target: the prediction
+        assert sum(row["values"]) == pytest.approx(row["probability"] - row["base_probability"], abs=1e-5)
+    assert plot.read_bytes()[:4] == b"\x89PNG"
+    assert main(["explain", str(out), "good film", "--target", "negative", "--samples", "2"]) == 0
+    assert json.loads(capsys.readouterr().out)["target_name"] == "negative"
+    assert main(["explain", str(out), "good film", "--target", "neutral"]) == 2
+    assert "--target 'neutral' is not a label" in capsys.readouterr().err
+
+
 def _cli(*args, stdin: str | bytes | None = None) -> subprocess.CompletedProcess:
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     data = stdin.encode() if isinstance(stdin, str) else stdin
@@ -108,7 +127,8 @@ def test_methods_lists_registry(capsys):
     assert specs["ce-scl"]["defaults"] == {"lambda": 0.9, "temperature": 0.3}
 
 
-@pytest.mark.parametrize("command", ["train", "evaluate", "predict", "datasets", "methods", "experiment"])
+@pytest.mark.parametrize("command", ["train", "evaluate", "predict", "explain", "datasets", "methods", "experiment",
+                                     "report", "compare"])
 def test_every_command_has_help(command, capsys):
     with pytest.raises(SystemExit) as exc:
         main([command, "--help"])

@@ -156,6 +156,33 @@ def test_runner_writes_analyses_and_report(experiment_files):
     assert "data:image/png;base64" in (out / "report.html").read_text()
 
 
+def test_attributions_for_the_first_sample_and_seed_reach_the_report(experiment_files):
+    config = load_config(experiment_files(methods=["ce", "ce-scl"], analyses=["attributions"], report=True,
+                                          seeds=[0, 1], protocol={"kind": "few-shot", "shots": 4, "samples": 2},
+                                          attributions={"examples": [0, 3], "samples": 2}))
+    run_experiment(config, progress=False)
+    out = Path(config.output)
+    written = sorted(out.glob("runs/*/attributions.json"))
+    assert len(written) == 2  # ce and ce-scl, sample 0, seed 0 only (8 runs in all)
+    with ResultsStore(out / STORE_NAME) as store:
+        assert len(store.done()) == 8
+    test = [r["sentence"] for r in sentiment_rows(8, seed=2)]
+    for path in written:
+        doc = json.loads(path.read_text())
+        assert [e["index"] for e in doc["examples"]] == [0, 3]
+        for e in doc["examples"]:
+            assert e["text"] == test[e["index"]] and e["words"] == test[e["index"]].split()
+            assert sum(e["values"]) == pytest.approx(e["probability"] - e["base_probability"], abs=1e-5)
+    figures = sorted(p.name for p in (out / "figures").glob("attributions_*.png"))
+    assert figures == ["attributions_shots=4_test0.png", "attributions_shots=4_test3.png"]
+    report = (out / "report.md").read_text()
+    assert "## Token attributions" in report and "figures/attributions_shots=4_test3.png" in report
+    with pytest.raises(ConfigError, match="attributions has unknown key.*n"):
+        parse_config({**yaml.safe_load(experiment_files().read_text()), "attributions": {"n": 3}})
+    with pytest.raises(ConfigError, match="attributions.baseline"):
+        parse_config({**yaml.safe_load(experiment_files().read_text()), "attributions": {"baseline": "zero"}})
+
+
 def test_optuna_search_stores_trials(experiment_files, tmp_path):
     pytest.importorskip("optuna")
     from contrastfit.cli import main

@@ -104,6 +104,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output", help="write the JSONL here instead of standard output")
     p.add_argument("--batch-size", type=int, default=64)
 
+    # -- explain -------------------------------------------------------------------------------
+    p = sub.add_parser("explain", help="Shapley values of the words of texts (JSONL out, optional PNG)",
+                       description="Word attributions by Shapley value sampling (captum): how much each word moves the "
+                                   "probability of the target label. Texts come as for `predict`. Writes one JSON "
+                                   "object per text (words, values, probability with all words removed).")
+    p.add_argument("run", help="output folder of `contrastfit train`")
+    p.add_argument("texts", nargs="*", help="texts to explain")
+    p.add_argument("--file", help="a .txt file (one text per line) or a table (.csv/.tsv/.jsonl/.parquet)")
+    p.add_argument("--text-column", help="text column of --file (table)")
+    p.add_argument("--text-pair-column", help="second-text column of --file (table)")
+    p.add_argument("--target", help="label to explain (default: the predicted label of each text)")
+    p.add_argument("--samples", type=int, default=25, help="random word orderings per text (default 25)")
+    p.add_argument("--baseline", choices=["remove", "mask"], default="remove",
+                   help="an absent word is masked out of attention (remove) or replaced by the mask token (mask)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--plot", help="also draw the texts with their words coloured by value to this PNG")
+    p.add_argument("--output", help="write the JSONL here instead of standard output")
+
     # -- datasets / methods --------------------------------------------------------------------
     p = sub.add_parser("datasets", help="list the built-in data sets with sizes and labels")
     p.add_argument("--json", action="store_true", help="print JSON")
@@ -123,7 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("report", help="write report.md and report.html of an experiment folder",
                        description="Tables (mean ± std, top-k, p-values against the baseline) and figures (t-SNE, "
                                    "alignment/uniformity, distance to the mean, error analysis, learning curves, "
-                                   "confusion matrices) of an experiment output folder.")
+                                   "confusion matrices, token attributions) of an experiment output folder.")
     p.add_argument("folder", help="output folder of `contrastfit experiment`")
     p = sub.add_parser("compare", help="line up the tables of two experiment folders",
                        description="Mean ± std of each (setting, method) of two experiment folders side by side, "
@@ -275,6 +293,38 @@ def cmd_predict(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_explain(args: argparse.Namespace) -> int:
+    from tqdm.auto import tqdm
+
+    from .atomic import write_text_atomic
+    from .evaluation.attributions import token_attributions
+    from .modeling import ContrastiveClassifier
+
+    if args.samples < 1:
+        raise ContrastfitError(f"--samples must be at least 1, got {args.samples}")
+    model = ContrastiveClassifier.from_pretrained(args.run)
+    texts, pairs = _read_predict_inputs(args)
+    if args.target is not None and model.task == "classification" and args.target not in model.label_names:
+        raise ContrastfitError(f"--target {args.target!r} is not a label of {args.run} "
+                               f"({', '.join(map(str, model.label_names))})")
+    results = []
+    for i, text in enumerate(tqdm(texts, desc="explain", disable=len(texts) < 2)):
+        results.append(token_attributions(model, text, pairs[i] if pairs is not None else None, target=args.target,
+                                          n_samples=args.samples, baseline=args.baseline, seed=args.seed))
+    lines = "".join(json.dumps(r.to_dict(), ensure_ascii=False) + "\n" for r in results)
+    if args.output:
+        write_text_atomic(args.output, lines)
+    else:
+        sys.stdout.write(lines)
+    if args.plot:
+        from .evaluation.plots import plot_attributions
+
+        plot_attributions([(f"text {i + 1}", r) for i, r in enumerate(results)], args.plot,
+                          title=f"{model.method.name}: Shapley values of words")
+        print(f"wrote {args.plot}", file=sys.stderr)
+    return 0
+
+
 def cmd_datasets(args: argparse.Namespace) -> int:
     from .data import describe_builtin
 
@@ -338,7 +388,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 COMMANDS = {"train": cmd_train, "evaluate": cmd_evaluate, "predict": cmd_predict, "datasets": cmd_datasets,
-            "methods": cmd_methods, "experiment": cmd_experiment, "report": cmd_report, "compare": cmd_compare}
+            "methods": cmd_methods, "explain": cmd_explain, "experiment": cmd_experiment, "report": cmd_report, "compare": cmd_compare}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -14,6 +14,7 @@ the path it wrote.
 * :func:`plot_distance_groups` -- accuracy per distance-to-mean group, per method.
 * :func:`plot_metric_vs_setting` -- a metric against a setting (K-shot, imbalance ratio), one line
   per method, mean with std error bars.
+* :func:`plot_attributions` -- words of a text highlighted by their Shapley values, one row per method.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import numpy as np
 
 from ..atomic import atomic_open
 
-__all__ = ["plot_confusion", "plot_distance_groups", "plot_learning_curves", "plot_metric_vs_setting", "plot_tsne"]
+__all__ = ["plot_attributions", "plot_confusion", "plot_distance_groups", "plot_learning_curves", "plot_metric_vs_setting", "plot_tsne"]
 
 
 def _figure(width: float = 6.4, height: float = 4.8):
@@ -273,4 +274,65 @@ def plot_metric_vs_setting(rows: Any, x: str, y: str, hue: str, path: str | os.P
     if cells:
         ax.legend(fontsize="small", title=hue)
     ax.grid(alpha=0.3)
+    return _save(fig, path)
+
+
+def plot_attributions(rows: Sequence[tuple[str, Any]], path: str | os.PathLike, title: str | None = None,
+                      line_chars: int = 90) -> Path:
+    """Word attributions as highlighted text, one block per ``(label, attribution)`` row (e.g. one
+    per method for the same sentence): red words raise the target's probability, blue words lower
+    it, with one colour scale shared by all rows. ``attribution`` is a
+    :class:`~contrastfit.evaluation.attributions.TokenAttribution` or its ``to_dict()``; words wrap
+    at about ``line_chars`` characters (monospace)."""
+    from matplotlib import colormaps
+    from matplotlib.colors import TwoSlopeNorm
+
+    items = []
+    for label, attr in rows:
+        d = attr.to_dict() if hasattr(attr, "to_dict") else dict(attr)
+        items.append((str(label), d))
+    scale = max([abs(float(v)) for _, d in items for v in d["values"]] + [1e-12])
+    norm = TwoSlopeNorm(vcenter=0.0, vmin=-scale, vmax=scale)
+    cmap = colormaps["coolwarm"]
+
+    def lines(d: Mapping[str, Any]) -> list[list[tuple[str, float, int]]]:
+        out, current, width = [], [], 0
+        segments = list(d.get("segments") or [0] * len(d["words"]))
+        for i, (word, value) in enumerate(zip(d["words"], d["values"])):
+            if i and segments[i] != segments[i - 1]:  # second text of a pair on its own line
+                out.append(current)
+                current, width = [], 0
+            if current and width + len(word) + 1 > line_chars:
+                out.append(current)
+                current, width = [], 0
+            current.append((word, float(value), width))
+            width += len(word) + 1
+        out.append(current)
+        return out
+
+    laid = [(label, d, lines(d)) for label, d in items]
+    n_lines = sum(len(ls) + 1 for _, _, ls in laid)
+    font_pt = 9
+    char_in = 0.6 * font_pt / 72  # advance of one DejaVu Sans Mono character, in inches
+    width_in = (line_chars + 2) * char_in
+    line_h = 1.0 / max(n_lines + 1, 4)
+    fig = _figure(width_in + 0.2, 0.3 * max(n_lines + 1, 4) + 0.4)
+    ax = fig.add_axes((0.1 / (width_in + 0.2), 0.0, width_in / (width_in + 0.2), 0.9 if title else 1.0))
+    char_w = char_in / width_in
+    ax.set_axis_off()
+    ax.set_xlim(0, 1)
+    ax.set_ylim(0, 1)
+    y = 1.0 - line_h / 2
+    for label, d, ls in laid:
+        ax.text(0.0, y, f"{label}: p({d['target_name']}) = {d['probability']:.2f} "
+                        f"(all words removed: {d['base_probability']:.2f})",
+                fontsize=font_pt, fontweight="bold", va="center", ha="left")
+        y -= line_h
+        for line in ls:
+            for word, value, offset in line:
+                ax.text(offset * char_w, y, word, family="monospace", fontsize=font_pt, va="center", ha="left",
+                        bbox={"facecolor": cmap(norm(value)), "edgecolor": "none", "pad": 1.0})
+            y -= line_h
+    if title:
+        fig.suptitle(title, fontsize=10)
     return _save(fig, path)

@@ -14,7 +14,9 @@ the whole schema.
     training: {batch_size: 16, learning_rate: 5.0e-5}                     # any `contrastfit train` option
     baseline: ce                   # p-values of every other method against this one
     top_k: 3                       # also report the mean of the top 3 runs by validation (Gunel)
-    analyses: [tsne, alignment_uniformity, distance_groups, error_analysis, learning_curves, confusion]
+    analyses: [tsne, alignment_uniformity, distance_groups, error_analysis, learning_curves, confusion,
+               attributions]
+    attributions: {examples: 3, samples: 25}   # Shapley values of the words of 3 test examples
     output: runs/mr-fewshot
 """
 
@@ -31,8 +33,12 @@ from ..errors import ConfigError
 from ..methods import get_method
 
 TOP_LEVEL = {"name", "data", "model", "methods", "protocol", "seeds", "validation_size", "training", "output",
-             "data_options", "save_models", "metrics", "baseline", "top_k", "analyses", "report", "search"}
-ANALYSES = ("tsne", "alignment_uniformity", "distance_groups", "error_analysis", "learning_curves", "confusion")
+             "data_options", "save_models", "metrics", "baseline", "top_k", "analyses", "attributions", "report",
+             "search"}
+ANALYSES = ("tsne", "alignment_uniformity", "distance_groups", "error_analysis", "learning_curves", "confusion",
+            "attributions")
+#: Options of the token-attribution analysis (``attributions:`` in the config) and their defaults.
+ATTRIBUTION_DEFAULTS = {"examples": 3, "samples": 25, "baseline": "remove"}
 DATA_OPTION_KEYS = {"text_column", "text_pair_column", "label_column", "validation_data", "test_data", "validation_split", "task"}
 # TrainConfig fields an experiment may set under `training:` (the rest are set by the runner).
 TRAINING_KEYS = {"pooling", "max_length", "epochs", "min_steps", "batch_size", "learning_rate", "weight_decay",
@@ -70,6 +76,7 @@ class ExperimentConfig:
     baseline: str | None = None
     top_k: int | None = None
     analyses: list[str] = field(default_factory=lambda: list(ANALYSES))
+    attributions: dict[str, Any] = field(default_factory=lambda: dict(ATTRIBUTION_DEFAULTS))
     report: bool = True
     search: dict[str, Any] | None = None
     raw: dict[str, Any] = field(default_factory=dict)
@@ -98,6 +105,32 @@ def _expand_method(entry: Any, where: str) -> list[MethodVariant]:
                           f"(it has: {', '.join(spec.defaults) or 'none'})")
     keys = sorted(grid)
     return [MethodVariant(name, tuple(zip(keys, combo))) for combo in itertools.product(*(grid[k] for k in keys))]
+
+
+def _attribution_options(raw: Any, where: str) -> dict[str, Any]:
+    """``attributions: {examples: N | [test indices], samples: S, baseline: remove | mask}``."""
+    from ..evaluation.attributions import BASELINES
+
+    if raw is None:
+        return dict(ATTRIBUTION_DEFAULTS)
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}: attributions must be a mapping with {', '.join(ATTRIBUTION_DEFAULTS)}, got {raw!r}")
+    bad = sorted(set(raw) - set(ATTRIBUTION_DEFAULTS))
+    if bad:
+        raise ConfigError(f"{where}: attributions has unknown key(s) {', '.join(bad)} "
+                          f"(allowed: {', '.join(ATTRIBUTION_DEFAULTS)})")
+    opts = {**ATTRIBUTION_DEFAULTS, **raw}
+    ex = opts["examples"]
+    ok = (isinstance(ex, int) and not isinstance(ex, bool) and ex >= 0) or (
+        isinstance(ex, list) and all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ex))
+    if not ok:
+        raise ConfigError(f"{where}: attributions.examples must be a count or a list of test-set indices, got {ex!r}")
+    if not isinstance(opts["samples"], int) or isinstance(opts["samples"], bool) or opts["samples"] < 1:
+        raise ConfigError(f"{where}: attributions.samples must be a positive integer, got {opts['samples']!r}")
+    if opts["baseline"] not in BASELINES:
+        raise ConfigError(f"{where}: attributions.baseline must be one of {', '.join(BASELINES)}, "
+                          f"got {opts['baseline']!r}")
+    return opts
 
 
 def parse_config(raw: dict[str, Any], where: str = "config") -> ExperimentConfig:
@@ -135,6 +168,7 @@ def parse_config(raw: dict[str, Any], where: str = "config") -> ExperimentConfig
     bad = sorted(set(analyses) - set(ANALYSES))
     if bad:
         raise ConfigError(f"{where}: unknown analyses {', '.join(bad)} (available: {', '.join(ANALYSES)})")
+    attributions = _attribution_options(raw.get("attributions"), where)
     top_k = raw.get("top_k")
     if top_k is not None and (not isinstance(top_k, int) or top_k < 1):
         raise ConfigError(f"{where}: top_k must be a positive integer, got {top_k!r}")
@@ -149,7 +183,7 @@ def parse_config(raw: dict[str, Any], where: str = "config") -> ExperimentConfig
         validation_size=raw.get("validation_size"), training=training, data_options=data_options,
         save_models=bool(raw.get("save_models", False)),
         metrics=list(raw.get("metrics", ["accuracy", "f1", "macro_f1", "mcc"])), baseline=baseline, top_k=top_k,
-        analyses=list(analyses), report=bool(raw.get("report", True)), search=search, raw=raw,
+        analyses=list(analyses), attributions=attributions, report=bool(raw.get("report", True)), search=search, raw=raw,
     )
 
 

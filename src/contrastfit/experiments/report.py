@@ -48,6 +48,7 @@ from ..atomic import write_text_atomic
 from ..errors import ConfigError, ContrastfitError
 from ..evaluation.statistics import best_by_validation, compare_to_baseline, get_score, summarize
 from ..evaluation.statistics import top_k as select_top_k
+from .config import ANALYSES  # the analyses write_report knows; by default every one the data allow
 from .store import STORE_NAME, ResultsStore
 
 __all__ = [
@@ -59,11 +60,10 @@ __all__ = [
 DEFAULT_METRICS = ("accuracy", "f1", "macro_f1", "mcc")
 #: Metrics reported for a regression task (STS-B style).
 REGRESSION_METRICS = ("pearson", "spearman", "mse")
-#: The analyses :func:`write_report` knows; by default every one the data allow.
-ANALYSES = ("tsne", "alignment_uniformity", "distance_groups", "error_analysis", "learning_curves", "confusion")
 
 EXPERIMENT_NAME = "experiment.json"
 ANALYSIS_NAME = "analysis.npz"
+ATTRIBUTIONS_NAME = "attributions.json"
 RUNS_DIR = "runs"
 FIGURES_DIR = "figures"
 REPORT_MD = "report.md"
@@ -1130,6 +1130,45 @@ class _Report:
             if self.attempt(f"confusion matrix of `{v}`", draw) is not None:
                 self.add_figure(path, f"Confusion matrix of {v} on the test set (rows: true labels), summed over its "
                                       f"{count} runs in all settings.")
+
+    def attributions(self) -> None:
+        self.blocks.append(("h", 2, "Token attributions"))
+        if self.regression:
+            self.note("token attributions are written for classification runs only: skipped.")
+            return
+        setting = self.settings[0]
+        by_example: dict[int, list[tuple[str, dict]]] = {}
+        for v in self.variants:
+            for r in self.runs_of(setting, v):
+                rid = run_id(r)
+                path = self.folder / RUNS_DIR / rid / ATTRIBUTIONS_NAME if rid and Path(rid).name == rid else None
+                if path is None or not path.is_file():
+                    continue
+                try:
+                    examples = json.loads(path.read_text(encoding="utf-8"))["examples"]
+                except (OSError, ValueError, KeyError, TypeError):
+                    continue
+                for ex in examples:
+                    if isinstance(ex, Mapping) and {"index", "words", "values"} <= set(ex):
+                        by_example.setdefault(int(ex["index"]), []).append((f"{v} (seed {r.get('seed')})", dict(ex)))
+                break  # one run per variant: the first of the setting that has attributions
+        if not by_example:
+            self.note(f"no run of {setting} has {ATTRIBUTIONS_NAME} (written for the first sample and seed "
+                      "of each setting when `attributions` is among the analyses).")
+            return
+        for index, rows in sorted(by_example.items()):
+            path = self.figure_path(f"attributions_{setting}_test{index}")
+            gold = rows[0][1].get("target_name", "?")
+
+            def draw(rows=rows, path=path, index=index, gold=gold):
+                from ..evaluation.plots import plot_attributions
+
+                return plot_attributions(rows, path, title=f"test example {index}, gold label: {gold}")
+
+            if self.attempt(f"attributions of test example {index}", draw) is not None:
+                self.add_figure(path, f"Shapley values of the words of test example {index} ({setting}) for its gold "
+                                      f"label `{gold}`, one row per method: red words raise the label's probability, "
+                                      "blue words lower it (one colour scale for all rows).")
 
     def build(self) -> None:
         self.header()

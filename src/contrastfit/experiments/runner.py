@@ -9,7 +9,9 @@ of it is imported, not retrained. Several runners on one output folder share the
 claimed by a live runner is left to it.
 
 Per run, the runner also saves ``analysis.npz`` (test embeddings, labels, predictions, texts and,
-for LaCon, the label embeddings) for the report's figures.
+for LaCon, the label embeddings) for the report's figures, and, for the first sample and seed of
+each setting, ``attributions.json``: Shapley values of the words of a few test examples (the same
+examples for every method, with their gold label as the target).
 """
 
 from __future__ import annotations
@@ -29,9 +31,8 @@ from ..modeling import write_json_atomic
 from ..training import RESULTS_NAME, TrainConfig, train
 from .config import ExperimentConfig
 from .plan import Job, jobs, protocol_runs
+from .report import ANALYSIS_NAME, ATTRIBUTIONS_NAME, write_report
 from .store import STORE_NAME, ResultsStore
-
-ANALYSIS_NAME = "analysis.npz"
 
 
 def _train_config(config: ExperimentConfig, job: Job, folder: Path, progress: bool, model: str) -> TrainConfig:
@@ -65,6 +66,28 @@ def save_analysis(model, test, folder: Path, max_rows: int = 2000) -> None:
     tmp = folder / (ANALYSIS_NAME + ".tmp.npz")
     np.savez_compressed(tmp, **arrays)
     tmp.replace(folder / ANALYSIS_NAME)
+
+
+def save_attributions(model, test, folder: Path, options: dict[str, Any]) -> None:
+    """Shapley values of the words of the chosen test examples for their gold label (``options``:
+    ``examples`` -- a count of leading test examples or a list of test indices --, ``samples``,
+    ``baseline``; see :func:`~contrastfit.evaluation.attributions.token_attributions`)."""
+    from ..evaluation.attributions import token_attributions
+
+    if test is None or len(test) == 0 or model.task != "classification":
+        return
+    ex = options["examples"]
+    indices = list(range(min(int(ex), len(test)))) if isinstance(ex, int) else [i for i in ex if i < len(test)]
+    if not indices:
+        return
+    pairs = "text_pair" in test.column_names
+    items = []
+    for i in indices:
+        row = test[int(i)]
+        a = token_attributions(model, row["text"], row["text_pair"] if pairs else None, target=int(row["label"]),
+                               n_samples=int(options["samples"]), baseline=str(options["baseline"]), seed=int(i))
+        items.append({"index": int(i), **a.to_dict()})
+    write_json_atomic(folder / ATTRIBUTIONS_NAME, {"options": dict(options), "examples": items})
 
 
 def _source_model(config: ExperimentConfig, out: Path, progress: bool) -> str:
@@ -122,6 +145,8 @@ def run_experiment(config: ExperimentConfig, progress: bool = True) -> dict[str,
                 result = train(_train_config(config, job, folder, progress, model), text_data=job.run.data)
                 if config.analyses:
                     save_analysis(result.model, job.run.data.test, folder)
+                if "attributions" in config.analyses and job.run.sample == 0 and job.seed == config.seeds[0]:
+                    save_attributions(result.model, job.run.data.test, folder, config.attributions)
             except BaseException as exc:
                 store.fail(job.run_id, f"{type(exc).__name__}: {exc}")
                 raise
@@ -139,8 +164,6 @@ def run_experiment(config: ExperimentConfig, progress: bool = True) -> dict[str,
           + (f", {len(elsewhere)} in other processes" if elsewhere else "") + f") in {minutes:.1f} min; results in {out}")
     if config.report and not elsewhere:
         try:
-            from .report import write_report
-
             paths = write_report(out)
             print(f"report: {paths['markdown']} and {paths['html']}")
         except ContrastfitError as exc:

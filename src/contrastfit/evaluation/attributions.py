@@ -1,0 +1,185 @@
+"""Token attributions: how much each word of a text moves the model's probability of a label.
+
+Shapley values (Shapley 1953; the "Shapley value sampling" estimator of Castro et al. 2009) from
+Captum's :class:`captum.attr.ShapleyValueSampling`: the players are the words of the input (the
+sub-word tokens of one word form one player, so a word is kept or removed as a whole), a
+coalition's value is the model's probability of the ``target`` label when only the coalition's
+words are present, and a word's attribution is its mean marginal contribution over ``n_samples``
+random orderings of the words. Special tokens ([CLS], [SEP]) are always present.
+
+Conventions
+-----------
+* A word is *absent* (``baseline="remove"``, the default) when its tokens are masked out of
+  attention (``attention_mask = 0``): the encoder and the pooling never see it, the other words
+  keep their positions. ``baseline="mask"`` instead replaces its tokens by the tokenizer's mask
+  token and keeps them attended (the usual choice for BERT-style masked-LM encoders).
+* Values are in probability units for classification (softmax of the model's logits; for LaCon
+  the cosine-matching logits of Eq. 8), in output units for regression.
+* Efficiency holds exactly for every sampled ordering, hence for their mean:
+  ``sum(values) == probability - base_probability`` up to float error, where
+  ``base_probability`` is the value with every word absent.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+__all__ = ["TokenAttribution", "token_attributions"]
+
+BASELINES = ("remove", "mask")
+
+
+@dataclass
+class TokenAttribution:
+    """Shapley values of the words of one text for one target label."""
+
+    words: list[str]
+    values: np.ndarray
+    target: int
+    target_name: str
+    probability: float
+    base_probability: float
+    text: str
+    text_pair: str | None = None
+    segments: list[int] = field(default_factory=list)  # 0: first text, 1: second text of a pair
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"text": self.text, "text_pair": self.text_pair, "words": list(self.words),
+                "segments": list(self.segments), "values": [float(v) for v in self.values],
+                "target": int(self.target), "target_name": self.target_name,
+                "probability": float(self.probability), "base_probability": float(self.base_probability)}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "TokenAttribution":
+        return cls(words=list(d["words"]), values=np.asarray(d["values"], dtype=np.float64), target=int(d["target"]),
+                   target_name=str(d["target_name"]), probability=float(d["probability"]),
+                   base_probability=float(d["base_probability"]), text=str(d["text"]),
+                   text_pair=d.get("text_pair"), segments=list(d.get("segments") or []))
+
+
+def _word_features(model, text: str, text_pair: str | None) -> tuple[dict[str, torch.Tensor], torch.Tensor, list[str], list[int]]:
+    """Tokenize one input; return the encoding, a feature id per token (-1 for special tokens),
+    the words (as they read in the text) and the segment of each word."""
+    tok = model.tokenizer
+    enc = tok(text, text_pair, truncation=True, max_length=model.max_length,
+              return_offsets_mapping=bool(getattr(tok, "is_fast", False)))
+    ids = enc["input_ids"]
+    features = [-1] * len(ids)
+    words: list[str] = []
+    segments: list[int] = []
+    if getattr(tok, "is_fast", False):
+        sources = (text, text_pair)
+        seen: dict[tuple[int, int], int] = {}
+        spans: list[list[int]] = []
+        for i, (w, s) in enumerate(zip(enc.word_ids(), enc.sequence_ids())):
+            if w is None:  # added by the tokenizer ([CLS], [SEP]); an unknown word is still a word
+                continue
+            key = (s, w)
+            if key not in seen:
+                seen[key] = len(spans)
+                spans.append([s, enc["offset_mapping"][i][0], enc["offset_mapping"][i][1]])
+                segments.append(int(s))
+            f = seen[key]
+            spans[f][2] = enc["offset_mapping"][i][1]
+            features[i] = f
+        words = [sources[s][a:b] for s, a, b in spans]
+    else:  # slow tokenizer: one player per token
+        tokens = tok.convert_ids_to_tokens(ids)
+        types = enc.get("token_type_ids") or [0] * len(ids)
+        special = set(tok.all_special_ids) - {tok.unk_token_id}
+        for i, t in enumerate(tokens):
+            if ids[i] not in special:
+                features[i] = len(words)
+                words.append(t)
+                segments.append(int(types[i]))
+    batch = {k: torch.tensor([v], device=model.device) for k, v in enc.items() if k != "offset_mapping"}
+    return batch, torch.tensor([features], device=model.device), words, segments
+
+
+def token_attributions(model, text: str, text_pair: str | None = None, target: int | str | None = None, *,
+                       n_samples: int = 25, baseline: str = "remove", exact: bool = False, seed: int = 0,
+                       batch_size: int = 64) -> TokenAttribution:
+    """Shapley values of the words of ``text`` (and ``text_pair``) for ``target``.
+
+    ``model`` is a :class:`~contrastfit.ContrastiveClassifier`; ``target`` a label index or name
+    (default: the predicted label; ignored for regression). ``n_samples`` random word orderings
+    are drawn (seeded), each costing one forward pass per word, in batches of ``batch_size``;
+    ``exact=True`` averages over every ordering instead (captum's ``ShapleyValues``: n! orderings,
+    for texts of a few words only).
+    """
+    from captum.attr import ShapleyValues, ShapleyValueSampling
+
+    if baseline not in BASELINES:
+        raise ValueError(f"baseline must be one of {', '.join(BASELINES)}, got {baseline!r}")
+    if n_samples < 1:
+        raise ValueError(f"n_samples must be >= 1, got {n_samples}")
+    batch, features, words, segments = _word_features(model, text, text_pair)
+    regression = model.task != "classification"
+    names = list(model.label_names or [])
+    if regression:
+        target_idx = 0
+    elif target is None:
+        target_idx = -1  # resolved from the full input below
+    elif isinstance(target, str):
+        if target not in names:
+            raise ValueError(f"target label {target!r} is not one of the model's labels ({', '.join(names)})")
+        target_idx = names.index(target)
+    else:
+        target_idx = int(target)
+        if not 0 <= target_idx < len(names):
+            raise ValueError(f"target index {target_idx} out of range for {len(names)} labels")
+    extra = {k: v for k, v in batch.items() if k not in ("input_ids", "attention_mask")}
+
+    def forward(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        n = input_ids.shape[0]
+        inputs = {k: v.expand(n, -1) for k, v in extra.items()}
+        logits = model(input_ids=input_ids, attention_mask=attention_mask, **inputs).logits.float()
+        return logits if regression else logits.softmax(-1)
+
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            full = forward(batch["input_ids"], batch["attention_mask"])[0]
+            if target_idx < 0:
+                target_idx = int(full.argmax())
+            present = features >= 0
+            if baseline == "remove":
+                base_ids = batch["input_ids"]
+                base_att = torch.where(present, torch.zeros_like(batch["attention_mask"]), batch["attention_mask"])
+            else:
+                tok = model.tokenizer
+                fill = next(t for t in (tok.mask_token_id, tok.unk_token_id, tok.pad_token_id) if t is not None)
+                base_ids = torch.where(present, torch.full_like(batch["input_ids"], fill), batch["input_ids"])
+                base_att = batch["attention_mask"]
+            base = forward(base_ids, base_att)[0]
+            if not words:
+                values = np.zeros(0)
+            else:
+                # special tokens get their own player whose baseline equals the input: value 0, never reported
+                mask = torch.where(present, features, torch.full_like(features, len(words)))
+                torch.manual_seed(seed)  # captum draws its orderings from torch's global generator
+                if exact and len(words) > 6:
+                    raise ValueError(f"exact Shapley values over {len(words)} words need {len(words)}! orderings; "
+                                     "use sampling (exact=False) above 6 words")
+                options = {} if exact else {"n_samples": n_samples}
+                explainer = (ShapleyValues if exact else ShapleyValueSampling)(forward)
+                attr = explainer.attribute((batch["input_ids"], batch["attention_mask"]), baselines=(base_ids, base_att),
+                                           target=target_idx, feature_mask=(mask, mask),
+                                           perturbations_per_eval=max(1, min(batch_size, len(words) + 1)),
+                                           show_progress=False, **options)
+                # captum writes a player's value on each of its tokens, in each input it spans
+                per_token = attr[0][0].double()
+                values = np.array([float(per_token[mask[0] == f][0]) for f in range(len(words))])
+    finally:
+        model.train(was_training)
+    return TokenAttribution(
+        words=words, values=values, target=target_idx,
+        target_name=(names[target_idx] if names and not regression else "output"),
+        probability=float(full[target_idx]), base_probability=float(base[target_idx]),
+        text=text, text_pair=text_pair, segments=segments,
+    )

@@ -1,0 +1,150 @@
+"""Token attributions: Shapley values of words against a hand-written enumeration of coalitions."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from contrastfit import ContrastiveClassifier
+from contrastfit.evaluation.attributions import TokenAttribution, _word_features, token_attributions
+from contrastfit.evaluation.plots import plot_attributions
+
+LABELS = ["negative", "positive"]
+
+
+@pytest.fixture()
+def model(tiny_encoder_dir):
+    torch.manual_seed(0)
+    m = ContrastiveClassifier.from_encoder(str(tiny_encoder_dir), "ce", LABELS, pooling="mean")
+    with torch.no_grad():  # a head that gives clearly non-uniform probabilities
+        for p in m.head.parameters():
+            p.mul_(20)
+    return m.eval()
+
+
+def _value(model, text: str, keep: set[int], target: int, baseline: str) -> float:
+    """p(target) with only the words in ``keep`` present (word-level tokenizer: token i+1 = word i)."""
+    enc = model.tokenize([text])
+    ids = torch.tensor(enc["input_ids"])
+    att = torch.tensor(enc["attention_mask"])
+    for i in range(ids.shape[1] - 2):
+        if i not in keep:
+            if baseline == "remove":
+                att[0, i + 1] = 0
+            else:
+                ids[0, i + 1] = model.tokenizer.mask_token_id
+    with torch.no_grad():
+        return float(model(input_ids=ids, attention_mask=att).logits.softmax(-1)[0, target])
+
+
+def _exact_shapley(model, text: str, target: int, baseline: str) -> np.ndarray:
+    """phi_i = sum over S not containing i of |S|! (n-|S|-1)! / n! [v(S + i) - v(S)]."""
+    n = len(text.split())
+    phi = np.zeros(n)
+    for i in range(n):
+        others = [j for j in range(n) if j != i]
+        for size in range(n):
+            for subset in itertools.combinations(others, size):
+                w = math.factorial(size) * math.factorial(n - size - 1) / math.factorial(n)
+                s = set(subset)
+                phi[i] += w * (_value(model, text, s | {i}, target, baseline) - _value(model, text, s, target, baseline))
+    return phi
+
+
+@pytest.mark.parametrize("baseline", ["remove", "mask"])
+def test_exact_matches_the_coalition_formula(model, baseline):
+    text = "great film but boring plot"
+    got = token_attributions(model, text, target=1, exact=True, baseline=baseline)
+    want = _exact_shapley(model, text, 1, baseline)
+    assert got.words == text.split()
+    np.testing.assert_allclose(got.values, want, atol=1e-5)
+    assert got.probability == pytest.approx(_value(model, text, set(range(5)), 1, baseline), abs=1e-6)
+    assert got.base_probability == pytest.approx(_value(model, text, set(), 1, baseline), abs=1e-6)
+    assert np.abs(want).max() > 1e-3  # the test is not comparing zeros
+
+
+def test_sampling_is_efficient_and_converges(model):
+    text = "the movie was very good but the plot was dull"
+    a = token_attributions(model, text, target="positive", n_samples=5, seed=1)
+    # every sampled ordering telescopes: the values always sum to p(full) - p(empty)
+    assert a.values.sum() == pytest.approx(a.probability - a.base_probability, abs=1e-5)
+    assert a.target == 1 and a.target_name == "positive"
+    again = token_attributions(model, text, target="positive", n_samples=5, seed=1)
+    np.testing.assert_array_equal(a.values, again.values)  # seeded
+    short = "great film but boring plot"
+    est = token_attributions(model, short, target=1, n_samples=400, seed=0)
+    np.testing.assert_allclose(est.values, _exact_shapley(model, short, 1, "remove"), atol=0.02)
+
+
+def test_default_target_is_the_prediction_and_bad_targets_fail(model):
+    text = "awful boring film"
+    a = token_attributions(model, text, n_samples=2)
+    assert a.target == int(model.predict_logits([text]).argmax())
+    with pytest.raises(ValueError, match="not one of the model's labels"):
+        token_attributions(model, text, target="neutral")
+    with pytest.raises(ValueError, match="out of range"):
+        token_attributions(model, text, target=5)
+    with pytest.raises(ValueError, match="orderings"):
+        token_attributions(model, "a b c d e f g h", exact=True)
+
+
+def test_pairs_keep_segments_and_special_tokens_are_not_players(model):
+    a = token_attributions(model, "good film", "bad plot", target=0, n_samples=3)
+    assert a.words == ["good", "film", "bad", "plot"]
+    assert a.segments == [0, 0, 1, 1]
+    assert a.values.sum() == pytest.approx(a.probability - a.base_probability, abs=1e-5)
+    d = a.to_dict()
+    assert TokenAttribution.from_dict(d).to_dict() == d
+
+
+def test_subword_tokens_of_one_word_are_one_player():
+    from contrastfit.encoders import load_backbone
+
+    _, tokenizer = load_backbone("minilm-l6")
+
+    class Stub:  # _word_features needs only these
+        max_length = 128
+        device = torch.device("cpu")
+
+    stub = Stub()
+    stub.tokenizer = tokenizer
+    text = "An unwatchable, overlong mess."
+    batch, features, words, _ = _word_features(stub, text, None)
+    tokens = tokenizer.convert_ids_to_tokens(batch["input_ids"][0].tolist())
+    assert len(tokens) > len(words) + 2  # some word is split into several tokens
+    assert words == ["An", "unwatchable", ",", "overlong", "mess", "."]
+    assert features[0, 0] == -1 and features[0, -1] == -1  # [CLS], [SEP]
+    unwatchable = [t for t, f in zip(tokens, features[0].tolist()) if f == 1]
+    assert "".join(t.removeprefix("##") for t in unwatchable) == "unwatchable"
+
+
+def test_slow_tokenizer_players_are_tokens_and_unknown_words_count():
+    from transformers import BertTokenizerLegacy
+
+    from contrastfit.encoders import resolve_model
+
+    path, _ = resolve_model("minilm-l6")
+
+    class Stub:
+        max_length = 128
+        device = torch.device("cpu")
+
+    stub = Stub()
+    stub.tokenizer = BertTokenizerLegacy(os.path.join(path, "vocab.txt"))
+    assert not stub.tokenizer.is_fast
+    _, features, words, segments = _word_features(stub, "An unwatchable mess \u2603", None)
+    assert words == ["an", "un", "##watch", "##able", "mess", "[UNK]"]  # one player per token, [UNK] included
+    assert features[0].tolist() == [-1, 0, 1, 2, 3, 4, 5, -1] and segments == [0] * 6
+
+
+def test_plot_attributions_writes_a_png(model, tmp_path):
+    a = token_attributions(model, "great film but boring plot", target=1, n_samples=3)
+    b = token_attributions(model, "good story", "awful actor", target=0, n_samples=3)
+    path = plot_attributions([("ce", a), ("ce-scl", b.to_dict())], tmp_path / "attr.png", title="example")
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert path.stat().st_size > 2000
