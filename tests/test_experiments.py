@@ -70,6 +70,22 @@ def test_config_expands_grids_and_refuses_unknown_keys(experiment_files):
         parse_config({**base, "training": {"lr": 1}})
 
 
+def test_overrides_set_dotted_keys_as_yaml(experiment_files, tmp_path):
+    path = experiment_files()
+    config = load_config(path, ["protocol.samples=3", "protocol.shots=[2, 4]", "seeds=[0, 1]",
+                                f"output={json.dumps(str(tmp_path / 'x: y'))}", "training.epochs=2"])
+    assert config.protocol == {"kind": "few-shot", "shots": [2, 4], "samples": 3}
+    assert config.seeds == [0, 1] and config.output == str(tmp_path / "x: y")
+    assert config.training["epochs"] == 2 and config.raw["protocol"]["samples"] == 3  # what experiment.json records
+    assert load_config(path).protocol == {"kind": "few-shot", "shots": 4}  # the file is untouched
+    with pytest.raises(ConfigError, match="not KEY=VALUE"):
+        load_config(path, ["protocol.samples"])
+    with pytest.raises(ConfigError, match="seeds is not a mapping"):
+        load_config(path, ["seeds.x=1"])
+    with pytest.raises(ConfigError, match="has no option.*shotz"):
+        load_config(path, ["protocol.shotz=3"])
+
+
 def test_runner_stores_every_run_and_skips_finished_ones(experiment_files, capsys):
     config = load_config(experiment_files(protocol={"kind": "few-shot", "shots": [2, 4], "samples": 2}))
     summary = run_experiment(config, progress=False)

@@ -134,6 +134,9 @@ def build_parser() -> argparse.ArgumentParser:
                                    "then print and write the summary table.")
     p.add_argument("config", help="experiment YAML file")
     p.add_argument("--output", help="override the config's output folder")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE",
+                   help="override a config value, dotted keys, YAML values (repeatable), e.g. "
+                        "--set protocol.samples=3 --set 'protocol.train_size=[20, 100]' --set seeds=[0]")
     p.add_argument("--quiet", action="store_true", help="no per-step progress bars")
     p.add_argument("--search", choices=["optuna"], help="run the config's `search:` block as an Optuna study instead of the grid")
 
@@ -359,9 +362,10 @@ def cmd_methods(args: argparse.Namespace) -> int:
 def cmd_experiment(args: argparse.Namespace) -> int:
     from .experiments import load_config, run_experiment
 
-    config = load_config(args.config)
+    overrides = list(args.set or [])
     if args.output:
-        config.output = args.output
+        overrides.append(f"output={json.dumps(args.output)}")
+    config = load_config(args.config, overrides)
     if args.search:
         from .experiments.search import run_search
 

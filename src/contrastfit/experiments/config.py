@@ -25,7 +25,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import yaml
 
@@ -187,7 +187,38 @@ def parse_config(raw: dict[str, Any], where: str = "config") -> ExperimentConfig
     )
 
 
-def load_config(path: str | Path) -> ExperimentConfig:
+def apply_overrides(raw: dict[str, Any], overrides: Sequence[str], where: str = "config") -> dict[str, Any]:
+    """``raw`` with each ``"dotted.key=value"`` set (the value read as YAML: ``3``, ``[20, 100]``,
+    ``{kind: full}``); intermediate mappings are created when missing. Returns a new dict."""
+    import copy
+
+    out = copy.deepcopy(raw)
+    for item in overrides:
+        key, sep, text = item.partition("=")
+        if not sep or not key.strip() or any(not part for part in key.strip().split(".")):
+            raise ConfigError(f"{where}: override {item!r} is not KEY=VALUE (e.g. protocol.samples=3)")
+        try:
+            value = yaml.safe_load(text) if text.strip() else None
+        except yaml.YAMLError:
+            raise ConfigError(f"{where}: override {item!r}: the value is not valid YAML") from None
+        parts = key.strip().split(".")
+        node = out
+        for depth, part in enumerate(parts[:-1]):
+            child = node.get(part)
+            if child is None:
+                child = node[part] = {}
+            elif isinstance(child, str) and depth == 0 and part == "protocol":
+                child = node[part] = {"kind": child}
+            if not isinstance(child, dict):
+                raise ConfigError(f"{where}: override {item!r}: {'.'.join(parts[:depth + 1])} is not a mapping")
+            node = child
+        node[parts[-1]] = value
+    return out
+
+
+def load_config(path: str | Path, overrides: Sequence[str] = ()) -> ExperimentConfig:
+    """Read and check the YAML config at ``path``, after ``overrides`` (``KEY=VALUE`` strings,
+    dotted keys, see :func:`apply_overrides`)."""
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"experiment config {path}: no such file")
@@ -199,4 +230,8 @@ def load_config(path: str | Path) -> ExperimentConfig:
         raise ConfigError(f"experiment config {path}: not valid YAML{at}") from None
     except UnicodeDecodeError:
         raise ConfigError(f"experiment config {path}: not valid UTF-8") from None
+    if overrides:
+        if not isinstance(raw, dict):
+            raise ConfigError(f"{path}: expected a mapping at the top level")
+        raw = apply_overrides(raw, overrides, str(path))
     return parse_config(raw, str(path))
