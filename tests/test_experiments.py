@@ -141,6 +141,35 @@ def test_killed_runner_resumes_without_losing_or_redoing_runs(experiment_files):
         assert check.stdout.decode().strip() == "ok"
 
 
+def test_runner_resumes_an_interrupted_run_from_its_checkpoint(experiment_files, monkeypatch):
+    from contrastfit.training import ContrastfitTrainer
+
+    config = load_config(experiment_files(methods=["ce"], training={"epochs": 3, "batch_size": 4, "min_steps": 1,
+                                                                    "learning_rate": 1e-3, "save_checkpoints": True,
+                                                                    "save_steps": 2}))
+    original = ContrastfitTrainer.training_step
+    calls = []
+
+    def crash_at_step_5(self, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == 5:
+            raise RuntimeError("power cut")
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(ContrastfitTrainer, "training_step", crash_at_step_5)
+    with pytest.raises(RuntimeError, match="power cut"):
+        run_experiment(config, progress=False)
+    (folder,) = Path(config.output).glob("runs/*")
+    assert [p.name for p in folder.glob("checkpoints/checkpoint-*")] == ["checkpoint-4"]  # the last one kept
+    monkeypatch.setattr(ContrastfitTrainer, "training_step", original)
+    run_experiment(config, progress=False)
+    result = json.loads((folder / "results.json").read_text())
+    assert result["training"]["resumed_from"].endswith("checkpoint-4") and result["training"]["steps"] == 6
+    assert not list(folder.glob("checkpoints/checkpoint-*"))  # cleaned up once the run is done
+    with ResultsStore(Path(config.output) / STORE_NAME) as store:
+        assert [r["status"] for r in store.all()] == ["done"]
+
+
 def test_summary_json_has_mean_and_std(experiment_files):
     config = load_config(experiment_files(methods=["ce"], seeds=[0, 1]))
     run_experiment(config, progress=False)

@@ -36,14 +36,18 @@ from .store import STORE_NAME, ResultsStore
 
 
 def _train_config(config: ExperimentConfig, job: Job, folder: Path, progress: bool, model: str) -> TrainConfig:
+    # Trainer checkpoints inside a run are off by default (few-shot runs take a minute; a killed run
+    # is simply redone); `training: {save_checkpoints: true, save_steps: N}` turns them on, and a
+    # restarted runner then resumes the interrupted run from its last checkpoint (resume=True).
+    training = {"save_checkpoints": False, **config.training}
     return TrainConfig(
         method=job.variant.method, data=config.data, output=str(folder), model=model,
         hparams=dict(job.variant.hparams), seed=job.seed, save_model=config.save_models,
-        save_checkpoints=False, resume=True, progress=progress,
+        resume=True, progress=progress,
         tags={"experiment": config.name, "variant": job.variant.label, "setting": job.run.setting,
               "sample": job.run.sample, "params": job.run.params, "sampling": job.run.sampling,
               "run_id": job.run_id},
-        **config.training,
+        **training,
     )
 
 
