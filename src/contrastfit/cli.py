@@ -31,6 +31,15 @@ def _add_data_args(p: argparse.ArgumentParser, required: bool = True) -> None:
     g.add_argument("--label-column", help="column with the label (default: label)")
 
 
+def _add_text_input_args(p: argparse.ArgumentParser, verb: str) -> None:
+    """A trained run and texts from arguments or --file (read by :func:`_read_predict_inputs`)."""
+    p.add_argument("run", help="output folder of `contrastfit train`")
+    p.add_argument("texts", nargs="*", help=f"texts to {verb}")
+    p.add_argument("--file", help="a .txt file (one text per line) or a table (.csv/.tsv/.jsonl/.parquet)")
+    p.add_argument("--text-column", help="text column of --file (table)")
+    p.add_argument("--text-pair-column", help="second-text column of --file (table)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     from . import __version__
 
@@ -96,11 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("predict", help="predict labels for texts (JSONL out)",
                        description="Predict labels. Texts come from arguments, --file, or standard input (one per line; "
                                    "a tab separates the two texts of a pair). Writes one JSON object per line.")
-    p.add_argument("run", help="output folder of `contrastfit train`")
-    p.add_argument("texts", nargs="*", help="texts to classify")
-    p.add_argument("--file", help="a .txt file (one text per line) or a table (.csv/.tsv/.jsonl/.parquet)")
-    p.add_argument("--text-column", help="text column of --file (table)")
-    p.add_argument("--text-pair-column", help="second-text column of --file (table)")
+    _add_text_input_args(p, "classify")
     p.add_argument("--output", help="write the JSONL here instead of standard output")
     p.add_argument("--batch-size", type=int, default=64)
 
@@ -109,11 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Word attributions by Shapley value sampling (captum): how much each word moves the "
                                    "probability of the target label. Texts come as for `predict`. Writes one JSON "
                                    "object per text (words, values, probability with all words removed).")
-    p.add_argument("run", help="output folder of `contrastfit train`")
-    p.add_argument("texts", nargs="*", help="texts to explain")
-    p.add_argument("--file", help="a .txt file (one text per line) or a table (.csv/.tsv/.jsonl/.parquet)")
-    p.add_argument("--text-column", help="text column of --file (table)")
-    p.add_argument("--text-pair-column", help="second-text column of --file (table)")
+    _add_text_input_args(p, "explain")
     p.add_argument("--target", help="label to explain (default: the predicted label of each text)")
     p.add_argument("--samples", type=int, default=25, help="random word orderings per text (default 25)")
     p.add_argument("--baseline", choices=["remove", "mask"], default="remove",
