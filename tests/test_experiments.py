@@ -228,6 +228,16 @@ def test_attributions_for_the_first_sample_and_seed_reach_the_report(experiment_
         parse_config({**yaml.safe_load(experiment_files().read_text()), "attributions": {"baseline": "zero"}})
 
 
+def test_attribution_examples_prefer_short_texts():
+    from contrastfit.experiments.runner import pick_examples
+
+    counts = [80, 10, 60, 20, 55, 5]
+    assert pick_examples(counts, 2, 50) == [1, 3]           # the first two of at most 50 words
+    assert pick_examples(counts, 4, 50) == [1, 3, 4, 5]     # topped up with the shortest longer one (55)
+    assert pick_examples(counts, 10, 50) == list(range(6))
+    assert pick_examples(counts, [0, 5, 9], 50) == [0, 5]   # explicit indices are kept, out of range dropped
+
+
 def test_optuna_search_stores_trials(experiment_files, tmp_path):
     pytest.importorskip("optuna")
     from contrastfit.cli import main

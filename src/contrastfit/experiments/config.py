@@ -38,7 +38,9 @@ TOP_LEVEL = {"name", "data", "model", "methods", "protocol", "seeds", "validatio
 ANALYSES = ("tsne", "alignment_uniformity", "distance_groups", "error_analysis", "learning_curves", "confusion",
             "attributions")
 #: Options of the token-attribution analysis (``attributions:`` in the config) and their defaults.
-ATTRIBUTION_DEFAULTS = {"examples": 3, "samples": 25, "baseline": "remove"}
+#: ``max_words``: with ``examples: N``, the first N test examples of at most that many words are
+#: taken (then the shortest others): the cost grows with words x sequence length.
+ATTRIBUTION_DEFAULTS = {"examples": 3, "samples": 25, "baseline": "remove", "max_words": 50}
 DATA_OPTION_KEYS = {"text_column", "text_pair_column", "label_column", "validation_data", "test_data", "validation_split", "task"}
 # TrainConfig fields an experiment may set under `training:` (the rest are set by the runner).
 TRAINING_KEYS = {"pooling", "max_length", "epochs", "min_steps", "batch_size", "learning_rate", "weight_decay",
@@ -109,7 +111,7 @@ def _expand_method(entry: Any, where: str) -> list[MethodVariant]:
 
 
 def _attribution_options(raw: Any, where: str) -> dict[str, Any]:
-    """``attributions: {examples: N | [test indices], samples: S, baseline: remove | mask}``."""
+    """``attributions: {examples: N | [test indices], samples: S, baseline: remove | mask, max_words: W}``."""
     from ..evaluation.attributions import BASELINES
 
     if raw is None:
@@ -126,8 +128,9 @@ def _attribution_options(raw: Any, where: str) -> dict[str, Any]:
         isinstance(ex, list) and all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ex))
     if not ok:
         raise ConfigError(f"{where}: attributions.examples must be a count or a list of test-set indices, got {ex!r}")
-    if not isinstance(opts["samples"], int) or isinstance(opts["samples"], bool) or opts["samples"] < 1:
-        raise ConfigError(f"{where}: attributions.samples must be a positive integer, got {opts['samples']!r}")
+    for key in ("samples", "max_words"):
+        if not isinstance(opts[key], int) or isinstance(opts[key], bool) or opts[key] < 1:
+            raise ConfigError(f"{where}: attributions.{key} must be a positive integer, got {opts[key]!r}")
     if opts["baseline"] not in BASELINES:
         raise ConfigError(f"{where}: attributions.baseline must be one of {', '.join(BASELINES)}, "
                           f"got {opts['baseline']!r}")

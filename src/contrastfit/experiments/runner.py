@@ -72,23 +72,34 @@ def save_analysis(model, test, folder: Path, max_rows: int = 2000) -> None:
     tmp.replace(folder / ANALYSIS_NAME)
 
 
+def pick_examples(word_counts: list[int], examples: int | list[int], max_words: int) -> list[int]:
+    """Test indices to explain: the given list (those in range), or for a count N the first N
+    examples of at most ``max_words`` words, topped up with the shortest longer ones."""
+    if not isinstance(examples, int):
+        return [i for i in examples if 0 <= i < len(word_counts)]
+    order = sorted(range(len(word_counts)),
+                   key=lambda i: (word_counts[i] > max_words, word_counts[i] if word_counts[i] > max_words else i))
+    return sorted(order[:examples])
+
+
 def save_attributions(model, test, folder: Path, options: dict[str, Any]) -> None:
     """Shapley values of the words of the chosen test examples for their gold label (``options``:
-    ``examples`` -- a count of leading test examples or a list of test indices --, ``samples``,
-    ``baseline``; see :func:`~contrastfit.evaluation.attributions.token_attributions`)."""
+    ``examples`` -- a count (the first test examples of at most ``max_words`` words, then the
+    shortest others) or a list of test indices --, ``samples``, ``baseline``; see
+    :func:`~contrastfit.evaluation.attributions.token_attributions`)."""
     from ..evaluation.attributions import token_attributions
 
     if test is None or len(test) == 0 or model.task != "classification":
         return
-    ex = options["examples"]
-    indices = list(range(min(int(ex), len(test)))) if isinstance(ex, int) else [i for i in ex if i < len(test)]
+    seconds = test["text_pair"] if "text_pair" in test.column_names else [None] * len(test)
+    words = [len(t.split()) + (len(p.split()) if p else 0) for t, p in zip(test["text"], seconds)]
+    indices = pick_examples(words, options["examples"], int(options.get("max_words", 50)))
     if not indices:
         return
-    pairs = "text_pair" in test.column_names
     items = []
     for i in indices:
         row = test[int(i)]
-        a = token_attributions(model, row["text"], row["text_pair"] if pairs else None, target=int(row["label"]),
+        a = token_attributions(model, row["text"], seconds[i], target=int(row["label"]),
                                n_samples=int(options["samples"]), baseline=str(options["baseline"]), seed=int(i))
         items.append({"index": int(i), **a.to_dict()})
     write_json_atomic(folder / ATTRIBUTIONS_NAME, {"options": dict(options), "examples": items})
