@@ -203,14 +203,18 @@ def test_runner_writes_analyses_and_report(experiment_files):
 
 def test_attributions_for_the_first_sample_and_seed_reach_the_report(experiment_files):
     config = load_config(experiment_files(methods=["ce", "ce-scl"], analyses=["attributions"], report=True,
-                                          seeds=[0, 1], protocol={"kind": "few-shot", "shots": 4, "samples": 2},
+                                          seeds=[0, 1], protocol={"kind": "few-shot", "shots": [4, 2], "samples": 2},
                                           attributions={"examples": [0, 3], "samples": 2}))
     run_experiment(config, progress=False)
     out = Path(config.output)
     written = sorted(out.glob("runs/*/attributions.json"))
-    assert len(written) == 2  # ce and ce-scl, sample 0, seed 0 only (8 runs in all)
+    assert len(written) == 2  # ce and ce-scl in the first setting, sample 0, seed 0 only (16 runs in all)
     with ResultsStore(out / STORE_NAME) as store:
-        assert len(store.done()) == 8
+        runs = {r["tags"]["run_id"]: r for r in store.done()}
+        assert len(runs) == 16
+    for path in written:
+        run = runs[path.parent.name]
+        assert (run["tags"]["setting"], run["tags"]["sample"], run["seed"]) == ("shots=4", 0, 0)
     test = [r["sentence"] for r in sentiment_rows(8, seed=2)]
     for path in written:
         doc = json.loads(path.read_text())

@@ -1131,12 +1131,9 @@ class _Report:
                 self.add_figure(path, f"Confusion matrix of {v} on the test set (rows: true labels), summed over its "
                                       f"{count} runs in all settings.")
 
-    def attributions(self) -> None:
-        self.blocks.append(("h", 2, "Token attributions"))
-        if self.regression:
-            self.note("token attributions are written for classification runs only: skipped.")
-            return
-        setting = self.settings[0]
+    def _attributions_of(self, setting: str) -> dict[int, list[tuple[str, dict]]]:
+        """``{test index: [(row label, attribution dict), ...]}`` from the first run of each variant
+        in ``setting`` that has ``attributions.json``."""
         by_example: dict[int, list[tuple[str, dict]]] = {}
         for v in self.variants:
             for r in self.runs_of(setting, v):
@@ -1151,10 +1148,20 @@ class _Report:
                 for ex in examples:
                     if isinstance(ex, Mapping) and {"index", "words", "values"} <= set(ex):
                         by_example.setdefault(int(ex["index"]), []).append((f"{v} (seed {r.get('seed')})", dict(ex)))
-                break  # one run per variant: the first of the setting that has attributions
+                break  # one run per variant
+        return by_example
+
+    def attributions(self) -> None:
+        self.blocks.append(("h", 2, "Token attributions"))
+        if self.regression:
+            self.note("token attributions are written for classification runs only: skipped.")
+            return
+        # the runner explains the first setting of the config, which need not sort first here
+        setting, by_example = next(((s, found) for s in self.settings if (found := self._attributions_of(s))),
+                                   (None, {}))
         if not by_example:
-            self.note(f"no run of {setting} has {ATTRIBUTIONS_NAME} (written for the first sample and seed "
-                      "of each setting when `attributions` is among the analyses).")
+            self.note(f"no run has {ATTRIBUTIONS_NAME} (written for the first sample and seed of the first "
+                      "setting when `attributions` is among the analyses).")
             return
         for index, rows in sorted(by_example.items()):
             path = self.figure_path(f"attributions_{setting}_test{index}")

@@ -10,8 +10,8 @@ claimed by a live runner is left to it.
 
 Per run, the runner also saves ``analysis.npz`` (test embeddings, labels, predictions, texts and,
 for LaCon, the label embeddings) for the report's figures, and, for the first sample and seed of
-each setting, ``attributions.json``: Shapley values of the words of a few test examples (the same
-examples for every method, with their gold label as the target).
+the first setting, ``attributions.json``: Shapley values of the words of a few test examples (the
+same examples for every method, with their gold label as the target).
 """
 
 from __future__ import annotations
@@ -160,7 +160,8 @@ def run_experiment(config: ExperimentConfig, progress: bool = True) -> dict[str,
                 result = train(_train_config(config, job, folder, progress, model), text_data=job.run.data)
                 if config.analyses:
                     save_analysis(result.model, job.run.data.test, folder)
-                if "attributions" in config.analyses and job.run.sample == 0 and job.seed == config.seeds[0]:
+                if ("attributions" in config.analyses and job.run.setting == plan[0].run.setting
+                        and job.run.sample == 0 and job.seed == config.seeds[0]):  # what the report draws
                     save_attributions(result.model, job.run.data.test, folder, config.attributions)
             except BaseException as exc:
                 store.fail(job.run_id, f"{type(exc).__name__}: {exc}")
