@@ -185,3 +185,18 @@ def test_supcon_in_training_loss_matches_function(tiny_encoder_dir):
     assert out.parts["scl"].item() == pytest.approx(supcon(pooled, labels, 0.5).item(), rel=1e-6)
     ce = torch.nn.functional.cross_entropy(model.head(pooled), labels)
     assert out.loss.item() == pytest.approx(0.1 * ce.item() + 0.9 * out.parts["scl"].item(), rel=1e-5)
+
+
+def test_check_hparam_names_the_method_key_range_and_value():
+    from contrastfit.methods import get_method
+
+    spec = get_method("diffcse")
+    with pytest.raises(ConfigError, match=r"^diffcse: mask_ratio must be in \(0, 1\], got 1\.5$"):
+        spec.create(2, 8, mask_ratio=1.5)
+    with pytest.raises(ConfigError, match=r"^diffcse: discriminator_learning_rate must be >= 0 "
+                                          r"\(0: the main learning rate\), got -1\.0$"):
+        spec.create(2, 8, discriminator_learning_rate=-1)
+    with pytest.raises(ConfigError, match=r"^ce-scl: lambda must be in \[0, 1\], got 2(\.0)?$"):
+        get_method("ce-scl").create(2, 8, **{"lambda": 2})
+    with pytest.raises(ConfigError, match=r"^ce-softtriple: centers_per_class must be >= 1, got 0$"):
+        get_method("ce-softtriple").create(2, 8, centers_per_class=0)

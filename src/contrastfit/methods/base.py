@@ -58,6 +58,21 @@ class Method(nn.Module):
         self.hidden_size = hidden_size
         self.task = task
 
+    def check_hparam(self, key: str, *, gt: float | None = None, ge: float | None = None,
+                     le: float | None = None, note: str = "") -> None:
+        """One-line :class:`ConfigError` unless ``self.hparams[key]`` is in range: ``gt=0`` (> 0),
+        ``ge=1`` (>= 1), ``ge=0, le=1`` (in [0, 1]), ``gt=0, le=1`` (in (0, 1]); ``note`` is added
+        in parentheses (e.g. what 0 means)."""
+        value = self.hparams[key]
+        low = gt if gt is not None else ge
+        ok = ((gt is None or value > gt) and (ge is None or value >= ge) and (le is None or value <= le))
+        if le is None:
+            expected = f"> {gt}" if gt is not None else f">= {ge}"
+        else:
+            expected = f"in {'(' if gt is not None else '['}{low}, {le}]"
+        if not ok:
+            raise ConfigError(f"{self.name}: {key} must be {expected}{f' ({note})' if note else ''}, got {value}")
+
     # -- heads and prediction ------------------------------------------------------------------
     @property
     def num_outputs(self) -> int:

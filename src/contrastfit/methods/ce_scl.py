@@ -28,11 +28,8 @@ class CrossEntropySupCon(Method):
 
     def __init__(self, num_labels, hidden_size, task="classification", **hparams):
         super().__init__(num_labels, hidden_size, task, **hparams)
-        weight = self.weight_name
-        if not 0.0 <= float(self.hparams[weight]) <= 1.0:
-            raise ConfigError(f"{self.name}: {weight} must be in [0, 1], got {self.hparams[weight]}")
-        if self.hparams["temperature"] <= 0:
-            raise ConfigError(f"{self.name}: temperature must be > 0, got {self.hparams['temperature']}")
+        self.check_hparam(self.weight_name, ge=0, le=1)
+        self.check_hparam("temperature", gt=0)
         if task == "regression":
             raise ConfigError(f"{self.name} needs class labels; use 'ce' for a regression target")
 

@@ -135,16 +135,12 @@ class CrossEntropySoftTriple(Method):
             raise ConfigError(f"{self.name} needs class labels; use 'ce' for a regression target")
         if hp["dml_on"] not in DML_ON:
             raise ConfigError(f"{self.name}: dml_on must be one of {', '.join(DML_ON)}, got {hp['dml_on']!r}")
-        if not 0.0 <= hp["beta"] <= 1.0:
-            raise ConfigError(f"{self.name}: beta must be in [0, 1], got {hp['beta']}")
+        self.check_hparam("beta", ge=0, le=1)
         for key in ("la", "gamma", "centers_learning_rate"):
-            if hp[key] <= 0:
-                raise ConfigError(f"{self.name}: {key} must be > 0, got {hp[key]}")
+            self.check_hparam(key, gt=0)
         for key in ("margin", "center_reg"):
-            if hp[key] < 0:
-                raise ConfigError(f"{self.name}: {key} must be >= 0, got {hp[key]}")
-        if hp["centers_per_class"] < 1:
-            raise ConfigError(f"{self.name}: centers_per_class must be >= 1, got {hp['centers_per_class']}")
+            self.check_hparam(key, ge=0)
+        self.check_hparam("centers_per_class", ge=1)
         self.soft_triple = SoftTripleLoss(hidden_size, num_labels, hp["centers_per_class"], la=hp["la"],
                                           gamma=hp["gamma"], margin=hp["margin"], center_reg=hp["center_reg"])
 

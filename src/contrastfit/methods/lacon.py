@@ -88,18 +88,11 @@ class LaCon(Method):
         hp = self.hparams
         if task == "regression":
             raise ConfigError(f"{self.name} needs class labels (they are the anchors); use 'ce' for a regression target")
-        if hp["temperature"] <= 0:
-            raise ConfigError(f"{self.name}: temperature must be > 0, got {hp['temperature']}")
-        if hp["ler_weight"] < 0:
-            raise ConfigError(f"{self.name}: ler_weight must be >= 0, got {hp['ler_weight']}")
-        if hp["projection_layers"] < 0:
-            raise ConfigError(f"{self.name}: projection_layers must be >= 0, got {hp['projection_layers']}")
-        if hp["projection_dim"] < 0:
-            raise ConfigError(f"{self.name}: projection_dim must be >= 0 (0: the encoder's hidden size), "
-                              f"got {hp['projection_dim']}")
-        if hp["label_learning_rate"] < 0:
-            raise ConfigError(f"{self.name}: label_learning_rate must be >= 0 (0: the main learning rate), "
-                              f"got {hp['label_learning_rate']}")
+        self.check_hparam("temperature", gt=0)
+        self.check_hparam("ler_weight", ge=0)
+        self.check_hparam("projection_layers", ge=0)
+        self.check_hparam("projection_dim", ge=0, note="0: the encoder's hidden size")
+        self.check_hparam("label_learning_rate", ge=0, note="0: the main learning rate")
         dim = self.projection_dim
         if hp["projection_layers"] == 0 and dim != hidden_size:
             raise ConfigError(f"{self.name}: projection_layers=0 (no projection) needs projection_dim 0 or "
@@ -154,8 +147,7 @@ class LaConFusion(LaCon):
 
     def __init__(self, num_labels, hidden_size, task="classification", **hparams):
         super().__init__(num_labels, hidden_size, task, **hparams)
-        if self.hparams["fusion_radius"] < 0:
-            raise ConfigError(f"{self.name}: fusion_radius must be >= 0, got {self.hparams['fusion_radius']}")
+        self.check_hparam("fusion_radius", ge=0)
         if self.projection_dim != hidden_size:
             raise ConfigError(f"{self.name}: the label embeddings are compared with token embeddings (Eq. 9), so "
                               f"projection_dim must be 0 or {hidden_size} (the encoder's hidden size), "

@@ -280,8 +280,7 @@ class _SimCSEBase(Method):
 
     def __init__(self, num_labels, hidden_size, task="classification", **hparams):
         super().__init__(num_labels, hidden_size, task, **hparams)
-        if not self.hparams["temperature"] > 0:
-            raise ConfigError(f"{self.name}: temperature must be > 0, got {self.hparams['temperature']}")
+        self.check_hparam("temperature", gt=0)
 
     def build_head(self) -> nn.Module:
         return SimCSETaskHead(self.hidden_size, self.num_outputs, self.task)
@@ -479,15 +478,10 @@ class DiffCSE(_SimCSEBase):
     def __init__(self, num_labels, hidden_size, task="classification", **hparams):
         super().__init__(num_labels, hidden_size, task, **hparams)
         hp = self.hparams
-        if hp["lambda"] < 0:
-            raise ConfigError(f"{self.name}: lambda must be >= 0, got {hp['lambda']}")
-        if not 0.0 < hp["mask_ratio"] <= 1.0:
-            raise ConfigError(f"{self.name}: mask_ratio must be in (0, 1], got {hp['mask_ratio']}")
-        if hp["discriminator_layers"] < 1:
-            raise ConfigError(f"{self.name}: discriminator_layers must be >= 1, got {hp['discriminator_layers']}")
-        if hp["discriminator_learning_rate"] < 0:
-            raise ConfigError(f"{self.name}: discriminator_learning_rate must be >= 0 (0: the main learning rate), "
-                              f"got {hp['discriminator_learning_rate']}")
+        self.check_hparam("lambda", ge=0)
+        self.check_hparam("mask_ratio", gt=0, le=1)
+        self.check_hparam("discriminator_layers", ge=1)
+        self.check_hparam("discriminator_learning_rate", ge=0, note="0: the main learning rate")
         if not hp["generator"].strip():
             raise ConfigError(f"{self.name}: generator must be 'unigram' or a masked-LM folder / name")
         self.discriminator = ConditionalDiscriminator(hidden_size, hp["discriminator_layers"])

@@ -57,8 +57,8 @@ class _DropoutViewsMethod(Method):
         views = self.hparams["view_dropouts"]
         if len(views) < 1 or any(not 0.0 <= p < 1.0 for p in views):
             raise ConfigError(f"{self.name}: view_dropouts must be probabilities in [0, 1), got {views}")
-        if "temperature" in self.hparams and self.hparams["temperature"] <= 0:
-            raise ConfigError(f"{self.name}: temperature must be > 0, got {self.hparams['temperature']}")
+        if "temperature" in self.hparams:
+            self.check_hparam("temperature", gt=0)
 
 
 @register_method
