@@ -27,6 +27,36 @@ class LinearHead(nn.Module):
     def forward(self, embeddings: torch.Tensor) -> torch.Tensor:
         return self.linear(self.dropout(embeddings))
 
+    @torch.no_grad()
+    def fit_logistic(self, features: torch.Tensor, labels: torch.Tensor, C: float = 1.0, seed: int = 0) -> None:
+        """Set the weights to an L2-regularised logistic regression fitted on ``features``
+        (scikit-learn's ``LogisticRegression``, lbfgs, multinomial): the linear probe of SetFit's
+        head and of LP-FT (Kumar et al., 2022). With two classes scikit-learn fits one weight
+        vector ``w``; the two logits ``-w/2, +w/2`` give the same probabilities under softmax."""
+        from sklearn.linear_model import LogisticRegression
+
+        x = features.detach().float().cpu().numpy()
+        y = labels.detach().long().cpu().numpy()
+        classes = sorted(set(y.tolist()))
+        n_out = self.linear.out_features
+        weight = torch.zeros_like(self.linear.weight)
+        bias = torch.zeros_like(self.linear.bias)
+        if len(classes) < 2:
+            raise ValueError("a logistic-regression head needs examples of at least two classes")
+        clf = LogisticRegression(C=C, max_iter=1000, random_state=seed).fit(x, y)
+        coef = torch.as_tensor(clf.coef_, dtype=weight.dtype)
+        intercept = torch.as_tensor(clf.intercept_, dtype=bias.dtype)
+        if len(classes) == 2:
+            coef = torch.cat([-coef / 2, coef / 2])
+            intercept = torch.cat([-intercept / 2, intercept / 2])
+        # a class absent from the features keeps a logit far below the others
+        bias.fill_(-1e4 if len(classes) < n_out else 0.0)
+        index = torch.as_tensor(classes, device=weight.device)
+        weight[index] = coef.to(weight.device)
+        bias[index] = intercept.to(bias.device)
+        self.linear.weight.copy_(weight)
+        self.linear.bias.copy_(bias)
+
 
 class MLPHead(nn.Module):
     """``depth`` linear layers with a non-linearity between them (RoBERTa's head has depth 2)."""

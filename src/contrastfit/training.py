@@ -39,6 +39,8 @@ from .methods import get_method
 from .modeling import ContrastiveClassifier, write_json_atomic
 from .versions import library_versions
 
+DEFAULT_LEARNING_RATE = 5e-5
+DEFAULT_MIN_STEPS = 60
 RESULTS_NAME = "results.json"
 CHECKPOINT_DIR = "checkpoints"
 MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids", "labels")
@@ -69,16 +71,19 @@ class TrainConfig:
     pooling: str | None = None  # None: the encoder's own (mean for sentence-transformers models), else cls
     max_length: int = 128
     # optimisation
-    epochs: float | None = None  # None: 3 epochs, or more so that training takes >= min_steps steps
-    min_steps: int = 60
+    epochs: float | None = None  # None: the method's step rule, else 3 epochs or more to reach min_steps steps
+    min_steps: int | None = None  # None: the method's, else DEFAULT_MIN_STEPS
     batch_size: int = 16
-    learning_rate: float = 5e-5
+    learning_rate: float | None = None  # None: the method's, else DEFAULT_LEARNING_RATE
     weight_decay: float = 0.01
     warmup_ratio: float = 0.1
     gradient_accumulation_steps: int = 1
     fp16: bool = False
     bf16: bool = False
     use_cpu: bool = False
+    # head
+    head_init: str = "random"  # "probe": fit the head as a logistic-regression probe first (LP-FT)
+    refit_head: bool = False  # after training, refit the head as a logistic regression on the frozen encoder
     # bookkeeping
     save_model: bool = True
     save_checkpoints: bool = True
@@ -99,12 +104,14 @@ class TrainConfig:
         for name in ("batch_size", "max_length", "gradient_accumulation_steps"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.learning_rate <= 0:
+        if self.learning_rate is not None and self.learning_rate <= 0:
             raise ConfigError(f"learning_rate must be > 0, got {self.learning_rate}")
         if self.epochs is not None and self.epochs <= 0:
             raise ConfigError(f"epochs must be > 0, got {self.epochs}")
         if self.fp16 and self.bf16:
             raise ConfigError("choose one of fp16 and bf16")
+        if self.head_init not in ("random", "probe"):
+            raise ConfigError(f"head_init must be 'random' or 'probe', got {self.head_init!r}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -253,11 +260,30 @@ def tokenize_dataset(ds: datasets.Dataset, tokenizer, max_length: int) -> datase
     return out.select_columns([c for c in MODEL_INPUTS if c in out.column_names])
 
 
-def resolve_epochs(config: TrainConfig, n_train: int) -> float:
+def with_method_defaults(config: TrainConfig) -> TrainConfig:
+    """``config`` with the settings left at None filled in: the method's ``training_defaults``
+    (e.g. SetFit's learning rate), else the global defaults."""
+    from dataclasses import replace
+
+    own = get_method(config.method).cls.training_defaults
+    fill = {"learning_rate": own.get("learning_rate", DEFAULT_LEARNING_RATE),
+            "min_steps": own.get("min_steps", DEFAULT_MIN_STEPS)}
+    return replace(config, **{k: v for k, v in fill.items() if getattr(config, k) is None})
+
+
+def resolve_schedule(config: TrainConfig, train_labels) -> tuple[float, int]:
+    """(epochs, max_steps) for the Trainer. ``--epochs`` wins; else the method's own step rule
+    (:meth:`Method.training_steps`, e.g. SetFit's pair count); else 3 epochs, or as many as it takes
+    to reach ``min_steps`` optimisation steps (a 32-example few-shot set would otherwise get 6)."""
+    config = with_method_defaults(config)
+    n_train = len(train_labels)
     if config.epochs is not None:
-        return float(config.epochs)
+        return float(config.epochs), -1
+    steps = get_method(config.method).cls.training_steps(train_labels, config.batch_size * config.gradient_accumulation_steps)
+    if steps is not None:
+        return 1.0, max(1, int(steps))
     steps_per_epoch = max(1, math.ceil(n_train / (config.batch_size * config.gradient_accumulation_steps)))
-    return float(max(3, math.ceil(config.min_steps / steps_per_epoch)))
+    return float(max(3, math.ceil(config.min_steps / steps_per_epoch))), -1
 
 
 # ---------------------------------------------------------------------------------------------
@@ -265,11 +291,13 @@ def resolve_epochs(config: TrainConfig, n_train: int) -> float:
 # ---------------------------------------------------------------------------------------------
 
 def build_trainer(config: TrainConfig, model: ContrastiveClassifier, train_ds: datasets.Dataset,
-                  epochs: float, stop_after: int | None = None) -> ContrastfitTrainer:
+                  epochs: float, stop_after: int | None = None, max_steps: int = -1) -> ContrastfitTrainer:
+    config = with_method_defaults(config)
     output = Path(config.output)
     args = TrainingArguments(
         output_dir=str(output / CHECKPOINT_DIR),
         num_train_epochs=epochs,
+        max_steps=max_steps,
         per_device_train_batch_size=config.batch_size,
         per_device_eval_batch_size=max(64, config.batch_size),
         gradient_accumulation_steps=config.gradient_accumulation_steps,
@@ -304,23 +332,32 @@ def build_trainer(config: TrainConfig, model: ContrastiveClassifier, train_ds: d
 
 
 def train_head(model: ContrastiveClassifier, train_ds: datasets.Dataset, collator, *, seed: int = 0,
-               cache: bool = True, progress: bool = False, epochs: int | None = None) -> dict[str, Any]:
-    """Stage 2 of two-stage methods (SupCL-Seq, SimCSE, DiffCSE): freeze the encoder and train
-    ``model.head`` on the method's head features of the training set.
+               cache: bool = True, progress: bool = False, epochs: int | None = None,
+               solver: str | None = None) -> dict[str, Any]:
+    """Stage 2 of two-stage methods (SupCL-Seq, SimCSE, DiffCSE, SetFit, the linear probe): freeze
+    the encoder and fit ``model.head`` on the method's head features of the training set.
 
-    With ``cache=True`` (the default) the training set is encoded **once** and every head epoch
-    runs on the cached features; ``cache=False`` re-encodes every mini-batch of every epoch (only
-    useful to measure what the cache saves, see ``bench/``). Hyper-parameters come from the
-    method: ``head_epochs``, ``head_learning_rate``, ``head_batch_size``. The head is trained with
-    AdamW on the method's task loss (CE, or MSE for a regression target); mini-batches are
-    shuffled with a generator seeded by ``seed``.
+    ``solver`` (default: the method's ``head_solver``):
+
+    * ``"adamw"``: ``head_epochs`` epochs of AdamW (``head_learning_rate``, mini-batches of
+      ``head_batch_size`` shuffled with a generator seeded by ``seed``) on the method's task loss
+      (CE, or MSE for a regression target);
+    * ``"logistic"``: scikit-learn's L2-regularised logistic regression (``head_C``), copied into the
+      linear head (:meth:`contrastfit.heads.LinearHead.fit_logistic`), as SetFit does.
+
+    With ``cache=True`` (the default) the training set is encoded **once** and the head trains on
+    the cached features; ``cache=False`` re-encodes every mini-batch of every epoch (AdamW only;
+    useful to measure what the cache saves, see ``bench/``).
     """
     from tqdm.auto import tqdm
 
     method = model.method
     hp = method.hparams
-    epochs = int(epochs if epochs is not None else hp["head_epochs"])
-    batch_size = int(hp["head_batch_size"])
+    solver = solver or method.head_solver
+    if solver not in ("adamw", "logistic"):
+        raise ConfigError(f"unknown head solver '{solver}' (choose adamw or logistic)")
+    if solver == "logistic" and (model.task != "classification" or not hasattr(model.head, "fit_logistic")):
+        raise ConfigError(f"{method.name}: a logistic-regression head needs class labels and a linear head")
     device = model.device
     loader = DataLoader(train_ds, batch_size=64, shuffle=False, collate_fn=collator)
     frozen = [p for p in model.encoder.parameters() if p.requires_grad]
@@ -336,10 +373,16 @@ def train_head(model: ContrastiveClassifier, train_ds: datasets.Dataset, collato
 
     t0 = time.perf_counter()
     try:
-        if cache:
+        if cache or solver == "logistic":
             parts = [encode(b) for b in loader]
             features, labels = torch.cat([f for f, _ in parts]), torch.cat([y for _, y in parts])
         t_encode = time.perf_counter() - t0
+        if solver == "logistic":
+            C = float(hp.get("head_C", 1.0))
+            model.head.fit_logistic(features, labels, C=C, seed=seed)
+            return {"solver": solver, "C": C, "encode_s": t_encode, "total_s": time.perf_counter() - t0}
+        epochs = int(epochs if epochs is not None else hp["head_epochs"])
+        batch_size = int(hp["head_batch_size"])
         optimizer = torch.optim.AdamW(model.head.parameters(), lr=float(hp["head_learning_rate"]), weight_decay=0.0)
         generator = torch.Generator().manual_seed(seed)
         model.head.train()
@@ -362,7 +405,7 @@ def train_head(model: ContrastiveClassifier, train_ds: datasets.Dataset, collato
         for p in frozen:
             p.requires_grad_(True)
         model.eval()
-    return {"epochs": epochs, "batch_size": batch_size, "learning_rate": float(hp["head_learning_rate"]),
+    return {"solver": solver, "epochs": epochs, "batch_size": batch_size, "learning_rate": float(hp["head_learning_rate"]),
             "cached": cache, "encode_s": t_encode, "total_s": time.perf_counter() - t0, "final_loss": last}
 
 
@@ -384,6 +427,7 @@ def train(config: TrainConfig | None = None, *, text_data: TextData | None = Non
 
     config = TrainConfig(**{**(asdict(config) if config else {}), **overrides})
     config.validate()
+    config = with_method_defaults(config)
     output = Path(config.output)
     results_path = output / RESULTS_NAME
     if results_path.is_file():
@@ -405,16 +449,25 @@ def train(config: TrainConfig | None = None, *, text_data: TextData | None = Non
     )
     train_ds = tokenize_dataset(prepared.train, model.tokenizer, model.max_length)
     model.method.prepare(model, train_ds)
-    epochs = resolve_epochs(config, len(train_ds))
-    trainer = build_trainer(config, model, train_ds, epochs, stop_after)
+    epochs, max_steps = resolve_schedule(config, train_ds["labels"])
+    trainer = build_trainer(config, model, train_ds, epochs, stop_after, max_steps)
     t_setup = time.perf_counter()
     resume_from = last_checkpoint(output) if config.resume else None
-    train_output = trainer.train(resume_from_checkpoint=resume_from)
-    if stop_after is not None and trainer.state.global_step < trainer.state.max_steps:
-        return TrainResult({"interrupted_at_step": trainer.state.global_step}, model)
+    head_init = None
+    if config.head_init == "probe" and resume_from is None:
+        # LP-FT (Kumar et al., 2022): start fine-tuning from the linear probe's head
+        head_init = train_head(model, train_ds, trainer.data_collator, seed=config.seed, solver="logistic")
+    train_loss = None
+    if model.method.trains_encoder:
+        train_output = trainer.train(resume_from_checkpoint=resume_from)
+        train_loss = float(train_output.training_loss)
+        if stop_after is not None and trainer.state.global_step < trainer.state.max_steps:
+            return TrainResult({"interrupted_at_step": trainer.state.global_step}, model)
     head_stage = None
-    if model.method.frozen_head_stage:
-        head_stage = train_head(model, train_ds, trainer.data_collator, seed=config.seed, progress=config.progress)
+    if model.method.frozen_head_stage or config.refit_head:
+        solver = "logistic" if config.refit_head and not model.method.frozen_head_stage else None
+        head_stage = train_head(model, train_ds, trainer.data_collator, seed=config.seed, progress=config.progress,
+                                solver=solver)
     t_train = time.perf_counter()
 
     metrics: dict[str, Any] = {}
@@ -426,9 +479,10 @@ def train(config: TrainConfig | None = None, *, text_data: TextData | None = Non
 
     training = {k: getattr(config, k) for k in (
         "batch_size", "learning_rate", "weight_decay", "warmup_ratio", "gradient_accumulation_steps",
-        "max_length", "fp16", "bf16", "min_steps")}
-    training.update(epochs=epochs, steps=trainer.state.global_step, pooling=pooling,
-                    train_loss=float(train_output.training_loss), resumed_from=resume_from, head_stage=head_stage)
+        "max_length", "fp16", "bf16", "min_steps", "refit_head")}
+    training.update(epochs=epochs if model.method.trains_encoder else 0, steps=trainer.state.global_step,
+                    pooling=pooling, train_loss=train_loss, resumed_from=resume_from, head_init=head_init,
+                    head_stage=head_stage)
     result = {
         "method": config.method,
         "hparams": model.method.hparams,

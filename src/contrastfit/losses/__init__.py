@@ -1,6 +1,7 @@
 """Loss functions, one file per loss: pure functions in ``torch.nn.functional`` style plus thin
 ``nn.Module`` wrappers. Each file cites the paper and equation it implements."""
 
+from .cosine_pairs import CosinePairsLoss, cosine_pairs
 from .diffcse import (DEFAULT_LAMBDA, ReplacedTokenDetectionLoss, UnigramGenerator, diffcse_loss, fill_with_mlm,
                       mask_tokens, replaced_token_detection)
 from .lacon import LaConLoss, LaConLossParts, lacon, lacon_predict
@@ -10,6 +11,7 @@ from .supcon import SupConLoss, supcon
 
 __all__ = [
     "supcon", "SupConLoss",
+    "cosine_pairs", "CosinePairsLoss",
     "soft_triple", "flatten_tokens", "SoftTripleLoss", "SOSNOWSKI_TABLE1",
     "lacon", "lacon_predict", "LaConLoss", "LaConLossParts",
     "simcse_unsup", "simcse_sup", "SimCSELoss", "SupervisedSimCSELoss",

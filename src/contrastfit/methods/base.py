@@ -48,6 +48,14 @@ class Method(nn.Module):
     #: once and trains the head on the cached features (:func:`contrastfit.training.train_head`).
     #: Such methods include :data:`HEAD_STAGE_DEFAULTS` in their ``defaults``.
     frozen_head_stage: ClassVar[bool] = False
+    #: How stage 2 fits the head: ``"adamw"`` (epochs of AdamW on the task loss) or ``"logistic"``
+    #: (scikit-learn's logistic regression copied into the linear head, as SetFit does).
+    head_solver: ClassVar[str] = "adamw"
+    #: False for methods that never update the encoder (the linear probe): no Trainer stage.
+    trains_encoder: ClassVar[bool] = True
+    #: Training settings of the method's own recipe (``learning_rate``, ``min_steps``), used where
+    #: the user gives none (:func:`contrastfit.training.with_method_defaults`).
+    training_defaults: ClassVar[dict[str, Any]] = {}
 
     def __init__(self, num_labels: int, hidden_size: int, task: str = "classification", **hparams: Any):
         super().__init__()
@@ -104,6 +112,13 @@ class Method(nn.Module):
         """Paper defaults that depend on the training-set size (Sosnowski et al. tune per N).
         Applied under the user's own values; empty for most methods."""
         return {}
+
+    @classmethod
+    def training_steps(cls, train_labels, batch_size: int) -> int | None:
+        """The number of optimisation steps the method's own recipe takes for this training set
+        (e.g. SetFit's one epoch over its sampled pairs), or None for the generic rule (3 epochs,
+        at least ``min_steps`` steps). ``--epochs`` overrides it."""
+        return None
 
     # -- training ------------------------------------------------------------------------------
     def prepare(self, model: nn.Module, train_dataset) -> None:
@@ -166,6 +181,9 @@ def resolve_hparams(method: str, defaults: dict[str, Any], given: dict[str, Any]
 
 #: Stage-2 hyper-parameters of two-stage methods (frozen encoder, head on cached features).
 HEAD_STAGE_DEFAULTS: dict[str, Any] = {"head_epochs": 100, "head_learning_rate": 1e-3, "head_batch_size": 32}
+#: Stage-2 hyper-parameter of methods whose head is a logistic regression (``head_solver = "logistic"``):
+#: the inverse regularisation strength, scikit-learn's default (SetFit's head).
+LOGISTIC_HEAD_DEFAULTS: dict[str, Any] = {"head_C": 1.0}
 
 
 @dataclass(frozen=True)
