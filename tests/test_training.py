@@ -97,18 +97,52 @@ def test_trainer_feeds_class_balanced_batches(tmp_path, tiny_encoder_dir, sentim
         assert len(labels) == 8 and (counts >= 2).all(), labels
 
 
-def test_ce_uses_the_plain_random_sampler(tmp_path, tiny_encoder_dir, sentiment_csv, monkeypatch):
-    seen = []
+def _batch_labels(monkeypatch) -> list[list[int]]:
+    seen: list[list[int]] = []
     original = ContrastfitTrainer.compute_loss
 
     def spy(self, model, inputs, *args, **kwargs):
         if model.training:
-            seen.append(len(inputs["labels"]))
+            seen.append(inputs["labels"].tolist())
         return original(self, model, inputs, *args, **kwargs)
 
     monkeypatch.setattr(ContrastfitTrainer, "compute_loss", spy)
-    _train(tmp_path, tiny_encoder_dir, sentiment_csv, method="ce", shots=5, epochs=1)
-    assert seen == [8, 2]  # the library's sampler: the last batch is the remainder
+    return seen
+
+
+def test_every_method_gets_the_same_sampler_by_default(tmp_path, tiny_encoder_dir, sentiment_csv, monkeypatch):
+    """Issue 9: CE is not handed other batches than the contrastive methods it is compared with."""
+    seen = _batch_labels(monkeypatch)
+    _train(tmp_path, tiny_encoder_dir, sentiment_csv, method="ce", name="ce", shots=5, epochs=1)
+    ce_batches = list(seen)
+    seen.clear()
+    _train(tmp_path, tiny_encoder_dir, sentiment_csv, method="ce-scl", name="scl", shots=5, epochs=1)
+    assert ce_batches == seen and [len(b) for b in seen] == [8, 8]  # balanced: every batch full
+
+
+def test_random_sampler_is_the_librarys(tmp_path, tiny_encoder_dir, sentiment_csv, monkeypatch):
+    seen = _batch_labels(monkeypatch)
+    with pytest.warns(UserWarning, match="in-batch positives"):
+        _train(tmp_path, tiny_encoder_dir, sentiment_csv, method="ce-scl", shots=5, epochs=1, sampler="random")
+    assert [len(b) for b in seen] == [8, 2]  # the library's sampler: the last batch is the remainder
+    with pytest.raises(ConfigError, match="sampler"):
+        _train(tmp_path, tiny_encoder_dir, sentiment_csv, name="bad", sampler="grouped")
+
+
+def test_cli_sample_is_the_experiments_sample(tmp_path, tiny_encoder_dir, sentiment_csv):
+    """One sampling path: train(shots=K, seed=S) draws what an experiment's sample 0 of protocol seed
+    S draws; --sample-seed/--sample-index reach any other sample, independently of the training seed."""
+    from contrastfit.data import data_hash, load_data
+    from contrastfit.experiments.protocols import few_shot
+
+    data = load_data(str(sentiment_csv), label_column="sentiment")
+    runs = few_shot(data, shots=4, samples=2, validation_size=2, seed=3)
+    a = _train(tmp_path, tiny_encoder_dir, sentiment_csv, name="a", shots=4, seed=3, validation_size=2, epochs=1)
+    assert a["data"]["train_hash"] == data_hash(runs[0].data.train)
+    assert a["data"]["validation_hash"] == data_hash(runs[0].data.validation)
+    b = _train(tmp_path, tiny_encoder_dir, sentiment_csv, name="b", shots=4, seed=0, sample_seed=3, sample_index=1, epochs=1)
+    assert b["data"]["train_hash"] == data_hash(runs[1].data.train)
+    assert b["data"]["sampling"]["sample_seed"] == 3 and b["seed"] == 0
 
 
 def test_resume_after_interruption(tmp_path, tiny_encoder_dir, sentiment_csv):

@@ -63,7 +63,10 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--shots", type=int, help="sample K training examples per class")
     g.add_argument("--train-size", type=int, help="sample N training examples in total, stratified")
     g.add_argument("--validation-size", type=int, help="stratified subset of the validation split of this size")
-    g.add_argument("--seed", type=int, default=0, help="seed for sampling, initialisation and batches (default: 0)")
+    g.add_argument("--seed", type=int, default=0, help="seed for initialisation and batches, and for sampling unless --sample-seed (default: 0)")
+    g.add_argument("--sample-seed", type=int, help="seed of the --shots/--train-size/--validation-size draws (default: --seed)")
+    g.add_argument("--sample-index", type=int, default=0,
+                   help="which sample of that seed: an experiment's sample s of protocol seed S is --sample-seed S --sample-index s")
     g = p.add_argument_group("method")
     g.add_argument("--lambda", dest="hp_lambda", type=float, help="weight of the contrastive term (ce-scl)")
     g.add_argument("--temperature", dest="hp_temperature", type=float, help="contrastive temperature")
@@ -87,6 +90,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--gradient-accumulation-steps", type=int, default=1)
     g.add_argument("--fp16", action="store_true", help="mixed precision (CUDA)")
     g.add_argument("--bf16", action="store_true", help="bfloat16 mixed precision")
+    g.add_argument("--sampler", choices=["balanced", "random"], default="balanced",
+                   help="training batches: balanced (the data's class mix, >= 2 rows of every class present; default) or random")
     g.add_argument("--head-init", choices=["random", "probe"], default="random",
                    help="probe: fit the head as a logistic-regression probe before fine-tuning (LP-FT)")
     g.add_argument("--refit-head", action="store_true",
@@ -187,6 +192,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         validation_data=args.validation_data, test_data=args.test_data, validation_split=args.validation_split,
         task=args.task,
         shots=args.shots, train_size=args.train_size, validation_size=args.validation_size, seed=args.seed,
+        sample_seed=args.sample_seed, sample_index=args.sample_index, sampler=args.sampler,
         pooling=args.pooling, max_length=args.max_length, epochs=args.epochs, min_steps=args.min_steps,
         batch_size=args.batch_size, head_init=args.head_init, refit_head=args.refit_head,
         learning_rate=args.learning_rate, weight_decay=args.weight_decay, warmup_ratio=args.warmup_ratio,

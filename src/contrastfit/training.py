@@ -21,6 +21,7 @@ import json
 import math
 import shutil
 import time
+import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,7 @@ from torch.utils.data import DataLoader
 from transformers import DataCollatorWithPadding, Trainer, TrainerCallback, TrainingArguments
 
 from .data import ClassBalancedBatchSampler, TextData, data_hash, load_data, sample_per_class, sample_stratified
+from .data.sampling import derive_seed
 from .data.loading import LABEL, TEXT, TEXT_PAIR
 from .encoders import DEFAULT_MODEL, default_pooling
 from .errors import ConfigError
@@ -66,7 +68,10 @@ class TrainConfig:
     shots: int | None = None
     train_size: int | None = None
     validation_size: int | None = None
-    seed: int = 0
+    seed: int = 0  # training seed (initialisation, dropout, batch order); also the sampling seed by default
+    sample_seed: int | None = None  # None: seed. Training sample = derive_seed(sample_seed, "train", sample_index)
+    sample_index: int = 0  # which sample of that seed (an experiment's sample s)
+    sampler: str = "balanced"  # training batches: "balanced" (class-mix-keeping, positives) or "random"
     # model
     pooling: str | None = None  # None: the encoder's own (mean for sentence-transformers models), else cls
     max_length: int = 128
@@ -110,6 +115,10 @@ class TrainConfig:
             raise ConfigError(f"epochs must be > 0, got {self.epochs}")
         if self.fp16 and self.bf16:
             raise ConfigError("choose one of fp16 and bf16")
+        if self.sampler not in ("balanced", "random"):
+            raise ConfigError(f"sampler must be 'balanced' or 'random', got {self.sampler!r}")
+        if self.sampler == "balanced" and self.batch_size < 2:
+            raise ConfigError("the balanced sampler needs --batch-size >= 2 (or use --sampler random)")
         if self.head_init not in ("random", "probe"):
             raise ConfigError(f"head_init must be 'random' or 'probe', got {self.head_init!r}")
 
@@ -212,7 +221,9 @@ class PreparedData:
             "label_names": self.data.label_names,
             "text_pair": self.data.has_pairs,
             "sampling": {"shots": config.shots, "train_size": config.train_size,
-                         "validation_size": config.validation_size, "seed": config.seed},
+                         "validation_size": config.validation_size,
+                         "sample_seed": config.seed if config.sample_seed is None else config.sample_seed,
+                         "sample_index": config.sample_index},
         }
         for split in ("train", "validation", "test"):
             ds = getattr(self, split)
@@ -235,15 +246,17 @@ def prepare_data(config: TrainConfig, data: TextData | None = None) -> PreparedD
         task=config.task,
     )
     train = data.train
+    seed = config.seed if config.sample_seed is None else config.sample_seed
+    train_seed = derive_seed(seed, "train", config.sample_index)
     if config.shots is not None:
         if data.label_names is None:
             raise ConfigError("--shots needs class labels; use --train-size for a regression target")
-        train = sample_per_class(train, config.shots, config.seed, data.label_names)
+        train = sample_per_class(train, config.shots, train_seed, data.label_names)
     elif config.train_size is not None:
-        train = sample_stratified(train, config.train_size, config.seed)
+        train = sample_stratified(train, config.train_size, train_seed)
     validation = data.validation
     if validation is not None and config.validation_size is not None:
-        validation = sample_stratified(validation, config.validation_size, config.seed)
+        validation = sample_stratified(validation, config.validation_size, derive_seed(seed, "validation"))
     return PreparedData(data, train, validation, data.test)
 
 
@@ -326,7 +339,7 @@ def build_trainer(config: TrainConfig, model: ContrastiveClassifier, train_ds: d
         args=args,
         train_dataset=train_ds,
         data_collator=collator,
-        balanced_batches=model.method.contrastive,
+        balanced_batches=config.sampler == "balanced" and model.task == "classification",
         callbacks=[_StopFlag(stop_after)] if stop_after is not None else None,
     )
 
@@ -447,6 +460,9 @@ def train(config: TrainConfig | None = None, *, text_data: TextData | None = Non
         config.model, config.method, prepared.data.label_names, hparams=hparams, pooling=pooling,
         max_length=config.max_length, trust_remote_code=config.trust_remote_code,
     )
+    if model.method.contrastive and config.sampler == "random":
+        warnings.warn(f"{config.method} contrasts in-batch positives; random batches of a small training set "
+                      "often have none (the default --sampler balanced guarantees them)", stacklevel=2)
     train_ds = tokenize_dataset(prepared.train, model.tokenizer, model.max_length)
     model.method.prepare(model, train_ds)
     epochs, max_steps = resolve_schedule(config, train_ds["labels"])
@@ -479,7 +495,7 @@ def train(config: TrainConfig | None = None, *, text_data: TextData | None = Non
 
     training = {k: getattr(config, k) for k in (
         "batch_size", "learning_rate", "weight_decay", "warmup_ratio", "gradient_accumulation_steps",
-        "max_length", "fp16", "bf16", "min_steps", "refit_head")}
+        "max_length", "fp16", "bf16", "min_steps", "refit_head", "head_init", "sampler")}
     training.update(epochs=epochs if model.method.trains_encoder else 0, steps=trainer.state.global_step,
                     pooling=pooling, train_loss=train_loss, resumed_from=resume_from, head_init=head_init,
                     head_stage=head_stage)

@@ -7,6 +7,12 @@
 
 Both depend only on the data and the seed (NumPy ``default_rng(seed)``), and return the rows in
 their original order.
+
+Every random draw of a protocol takes its own seed from :func:`derive_seed` (``SeedSequence([seed,
+stream, index])``): training sample ``s`` of sampling seed ``seed`` is drawn with ``derive_seed(seed,
+"train", s)`` and a validation subset with ``derive_seed(seed, "validation")``, by ``contrastfit train``
+(``--sample-seed``, ``--sample-index``) and by the experiments' protocols alike, so a run from the
+command line and the same sample inside an experiment see the same rows.
 """
 
 from __future__ import annotations
@@ -16,6 +22,15 @@ import numpy as np
 
 from ..errors import DataError
 from .loading import LABEL
+
+
+#: Streams of :func:`derive_seed`, one per kind of random draw.
+STREAMS = {"train": 1, "validation": 2, "pool": 3, "label_noise": 4, "text_noise": 5, "classes": 6}
+
+
+def derive_seed(seed: int, stream: str, index: int = 0) -> int:
+    """An integer seed for one random draw: ``SeedSequence([seed, STREAMS[stream], index])``."""
+    return int(np.random.SeedSequence([seed, STREAMS[stream], index]).generate_state(1, dtype=np.uint32)[0])
 
 
 def _labels(ds: datasets.Dataset) -> np.ndarray:

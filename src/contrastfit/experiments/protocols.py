@@ -66,11 +66,9 @@ import numpy as np
 
 from ..data.loading import LABEL, TextData
 from ..data.noise import TEXT_NOISE_KINDS, add_text_noise, check_rate, flip_labels
-from ..data.sampling import per_class_indices, sample_per_class, sample_stratified
+from ..data.sampling import STREAMS, derive_seed, per_class_indices, sample_per_class, sample_stratified  # noqa: F401
 from ..errors import ConfigError, DataError
 
-#: Streams of :func:`derive_seed`, one per kind of random draw.
-STREAMS = {"train": 1, "validation": 2, "pool": 3, "label_noise": 4, "text_noise": 5, "classes": 6}
 
 
 @dataclass
@@ -87,11 +85,6 @@ class ProtocolRun:
 # ---------------------------------------------------------------------------------------------
 # Helpers
 # ---------------------------------------------------------------------------------------------
-
-def derive_seed(seed: int, stream: str, index: int = 0) -> int:
-    """An integer seed for one random draw: ``SeedSequence([seed, STREAMS[stream], index])``."""
-    return int(np.random.SeedSequence([seed, STREAMS[stream], index]).generate_state(1, dtype=np.uint32)[0])
-
 
 def _check_seed(seed: Any) -> int:
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:

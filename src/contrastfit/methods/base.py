@@ -40,7 +40,8 @@ class Method(nn.Module):
     description: ClassVar[str] = ""
     reference: ClassVar[str] = ""
     defaults: ClassVar[dict[str, Any]] = {}
-    #: Train with the class-balanced batch sampler (at least two examples of a class per batch).
+    #: The loss needs in-batch positives (the default ``--sampler balanced`` gives them); training such
+    #: a method with ``--sampler random`` warns.
     contrastive: ClassVar[bool] = False
     head_kind: ClassVar[str] = "linear"
     #: Two stages (SupCL-Seq, SimCSE, DiffCSE): stage 1 trains the encoder with
