@@ -23,6 +23,7 @@ from contrastfit.data import (
     sample_per_class,
     sample_stratified,
 )
+from contrastfit.data.builtin import _load_builtin  # the cached reader
 from contrastfit.data.loading import parse_hub_name
 from contrastfit.data.sampling import stratified_quotas
 from contrastfit.errors import DataError
@@ -386,7 +387,7 @@ def test_builtin_sizes_splits_and_determinism(name):
     assert not texts["validation"] & texts["test"]
     assert all(t.strip() for t in data.test["text"])
     # deterministic: a fresh load (bypassing the cache) gives the same rows
-    fresh = load_builtin.__wrapped__(name)
+    fresh = _load_builtin.__wrapped__(name)
     assert fresh is not data
     for s in sizes:
         assert data_hash(fresh.split(s)) == data_hash(data.split(s))
@@ -426,7 +427,7 @@ def _assert_disjoint_and_deterministic(name, data, sizes):
     assert not texts["train"] & texts["test"]
     assert not texts["validation"] & texts["test"]
     assert all(t.strip() and t == " ".join(t.split()) for s in sizes for t in data.split(s)["text"])
-    fresh = load_builtin.__wrapped__(name)  # bypass the cache: the same rows again
+    fresh = _load_builtin.__wrapped__(name)  # bypass the cache: the same rows again
     for s in sizes:
         assert data_hash(fresh.split(s)) == data_hash(data.split(s))
     assert data.source["split_seed"] == 20211 and data.source["package_version"]
@@ -784,3 +785,16 @@ def test_regression_metrics_against_scipy_and_by_hand():
     const = regression_metrics([1.0, 2.0, 3.0], [2.0, 2.0, 2.0])
     assert math.isnan(const["pearson"]) and math.isnan(const["spearman"])
     assert const["mse"] == pytest.approx(2 / 3)
+
+
+def test_load_builtin_hands_out_fresh_objects():
+    """Issue 9: a caller that replaces a split, edits the labels or re-formats a split of what
+    load_data returned does not change what the next caller gets (the files are still read once)."""
+    first = load_data("mr")
+    first.test = first.test.select(range(3))
+    first.label_names.append("neutral")
+    first.train.set_format("numpy")
+    first.source["name"] = "changed"
+    second = load_data("mr")
+    assert len(second.test) == 853 and second.label_names == ["negative", "positive"]
+    assert second.train.format["type"] is None and second.source["name"] == "mr"

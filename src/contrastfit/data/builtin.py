@@ -53,6 +53,7 @@ import os
 import shlex
 import tarfile
 from dataclasses import dataclass
+import copy
 from functools import lru_cache
 from pathlib import Path
 from typing import Callable, NamedTuple
@@ -295,9 +296,20 @@ def split_indices(y: np.ndarray, stratify: bool) -> tuple[np.ndarray, np.ndarray
     return train, held[0], held[1]
 
 
-@lru_cache(maxsize=None)
 def load_builtin(name: str) -> TextData:
-    """The built-in data set ``name`` with its fixed train / validation / test split."""
+    """The built-in data set ``name`` with its fixed train / validation / test split.
+
+    The files are read once per process; every call returns a fresh :class:`TextData` (its own
+    split objects, label list and source record), so a caller that replaces or re-formats a split
+    never changes what the next caller gets."""
+    cached = _load_builtin(name)
+    return TextData(name=cached.name, train=copy.copy(cached.train), validation=copy.copy(cached.validation),
+                    test=copy.copy(cached.test), label_names=None if cached.label_names is None else list(cached.label_names),
+                    source=copy.deepcopy(cached.source))
+
+
+@lru_cache(maxsize=None)
+def _load_builtin(name: str) -> TextData:
     try:
         spec = BUILTIN_DATASETS[name]
     except KeyError:
