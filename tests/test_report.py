@@ -263,6 +263,15 @@ def test_best_variant_by_validation_not_test(experiment):
     assert [b["variant"] for b in best_variants(tampered)] == [b["variant"] for b in best]
 
 
+def test_best_variant_with_top_k_ranks_by_the_k_best_validation_runs(experiment):
+    _, results = experiment
+    for b in best_variants(results, top_k=1):
+        top1 = {v: max(r["metrics"]["validation"]["accuracy"] for r in _runs(results, b["setting"], v))
+                for v in b["candidates"]}
+        assert b["candidates"] == pytest.approx(top1)
+        assert b["variant"] == max(sorted(top1), key=top1.get)
+
+
 def test_markdown_layout(experiment):
     _, results = experiment
     rows = summary_table(results, METRICS)

@@ -141,3 +141,15 @@ def test_best_by_validation_never_looks_at_test():
     assert best_by_validation(tie) == ("a", 1)
     with pytest.raises(ValueError):
         best_by_validation({"x": []})
+
+
+def test_best_by_validation_with_top_k_uses_the_mean_of_the_k_best_runs():
+    """Gunel et al.: hyper-parameters by the average validation accuracy of the top 3 models."""
+    groups = {
+        "steady": [{"validation": v} for v in (0.80, 0.80, 0.80, 0.80)],    # mean 0.80, top-2 0.80
+        "erratic": [{"validation": v} for v in (0.90, 0.88, 0.50, 0.50)],   # mean 0.695, top-2 0.89
+    }
+    assert best_by_validation(groups) == "steady"
+    assert best_by_validation(groups, k=2) == "erratic"
+    assert best_by_validation({"a": [{"validation": 1.0}], "b": [{"validation": 0.2}, {"validation": 3.0}]},
+                              higher_is_better=False, k=1) == "b"

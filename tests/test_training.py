@@ -11,7 +11,7 @@ import torch
 from contrastfit import ContrastiveClassifier, train
 from contrastfit.errors import ConfigError
 from contrastfit.losses import supcon
-from contrastfit.training import ContrastfitTrainer
+from contrastfit.training import ContrastfitTrainer, TrainConfig
 
 
 def _train(tmp_path, tiny_encoder_dir, data, method="ce-scl", name="run", **kw):
@@ -234,3 +234,40 @@ def test_check_hparam_names_the_method_key_range_and_value():
         get_method("ce-scl").create(2, 8, **{"lambda": 2})
     with pytest.raises(ConfigError, match=r"^ce-softtriple: centers_per_class must be >= 1, got 0$"):
         get_method("ce-softtriple").create(2, 8, centers_per_class=0)
+
+
+def test_validation_selection_keeps_the_best_step_and_records_why(tmp_path, tiny_encoder_dir, sentiment_csv):
+    """Issue 9: evaluation on validation during training (the Trainer's), the best step kept."""
+    result = _train(tmp_path, tiny_encoder_dir, sentiment_csv, method="ce", epochs=6, learning_rate=3e-3,
+                    metric_for_best="loss", save_checkpoints=False)
+    sel = result["training"]["selection"]
+    losses = {e["step"]: e["loss"] for e in sel["evaluations"]}
+    assert len(losses) >= 4 and sel["metric"] == "loss"
+    best = min(losses, key=losses.get)
+    assert sel["best_step"] == best and sel["best_value"] == pytest.approx(losses[best])
+    # the kept model is that step's: its validation loss is the recorded best
+    from contrastfit.data import load_data
+
+    model = result.model
+    data = load_data(str(sentiment_csv), label_column="sentiment")
+    logits = torch.from_numpy(model.predict_logits(list(data.validation["text"])))
+    loss = torch.nn.functional.cross_entropy(logits, torch.tensor(data.validation["label"])).item()
+    assert loss == pytest.approx(losses[best], rel=1e-4)
+    assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+def test_without_selection_the_last_step_is_kept(tmp_path, tiny_encoder_dir, sentiment_csv):
+    result = _train(tmp_path, tiny_encoder_dir, sentiment_csv, method="ce", epochs=2, select_best=False)
+    assert result["training"]["selection"] is None
+
+
+def test_early_stopping_stops_training(tmp_path, tiny_encoder_dir, sentiment_csv):
+    result = _train(tmp_path, tiny_encoder_dir, sentiment_csv, method="ce", epochs=40, eval_steps=1,
+                    early_stopping_patience=1, learning_rate=1e-6, metric_for_best="accuracy", save_checkpoints=False)
+    sel = result["training"]["selection"]
+    assert sel["stopped_early"] and result["training"]["steps"] < 40 * 3
+
+
+def test_warmup_ratio_is_a_fraction():
+    with pytest.raises(ConfigError, match="warmup_ratio"):
+        TrainConfig(warmup_ratio=1).validate()

@@ -90,6 +90,11 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--gradient-accumulation-steps", type=int, default=1)
     g.add_argument("--fp16", action="store_true", help="mixed precision (CUDA)")
     g.add_argument("--bf16", action="store_true", help="bfloat16 mixed precision")
+    g.add_argument("--no-select-best", dest="select_best", action="store_false",
+                   help="keep the last step instead of the best on validation (default: evaluate during training, keep the best)")
+    g.add_argument("--metric-for-best", help="validation metric that picks the kept step (default: accuracy; mse for regression)")
+    g.add_argument("--eval-steps", type=int, help="evaluate every N steps (default: about five evaluations per run)")
+    g.add_argument("--early-stopping-patience", type=int, help="stop after N evaluations without improvement")
     g.add_argument("--sampler", choices=["balanced", "random"], default="balanced",
                    help="training batches: balanced (the data's class mix, >= 2 rows of every class present; default) or random")
     g.add_argument("--head-init", choices=["random", "probe"], default="random",
@@ -193,6 +198,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         task=args.task,
         shots=args.shots, train_size=args.train_size, validation_size=args.validation_size, seed=args.seed,
         sample_seed=args.sample_seed, sample_index=args.sample_index, sampler=args.sampler,
+        select_best=args.select_best, metric_for_best=args.metric_for_best, eval_steps=args.eval_steps,
+        early_stopping_patience=args.early_stopping_patience,
         pooling=args.pooling, max_length=args.max_length, epochs=args.epochs, min_steps=args.min_steps,
         batch_size=args.batch_size, head_init=args.head_init, refit_head=args.refit_head,
         learning_rate=args.learning_rate, weight_decay=args.weight_decay, warmup_ratio=args.warmup_ratio,

@@ -86,6 +86,11 @@ class TrainConfig:
     fp16: bool = False
     bf16: bool = False
     use_cpu: bool = False
+    # model selection on the validation split (Trainer evaluation, best checkpoint, early stopping)
+    select_best: bool = True  # evaluate during training and keep the best step (when there is a validation split)
+    metric_for_best: str | None = None  # None: accuracy (classification) or mse (regression)
+    eval_steps: int | None = None  # None: about five evaluations per run, at least one epoch apart
+    early_stopping_patience: int | None = None  # stop after this many evaluations without improvement
     # head
     head_init: str = "random"  # "probe": fit the head as a logistic-regression probe first (LP-FT)
     refit_head: bool = False  # after training, refit the head as a logistic regression on the frozen encoder
@@ -115,6 +120,12 @@ class TrainConfig:
             raise ConfigError(f"epochs must be > 0, got {self.epochs}")
         if self.fp16 and self.bf16:
             raise ConfigError("choose one of fp16 and bf16")
+        if not 0 <= self.warmup_ratio < 1:
+            raise ConfigError(f"warmup_ratio is a fraction of the training steps in [0, 1), got {self.warmup_ratio}")
+        if self.eval_steps is not None and self.eval_steps < 1:
+            raise ConfigError(f"eval_steps must be >= 1, got {self.eval_steps}")
+        if self.early_stopping_patience is not None and self.early_stopping_patience < 1:
+            raise ConfigError(f"early_stopping_patience must be >= 1, got {self.early_stopping_patience}")
         if self.sampler not in ("balanced", "random"):
             raise ConfigError(f"sampler must be 'balanced' or 'random', got {self.sampler!r}")
         if self.sampler == "balanced" and self.batch_size < 2:
@@ -303,10 +314,58 @@ def resolve_schedule(config: TrainConfig, train_labels) -> tuple[float, int]:
 # One job
 # ---------------------------------------------------------------------------------------------
 
+#: Validation metrics where lower is better (everything else: higher is better).
+LOWER_IS_BETTER = {"mse", "loss"}
+
+
+def selection_metric(config: TrainConfig, task: str) -> str:
+    return config.metric_for_best or ("accuracy" if task == "classification" else "mse")
+
+
+def _compute_metrics(label_names: list[str] | None):
+    from .evaluation.metrics import classification_metrics, regression_metrics
+
+    def compute(eval_pred) -> dict[str, float]:
+        logits, labels = eval_pred.predictions, eval_pred.label_ids
+        logits = logits[0] if isinstance(logits, tuple) else logits
+        if label_names is None:
+            m = regression_metrics(labels, logits[:, 0])
+        else:
+            m = classification_metrics(labels, logits.argmax(axis=-1), label_names)
+        return {k: float(v) for k, v in m.items() if isinstance(v, (int, float))}
+
+    return compute
+
+
+def _selection_args(config: TrainConfig, task: str, eval_ds: datasets.Dataset | None, total_steps: int) -> dict[str, Any]:
+    """TrainingArguments for evaluating on validation and loading the best checkpoint at the end."""
+    if eval_ds is None:
+        return {"eval_strategy": "no", "save_strategy": "steps" if config.save_checkpoints else "no",
+                "save_steps": config.save_steps}
+    every = config.eval_steps or max(1, math.ceil(total_steps / 5))
+    metric = selection_metric(config, task)
+    return {"eval_strategy": "steps", "eval_steps": every, "save_strategy": "steps", "save_steps": every,
+            "load_best_model_at_end": True, "metric_for_best_model": metric,
+            "greater_is_better": metric not in LOWER_IS_BETTER,
+            # only the weights when the run keeps no resumable checkpoints: a save costs a model write
+            "save_only_model": not config.save_checkpoints}
+
+
 def build_trainer(config: TrainConfig, model: ContrastiveClassifier, train_ds: datasets.Dataset,
-                  epochs: float, stop_after: int | None = None, max_steps: int = -1) -> ContrastfitTrainer:
+                  epochs: float, stop_after: int | None = None, max_steps: int = -1,
+                  eval_ds: datasets.Dataset | None = None) -> ContrastfitTrainer:
     config = with_method_defaults(config)
     output = Path(config.output)
+    steps_per_epoch = max(1, math.ceil(len(train_ds) / (config.batch_size * config.gradient_accumulation_steps)))
+    total_steps = max_steps if max_steps > 0 else math.ceil(epochs * steps_per_epoch)
+    selection = _selection_args(config, model.task, eval_ds, total_steps)
+    callbacks: list[TrainerCallback] = []
+    if stop_after is not None:
+        callbacks.append(_StopFlag(stop_after))
+    if eval_ds is not None and config.early_stopping_patience:
+        from transformers import EarlyStoppingCallback
+
+        callbacks.append(EarlyStoppingCallback(early_stopping_patience=config.early_stopping_patience))
     args = TrainingArguments(
         output_dir=str(output / CHECKPOINT_DIR),
         num_train_epochs=epochs,
@@ -319,10 +378,8 @@ def build_trainer(config: TrainConfig, model: ContrastiveClassifier, train_ds: d
         warmup_steps=config.warmup_ratio,
         lr_scheduler_type="linear",
         logging_steps=config.logging_steps,
-        save_strategy="steps" if config.save_checkpoints else "no",
-        save_steps=config.save_steps,
         save_total_limit=1,
-        eval_strategy="no",
+        **selection,
         seed=config.seed,
         data_seed=config.seed,
         fp16=config.fp16,
@@ -338,9 +395,11 @@ def build_trainer(config: TrainConfig, model: ContrastiveClassifier, train_ds: d
         model=model,
         args=args,
         train_dataset=train_ds,
+        eval_dataset=eval_ds,
         data_collator=collator,
+        compute_metrics=_compute_metrics(model.label_names) if eval_ds is not None else None,
         balanced_batches=config.sampler == "balanced" and model.task == "classification",
-        callbacks=[_StopFlag(stop_after)] if stop_after is not None else None,
+        callbacks=callbacks or None,
     )
 
 
@@ -466,7 +525,12 @@ def train(config: TrainConfig | None = None, *, text_data: TextData | None = Non
     train_ds = tokenize_dataset(prepared.train, model.tokenizer, model.max_length)
     model.method.prepare(model, train_ds)
     epochs, max_steps = resolve_schedule(config, train_ds["labels"])
-    trainer = build_trainer(config, model, train_ds, epochs, stop_after, max_steps)
+    # model selection on validation, for methods whose head trains with the encoder (two-stage
+    # methods' heads are fitted after the encoder stage, so their stage-1 checkpoints cannot be scored)
+    selecting = (config.select_best and prepared.validation is not None and len(prepared.validation) > 0
+                 and model.method.trains_encoder and not model.method.frozen_head_stage)
+    eval_ds = tokenize_dataset(prepared.validation, model.tokenizer, model.max_length) if selecting else None
+    trainer = build_trainer(config, model, train_ds, epochs, stop_after, max_steps, eval_ds)
     t_setup = time.perf_counter()
     resume_from = last_checkpoint(output) if config.resume else None
     head_init = None
@@ -496,7 +560,20 @@ def train(config: TrainConfig | None = None, *, text_data: TextData | None = Non
     training = {k: getattr(config, k) for k in (
         "batch_size", "learning_rate", "weight_decay", "warmup_ratio", "gradient_accumulation_steps",
         "max_length", "fp16", "bf16", "min_steps", "refit_head", "head_init", "sampler")}
-    training.update(epochs=epochs if model.method.trains_encoder else 0, steps=trainer.state.global_step,
+    selection = None
+    if selecting:
+        state = trainer.state
+        evals = [{"step": h["step"], **{k.removeprefix("eval_"): v for k, v in h.items() if k.startswith("eval_")
+                                         and not k.endswith(("_runtime", "_per_second"))}}
+                 for h in state.log_history if any(k.startswith("eval_") for k in h)]
+        best_step = None
+        if state.best_model_checkpoint:
+            best_step = int(Path(state.best_model_checkpoint).name.rsplit("-", 1)[-1])
+        selection = {"metric": selection_metric(config, model.task), "best_step": best_step,
+                     "best_value": state.best_metric, "evaluations": evals,
+                     "stopped_early": bool(config.early_stopping_patience) and state.global_step < state.max_steps,
+                     "rule": "the checkpoint with the best validation metric is kept (Trainer load_best_model_at_end)"}
+    training.update(epochs=epochs if model.method.trains_encoder else 0, steps=trainer.state.global_step, selection=selection,
                     pooling=pooling, train_loss=train_loss, resumed_from=resume_from, head_init=head_init,
                     head_stage=head_stage)
     result = {

@@ -183,8 +183,10 @@ def compare_to_baseline(method_scores: Sequence[float] | Mapping[Hashable, float
 
 
 def best_by_validation(groups: Mapping[Hashable, Sequence[Mapping[str, Any]]], key: Key = "validation",
-                       higher_is_better: bool = True) -> Hashable:
-    """The config key whose runs have the best mean validation score (``key``).
+                       higher_is_better: bool = True, k: int | None = None) -> Hashable:
+    """The config key whose runs have the best mean validation score (``key``); with ``k``, the
+    mean over each config's ``k`` best runs by that score (Gunel et al. pick hyper-parameters by "the
+    average validation accuracy of the top 3 models").
 
     Only ``key`` is read from each run -- never a test score -- so selection cannot leak the test
     set. Groups without runs, or whose mean is NaN, are skipped; ties go to the config key that
@@ -195,7 +197,8 @@ def best_by_validation(groups: Mapping[Hashable, Sequence[Mapping[str, Any]]], k
     for config_key, runs in groups.items():
         if not runs:
             continue
-        mean = float(np.mean([get_score(r, key) for r in runs]))
+        scores = sorted((get_score(r, key) for r in runs), reverse=higher_is_better)
+        mean = float(np.mean(scores[:k] if k is not None else scores))
         if math.isnan(mean):
             continue
         rank = (-mean if higher_is_better else mean, str(config_key))

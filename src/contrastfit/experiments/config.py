@@ -44,7 +44,8 @@ ATTRIBUTION_DEFAULTS = {"examples": 3, "samples": 25, "baseline": "remove", "max
 DATA_OPTION_KEYS = {"text_column", "text_pair_column", "label_column", "validation_data", "test_data", "validation_split", "task"}
 # TrainConfig fields an experiment may set under `training:` (the rest are set by the runner).
 TRAINING_KEYS = {"pooling", "max_length", "epochs", "min_steps", "batch_size", "learning_rate", "weight_decay",
-                 "warmup_ratio", "gradient_accumulation_steps", "fp16", "bf16", "use_cpu", "save_checkpoints", "head_init", "refit_head", "sampler",
+                 "warmup_ratio", "gradient_accumulation_steps", "fp16", "bf16", "use_cpu", "save_checkpoints", "head_init", "refit_head", "sampler", "select_best", "metric_for_best", "eval_steps",
+                 "early_stopping_patience",
                  "save_steps"}
 
 

@@ -323,10 +323,11 @@ def _p_values(method_runs: Sequence[Mapping[str, Any]], base_runs: Sequence[Mapp
     return compare_to_baseline(m_scores, b_scores, paired_keys=(m_keys, b_keys) if unique else None)
 
 
-def best_variants(runs: Sequence[Mapping[str, Any]], key: str | None = None) -> list[dict[str, Any]]:
+def best_variants(runs: Sequence[Mapping[str, Any]], key: str | None = None, top_k: int | None = None) -> list[dict[str, Any]]:
     """For every (setting, method) with several grid points: the variant with the best mean
     validation score (:func:`~contrastfit.evaluation.statistics.best_by_validation`; test scores
-    are never read for the choice).
+    are never read for the choice); with ``top_k``, the mean of each variant's ``top_k`` best runs
+    by validation (Gunel et al.), as the experiment's ``top_k`` asks.
 
     ``key`` is the validation score (default ``metrics.validation.accuracy``, Pearson's r for
     regression). Rows: ``{"setting", "method", "variant", "hparams", "validation_mean",
@@ -355,8 +356,8 @@ def best_variants(runs: Sequence[Mapping[str, Any]], key: str | None = None) -> 
                     scored[variant] = [{"v": v} for v in values]
             if not scored:
                 continue
-            best = str(best_by_validation(scored, key="v"))
-            means = {v: float(np.mean([x["v"] for x in rs])) for v, rs in scored.items()}
+            best = str(best_by_validation(scored, key="v", k=top_k))
+            means = {v: float(np.mean(sorted((x["v"] for x in rs), reverse=True)[:top_k])) for v, rs in scored.items()}
             out.append({"setting": setting, "method": method, "variant": best,
                         "hparams": dict(candidates[best][0].get("hparams") or {}),
                         "validation_mean": means[best], "candidates": means, "n_variants": len(candidates)})
@@ -767,7 +768,7 @@ class _Report:
         self.blocks += _table_blocks(self.rows, self.metrics)
 
     def selection(self) -> None:
-        best = best_variants(self.runs)
+        best = best_variants(self.runs, top_k=self.opts["top_k"])
         if not best:
             return
         self.blocks.append(("h", 2, "Hyper-parameter selection (by validation)"))
