@@ -484,14 +484,14 @@ def test_vader_tweets_missing_or_wrong_sdist(tmp_path, monkeypatch):
     cache = tmp_path / "data cache"
     monkeypatch.setenv("CONTRASTFIT_DATA_CACHE", str(cache))
     with pytest.raises(DataError) as err:
-        load_builtin.__wrapped__("vader-tweets")
+        _load_builtin.__wrapped__("vader-tweets")
     msg = _one_line(err)
     assert str(cache / "vaderSentiment-3.3.2.tar.gz") in msg
     assert f"pip download --no-deps --no-binary :all: vaderSentiment==3.3.2 -d '{cache}'" in msg
     cache.mkdir()
     (cache / "vaderSentiment-3.3.2.tar.gz").write_bytes(b"not the sdist")
     with pytest.raises(DataError, match="sha256") as err:
-        load_builtin.__wrapped__("vader-tweets")
+        _load_builtin.__wrapped__("vader-tweets")
     _one_line(err)
 
 

@@ -271,3 +271,14 @@ def test_early_stopping_stops_training(tmp_path, tiny_encoder_dir, sentiment_csv
 def test_warmup_ratio_is_a_fraction():
     with pytest.raises(ConfigError, match="warmup_ratio"):
         TrainConfig(warmup_ratio=1).validate()
+
+
+@pytest.mark.parametrize("field,value,message", [
+    ("learning_rate", "2e-5", "learning_rate must be float, got '2e-5' (YAML reads 2e-5 as text: write 2.0e-5)"),
+    ("batch_size", 8.5, "batch_size must be int, got 8.5"),
+    ("refit_head", "yes", "refit_head must be true or false, got 'yes'"),
+])
+def test_config_values_of_the_wrong_type_get_one_line(field, value, message):
+    with pytest.raises(ConfigError) as err:
+        TrainConfig(**{field: value}).validate()
+    assert str(err.value) == message

@@ -108,6 +108,7 @@ class TrainConfig:
     tags: dict[str, Any] = field(default_factory=dict)  # stored as-is in results.json (e.g. experiment labels)
 
     def validate(self) -> None:
+        self._check_types()
         get_method(self.method)
         if self.shots is not None and self.train_size is not None:
             raise ConfigError("give either --shots (per class) or --train-size (total), not both")
@@ -132,6 +133,23 @@ class TrainConfig:
             raise ConfigError("the balanced sampler needs --batch-size >= 2 (or use --sampler random)")
         if self.head_init not in ("random", "probe"):
             raise ConfigError(f"head_init must be 'random' or 'probe', got {self.head_init!r}")
+
+
+    def _check_types(self) -> None:
+        """One line naming the field for a value of the wrong type (e.g. YAML reads ``2e-5`` as text)."""
+        from dataclasses import fields
+
+        for f in fields(self):
+            value, kind = getattr(self, f.name), str(f.type)
+            if value is None and "None" in kind:
+                continue
+            if kind.startswith(("float", "int", "bool")):
+                ok = (isinstance(value, bool) if kind.startswith("bool") else
+                      isinstance(value, (int, float)) and not isinstance(value, bool) and
+                      (kind.startswith("float") or float(value).is_integer()))
+                if not ok:
+                    hint = " (YAML reads 2e-5 as text: write 2.0e-5)" if isinstance(value, str) and kind.startswith("float") else ""
+                    raise ConfigError(f"{f.name} must be {kind.split(' |')[0].replace('bool', 'true or false')}, got {value!r}{hint}")
 
 
 # ---------------------------------------------------------------------------------------------

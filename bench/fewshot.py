@@ -1,0 +1,305 @@
+"""Few-shot bench: contrastfit's default recipe and methods against a linear probe and SetFit.
+
+Every system trains on the same K-per-class training samples (drawn by the experiments' own
+``few-shot`` protocol, so sample ``s`` here is sample ``s`` of ``contrastfit experiment``) and is
+scored on the same fixed test set (a stratified subset of the data set's test split, drawn once).
+One record per (data set, K, sample, system) is appended to ``--runs`` as it finishes, so a killed
+bench resumes where it stopped; the summary (mean +- std, macro-F1, training seconds, paired tests
+against SetFit) is rewritten after every record to ``--output`` (JSON), a Markdown table next to it,
+and a figure of accuracy against training time.
+
+Systems (``--systems``):
+
+* ``default``: what ``contrastfit train --data FILE`` does with no method and no tuning flag;
+* any method name (``ce``, ``ce-scl``, ``setfit``, ``linear-probe``, ...; ``all`` = every method);
+* ``setfit-lib``: the real SetFit library with its defaults (``pip install setfit``: the
+  ``bench`` extra); skipped with a note where it is not installed, or where its default pair count
+  needs more than ``--setfit-max-steps`` steps (SetFit's pairs grow with the square of the
+  training-set size);
+* a variant ``NAME=METHOD:key=value,key=value`` where each key is a ``TrainConfig`` field
+  (``min_steps``, ``learning_rate``, ``head_init``, ``refit_head``, ...) or ``hp.NAME`` for a
+  method hyper-parameter, e.g. ``lpft=ce-scl:head_init=probe,refit_head=true``.
+
+Training seconds are wall-clock from loading the pretrained encoder to a trained classifier
+(evaluation excluded), on whatever the machine is doing: compare systems within one run only.
+
+    python bench/fewshot.py --data mr bbc-news --shots 8 16 --samples 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import numpy as np  # noqa: E402
+
+from contrastfit.atomic import write_text_atomic  # noqa: E402
+from contrastfit.data import data_hash, load_data, sample_stratified  # noqa: E402
+from contrastfit.data.loading import TextData  # noqa: E402
+from contrastfit.encoders import builtin_model_path, resolve_model  # noqa: E402
+from contrastfit.evaluation.metrics import classification_metrics  # noqa: E402
+from contrastfit.experiments.protocols import few_shot  # noqa: E402
+from contrastfit.methods import available_methods  # noqa: E402
+from contrastfit.modeling import write_json_atomic  # noqa: E402
+from contrastfit.training import TrainConfig, train  # noqa: E402
+from contrastfit.versions import library_versions  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent / "results"
+TEST_SEED = 20211
+REFERENCE = "setfit-lib"
+
+
+# ---------------------------------------------------------------------------------------------
+# Systems
+# ---------------------------------------------------------------------------------------------
+
+def parse_system(spec: str) -> tuple[str, str | None, dict[str, Any], dict[str, Any]]:
+    """``spec`` -> (name, method or None for the default recipe, TrainConfig overrides, hparams)."""
+    import yaml
+
+    if spec in ("default", REFERENCE):
+        return spec, None, {}, {}
+    if "=" not in spec.split(":")[0]:
+        return spec, spec, {}, {}
+    name, rest = spec.split("=", 1)
+    method, _, options = rest.partition(":")
+    config, hparams = {}, {}
+    for item in filter(None, options.split(",")):
+        key, _, value = item.partition("=")
+        try:
+            value = float(value) if any(c in value for c in ".eE") and not value.isalpha() else yaml.safe_load(value)
+        except ValueError:  # not a number after all (e.g. a word with an "e")
+            value = yaml.safe_load(value)
+        (hparams if key.startswith("hp.") else config)[key.removeprefix("hp.")] = value
+    return name, method or None, config, hparams
+
+
+def run_contrastfit(spec: str, data: TextData, seed: int, model: str, max_length: int, workdir: Path) -> dict[str, Any]:
+    name, method, overrides, hparams = parse_system(spec)
+    kwargs = {"method": method} if method else {}  # the default recipe: no method given
+    folder = workdir / f"{name}-{time.time_ns()}"
+    result = train(TrainConfig(**{**kwargs, "data": data.name, "output": str(folder), "model": model, "seed": seed,
+                                  "max_length": max_length, "hparams": hparams, "save_model": False,
+                                  "save_checkpoints": False, "progress": False, **overrides}), text_data=data)
+    test = result.metrics["test"]
+    return {"accuracy": test["accuracy"], "macro_f1": test["macro_f1"],
+            "train_s": result["timings"]["setup_s"] + result["timings"]["train_s"],
+            "steps": result["training"]["steps"], "method": result["method"], "hparams": result["hparams"],
+            "training": {k: v for k, v in result["training"].items() if k not in ("head_stage", "head_init")}}
+
+
+def setfit_steps(labels: list[int], batch_size: int = 16) -> int:
+    from contrastfit.methods.setfit import setfit_pair_count
+
+    return -(-setfit_pair_count(labels) // batch_size)
+
+
+def run_setfit_lib(data: TextData, seed: int, model: str, workdir: Path) -> dict[str, Any]:
+    """The SetFit library with its default TrainingArguments (output folder aside)."""
+    import datasets
+    from setfit import SetFitModel, Trainer, TrainingArguments
+
+    path = resolve_model(model)[0]
+    t0 = time.perf_counter()
+    sf = SetFitModel.from_pretrained(path)
+    train_ds = datasets.Dataset.from_dict({"text": data.train["text"], "label": data.train["label"]})
+    args = TrainingArguments(output_dir=str(workdir / f"setfit-{time.time_ns()}"), seed=seed)
+    trainer = Trainer(model=sf, args=args, train_dataset=train_ds)
+    trainer.train()
+    train_s = time.perf_counter() - t0
+    pred = np.asarray(sf.predict(list(data.test["text"]), batch_size=64))
+    m = classification_metrics(data.test["label"], pred.astype(int), data.label_names)
+    return {"accuracy": m["accuracy"], "macro_f1": m["macro_f1"], "train_s": train_s,
+            "steps": trainer.state.global_step if hasattr(trainer, "state") else None,
+            "method": "setfit (library)", "setfit_version": _version("setfit")}
+
+
+def _version(dist: str) -> str | None:
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+# ---------------------------------------------------------------------------------------------
+# Records and summary
+# ---------------------------------------------------------------------------------------------
+
+def read_records(path: Path) -> list[dict[str, Any]]:
+    if not path.is_file():
+        return []
+    out = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:  # a line cut short by a kill: that run is redone
+            continue
+    return out
+
+
+def append_record(path: Path, record: dict[str, Any]) -> None:
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write(json.dumps(record, ensure_ascii=False) + "\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def summarise(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per (data, shots, system): mean +- std of accuracy and macro-F1, mean training seconds,
+    and, against SetFit on the samples both have, the mean difference with a paired t-test and a
+    Wilcoxon signed-rank test (SciPy)."""
+    from scipy import stats
+
+    cells: dict[tuple, dict[str, dict[int, dict]]] = {}
+    for r in records:
+        if "accuracy" in r:
+            cells.setdefault((r["data"], r["shots"]), {}).setdefault(r["system"], {})[r["sample"]] = r
+    rows = []
+    for (data, shots), systems in sorted(cells.items()):
+        ref = systems.get(REFERENCE, {})
+        for system, runs in systems.items():
+            acc = np.array([r["accuracy"] for r in runs.values()]) * 100
+            f1 = np.array([r["macro_f1"] for r in runs.values()]) * 100
+            row = {"data": data, "shots": shots, "system": system, "n": len(acc),
+                   "accuracy_mean": acc.mean(), "accuracy_std": acc.std(ddof=1) if len(acc) > 1 else 0.0,
+                   "macro_f1_mean": f1.mean(), "macro_f1_std": f1.std(ddof=1) if len(f1) > 1 else 0.0,
+                   "train_s": float(np.mean([r["train_s"] for r in runs.values()]))}
+            common = sorted(set(runs) & set(ref))
+            if system != REFERENCE and len(common) >= 2:
+                a = np.array([runs[s]["accuracy"] for s in common]) * 100
+                b = np.array([ref[s]["accuracy"] for s in common]) * 100
+                d = a - b
+                row["vs_setfit"] = {"samples": len(common), "mean_diff": float(d.mean()),
+                                    "p_ttest": None if np.allclose(d, d[0]) else float(stats.ttest_rel(a, b).pvalue),
+                                    "p_wilcoxon": None if np.allclose(d, 0) else float(stats.wilcoxon(a, b).pvalue)}
+            rows.append(row)
+    return {"rows": rows}
+
+
+def markdown(summary: dict[str, Any], order: list[str]) -> str:
+    lines = ["| data | K | system | n | accuracy | macro-F1 | train s | vs SetFit (p, paired t) |",
+             "|---|---|---|---|---|---|---|---|"]
+    rank = {s: i for i, s in enumerate(order)}
+    for r in sorted(summary["rows"], key=lambda r: (r["data"], r["shots"], rank.get(r["system"], 99))):
+        vs = r.get("vs_setfit")
+        vs_txt = "" if not vs else f"{vs['mean_diff']:+.1f} (p={vs['p_ttest']:.2f})" if vs["p_ttest"] is not None else f"{vs['mean_diff']:+.1f}"
+        lines.append(f"| {r['data']} | {r['shots']} | {r['system']} | {r['n']} | {r['accuracy_mean']:.1f} ± {r['accuracy_std']:.1f} "
+                     f"| {r['macro_f1_mean']:.1f} ± {r['macro_f1_std']:.1f} | {r['train_s']:.0f} | {vs_txt} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(summary: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from contrastfit.atomic import atomic_open
+
+    cells = sorted({(r["data"], r["shots"]) for r in summary["rows"]})
+    if not cells:
+        return
+    fig, axes = plt.subplots(1, len(cells), figsize=(4.2 * len(cells), 3.8), squeeze=False)
+    systems = sorted({r["system"] for r in summary["rows"]})
+    colours = {s: plt.cm.tab20(i % 20) for i, s in enumerate(systems)}
+    for ax, (data, shots) in zip(axes[0], cells):
+        for r in summary["rows"]:
+            if (r["data"], r["shots"]) != (data, shots):
+                continue
+            ax.errorbar(r["train_s"], r["accuracy_mean"], yerr=r["accuracy_std"], fmt="o", capsize=3,
+                        color=colours[r["system"]], label=r["system"])
+        ax.set_xscale("log")
+        ax.set_xlabel("training seconds (log)")
+        ax.set_ylabel("test accuracy %")
+        ax.set_title(f"{data}, K={shots}")
+        ax.grid(alpha=0.3)
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=min(6, len(labels)), fontsize=8)
+    fig.tight_layout(rect=(0, 0.12, 1, 1))
+    with atomic_open(path, "wb") as fh:
+        fig.savefig(fh, dpi=110, format="png")
+    plt.close(fig)
+
+
+# ---------------------------------------------------------------------------------------------
+# Main
+# ---------------------------------------------------------------------------------------------
+
+def fixed_test(data: TextData, size: int | None) -> TextData:
+    test = data.test if size is None or size >= len(data.test) else sample_stratified(data.test, size, TEST_SEED)
+    return TextData(data.name, data.train, data.validation, test, data.label_names, dict(data.source))
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--data", nargs="+", default=["mr", "bbc-news", "medmcqa-subject"])
+    p.add_argument("--shots", nargs="+", type=int, default=[8, 16])
+    p.add_argument("--samples", type=int, default=5)
+    p.add_argument("--systems", nargs="+", default=["linear-probe", REFERENCE, "setfit", "default", "ce", "ce-scl"])
+    p.add_argument("--model", default="minilm-l6")
+    p.add_argument("--max-length", type=int, default=128)
+    p.add_argument("--test-size", type=int, default=1000, help="fixed stratified test subset (default 1000)")
+    p.add_argument("--validation-size", type=int, default=64)
+    p.add_argument("--seed", type=int, default=0, help="protocol seed of the training samples; also the training seed")
+    p.add_argument("--setfit-max-steps", type=int, default=500)
+    p.add_argument("--name", default="fewshot", help="files: bench/results/NAME.{json,md,png} and NAME_runs.jsonl")
+    args = p.parse_args(argv)
+
+    systems = [s for spec in args.systems for s in (sorted(available_methods()) if spec == "all" else [spec])]
+    runs_path = RESULTS / f"{args.name}_runs.jsonl"
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    workdir = Path(os.environ.get("TMPDIR", "/tmp")) / "contrastfit-bench"
+    have_setfit = _version("setfit") is not None
+    done = {(r["data"], r["shots"], r["sample"], r["system"]) for r in read_records(runs_path)}
+
+    def write_summary() -> None:
+        summary = {"config": vars(args), "versions": {**library_versions(), "setfit": _version("setfit")},
+                   **summarise(read_records(runs_path))}
+        write_json_atomic(RESULTS / f"{args.name}.json", summary)
+        write_text_atomic(RESULTS / f"{args.name}.md", markdown(summary, systems))
+        plot(summary, RESULTS / f"{args.name}.png")
+
+    for data_name in args.data:
+        data = fixed_test(load_data(data_name), args.test_size)
+        for run in few_shot(data, shots=args.shots, samples=args.samples, validation_size=args.validation_size, seed=args.seed):
+            shots = run.params["shots"]
+            for system in systems:
+                key = (data_name, shots, run.sample, system)
+                if key in done:
+                    continue
+                record = {"data": data_name, "shots": shots, "sample": run.sample, "system": system,
+                          "train_hash": data_hash(run.data.train), "test_hash": data_hash(run.data.test),
+                          "test_size": len(run.data.test), "seed": args.seed, "model": args.model}
+                if system == REFERENCE:
+                    steps = setfit_steps(run.data.train["label"])
+                    if not have_setfit:
+                        print(f"skip {key}: setfit is not installed (pip install setfit)", file=sys.stderr)
+                        continue
+                    if steps > args.setfit_max_steps:
+                        record["skipped"] = f"SetFit's default would take {steps} steps (> --setfit-max-steps {args.setfit_max_steps})"
+                        append_record(runs_path, record)
+                        continue
+                    record.update(run_setfit_lib(run.data, args.seed, args.model, workdir))
+                else:
+                    record.update(run_contrastfit(system, run.data, args.seed, args.model, args.max_length, workdir))
+                print(f"{data_name} K={shots} sample {run.sample} {system}: accuracy {record['accuracy']:.3f} "
+                      f"({record['train_s']:.0f} s)", flush=True)
+                append_record(runs_path, record)
+                write_summary()
+    write_summary()
+    print(markdown(json.loads((RESULTS / f"{args.name}.json").read_text()), systems))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
