@@ -38,6 +38,9 @@ METHODS = {
     "simcse-unsup": (SHORT_STAGE_1, 0.58),
     "simcse-sup": (SHORT_STAGE_1, 0.58),
     "diffcse": (SHORT_STAGE_1, 0.58),
+    "ce-projection": ({}, 0.58),
+    "linear-probe": ({}, 0.58),
+    "setfit": ({}, 0.58),
 }
 SHORT = {"shots": 16, "min_steps": 60, "max_length": 64, "validation_size": 64}
 

@@ -341,3 +341,64 @@ def test_bad_arguments():
         lacon(emb, labels, lab[:, :4], 0.1, 2)
     with pytest.raises(ValueError, match="embeddings"):
         lacon_predict(emb[0], lab)
+
+
+# ---------------------------------------------------------------------------------------------
+# Term weights for the ablations (Tables 3 and 6): total = w_icl ICL + w_lcl LCL + w_ler LER
+# ---------------------------------------------------------------------------------------------
+
+WEIGHTS = [(1.0, 1.0, 0.5), (0.3, 2.0, 0.7), (2.5, 0.0, 1.0), (0.0, 1.5, 0.2), (1.0, 1.0, 0.0), (1.0, 0.0, 0.0),
+           (0.0, 1.0, 0.0)]
+
+
+@pytest.mark.parametrize("w_icl,w_lcl,w_ler", WEIGHTS)
+def test_weighted_total_is_the_weighted_sum_of_the_parts(w_icl, w_lcl, w_ler):
+    emb, labels, lab = _case(9, 12, 3, 20)
+    parts = lacon(emb, labels, lab, 0.2, 3, w_ler, icl_weight=w_icl, lcl_weight=w_lcl)
+    # the parts themselves do not depend on the weights (they are returned unweighted)
+    plain = lacon(emb, labels, lab, 0.2, 3)
+    assert (parts.icl.item(), parts.lcl.item(), parts.ler.item()) == (plain.icl.item(), plain.lcl.item(), plain.ler.item())
+    # each part computed separately by the literal loops, then weighted by hand
+    icl, lcl, ler = loop_icl(emb, labels, lab, 0.2, 3), loop_lcl(emb, labels, lab, 0.2), loop_ler(lab)
+    want = w_icl * icl.item() + w_lcl * lcl.item() + w_ler * ler.item()
+    assert parts.total.item() == pytest.approx(want, rel=1e-5, abs=1e-6)
+    assert parts.total.item() == pytest.approx((w_icl * plain.icl + w_lcl * plain.lcl + w_ler * plain.ler).item(), rel=1e-6)
+
+
+def test_a_zero_weight_leaves_exactly_the_other_terms():
+    emb, labels, lab = _case(10, 12, 3, 21)
+    full = lacon(emb, labels, lab, 0.1, 3, 0.5)
+    # -ICL, -LCL, -LER (Table 3): bit-for-bit the sum of the remaining terms
+    assert torch.equal(lacon(emb, labels, lab, 0.1, 3, 0.5, icl_weight=0.0).total, full.lcl + 0.5 * full.ler)
+    assert torch.equal(lacon(emb, labels, lab, 0.1, 3, 0.5, lcl_weight=0.0).total, full.icl + 0.5 * full.ler)
+    assert torch.equal(lacon(emb, labels, lab, 0.1, 3, 0.0).total, full.icl + full.lcl)
+    assert torch.equal(lacon(emb, labels, lab, 0.1, 3, 0.0, lcl_weight=0.0).total, full.icl)  # L'_ICL alone
+    # the default weights are Eq. 7 exactly
+    assert torch.equal(full.total, full.icl + full.lcl + 0.5 * full.ler)
+    # and the removed term sends no gradient: -ICL's gradient is that of LCL + 0.5 LER
+    e = emb.clone().requires_grad_(True)
+    w = lab.clone().requires_grad_(True)
+    got = torch.autograd.grad(lacon(e, labels, w, 0.1, 3, 0.5, icl_weight=0.0).total, (e, w))
+    ref = lacon(e, labels, w, 0.1, 3, 0.5)
+    want = torch.autograd.grad(ref.lcl + 0.5 * ref.ler, (e, w))
+    for g, r in zip(got, want):
+        torch.testing.assert_close(g, r, rtol=0, atol=0)
+    # -LCL-and-LER on a batch whose LCL has no anchor: ICL alone, still finite
+    single = lacon(emb[:3], torch.tensor([1, 1, 1]), lab, 0.1, 3, 0.0, lcl_weight=0.0)
+    assert torch.isfinite(single.total) and single.total.item() == single.icl.item()
+
+
+def test_weights_are_checked_and_the_module_passes_them():
+    emb, labels, lab = _case(6, 6, 2, 22)
+    with pytest.raises(ValueError, match="all 0"):
+        lacon(emb, labels, lab, 0.1, 2, 0.0, icl_weight=0.0, lcl_weight=0.0)
+    for name in ("icl_weight", "lcl_weight"):
+        with pytest.raises(ValueError, match=f"{name} must be >= 0"):
+            lacon(emb, labels, lab, 0.1, 2, **{name: -0.5})
+        with pytest.raises(ValueError, match=f"{name} must be >= 0"):
+            lacon(emb, labels, lab, 0.1, 2, **{name: float("nan")})
+    module = LaConLoss(temperature=0.1, heads=2, ler_weight=0.4, icl_weight=0.0, lcl_weight=2.0)
+    got = module(emb, labels, lab)
+    assert got.total.item() == lacon(emb, labels, lab, 0.1, 2, 0.4, icl_weight=0.0, lcl_weight=2.0).total.item()
+    assert "icl_weight=0.0" in repr(module) and "lcl_weight=2.0" in repr(module)
+    assert (LaConLoss().icl_weight, LaConLoss().lcl_weight) == (1.0, 1.0)

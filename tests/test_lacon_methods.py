@@ -242,3 +242,165 @@ def test_embed_and_anchors_are_in_the_label_space(tiny_encoder_dir, method):
         h = F.normalize(_project(model, _features(model, batch)), dim=1)
     np.testing.assert_allclose(model.embed(TEXTS), h.numpy(), rtol=1e-5, atol=1e-5)
     assert model.method.anchors(model) is model.head.label_embeddings
+
+
+# ---------------------------------------------------------------------------------------------
+# Ablations (Tables 3 and 6): a weight per term
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("weights", [{"icl_weight": 0.0}, {"lcl_weight": 0.0}, {"ler_weight": 0.0},
+                                     {"icl_weight": 0.5, "lcl_weight": 2.0, "ler_weight": 0.25}])
+def test_training_loss_is_the_weighted_sum_of_the_parts(tiny_encoder_dir, weights):
+    model, batch = _model(tiny_encoder_dir, "lacon", **weights)
+    w = {"icl_weight": 1.0, "lcl_weight": 1.0, "ler_weight": 0.5, **weights}
+    with set_dropout(model.encoder, 0.0):
+        out = model(**batch, labels=LABELS)
+        h = _project(model, _features(model, batch))
+    # the parts computed separately (unweighted, default call), then weighted by hand
+    parts = lacon(h, LABELS, model.head.label_embeddings, temperature=0.1, heads=4)
+    want = w["icl_weight"] * parts.icl.item() + w["lcl_weight"] * parts.lcl.item() + w["ler_weight"] * parts.ler.item()
+    assert out.loss.item() == pytest.approx(want, rel=1e-5, abs=1e-6)
+    # a removed term is still logged, unweighted
+    assert model.last_loss_parts["icl"] == pytest.approx(parts.icl.item(), rel=1e-5)
+    assert model.last_loss_parts["lcl"] == pytest.approx(parts.lcl.item(), rel=1e-5, abs=1e-6)
+    assert model.last_loss_parts["ler"] == pytest.approx(parts.ler.item(), rel=1e-5)
+
+
+def test_minus_icl_sends_no_icl_gradient(tiny_encoder_dir):
+    """With icl_weight 0 the encoder's gradient is exactly that of LCL + lambda LER."""
+    model, batch = _model(tiny_encoder_dir, "lacon", icl_weight=0.0)
+    with set_dropout(model.encoder, 0.0):
+        out = model.method.training_loss(model, batch, LABELS)
+        grads = torch.autograd.grad(out.loss, [model.head.label_embeddings, model.head.projection.layers[1].weight],
+                                    retain_graph=True)
+        want = torch.autograd.grad(out.parts["lcl"] + 0.5 * out.parts["ler"],
+                                   [model.head.label_embeddings, model.head.projection.layers[1].weight])
+    for g, r in zip(grads, want):
+        torch.testing.assert_close(g, r, rtol=0, atol=0)
+
+
+def test_all_weights_zero_is_a_one_line_config_error(tiny_encoder_dir):
+    with pytest.raises(ConfigError) as info:
+        _model(tiny_encoder_dir, "lacon", icl_weight=0, lcl_weight=0, ler_weight=0)
+    assert "all three loss weights are 0" in str(info.value) and "\n" not in str(info.value)
+    with pytest.raises(ConfigError, match="icl_weight and lcl_weight are both 0"):
+        _model(tiny_encoder_dir, "lacon-fusion", icl_weight=0, lcl_weight=0)
+    for name in ("icl_weight", "lcl_weight"):
+        with pytest.raises(ConfigError, match=f"{name} must be >= 0"):
+            _model(tiny_encoder_dir, "lacon", **{name: -1.0})
+    assert LaCon.defaults["icl_weight"] == 1.0 and LaCon.defaults["lcl_weight"] == 1.0
+
+
+def test_ablation_example_config(tiny_encoder_dir):
+    """examples/lacon_ablation.yaml: every row of Tables 3 and 6 builds and has the intended weights."""
+    from pathlib import Path
+
+    from contrastfit.experiments.config import load_config
+
+    config = load_config(Path(__file__).parent.parent / "examples" / "lacon_ablation.yaml")
+    rows = {v.label: dict(v.hparams) for v in config.methods}
+    expected = {  # label -> (icl, lcl, ler, heads, projection_layers)
+        "lacon": (1.0, 1.0, 0.5, 6, 3),
+        "lacon[heads=1]": (1.0, 1.0, 0.5, 1, 3),
+        "lacon[icl_weight=0.0]": (0.0, 1.0, 0.5, 6, 3),
+        "lacon[lcl_weight=0.0]": (1.0, 0.0, 0.5, 6, 3),
+        "lacon[ler_weight=0.0]": (1.0, 1.0, 0.0, 6, 3),
+        "lacon[projection_layers=0]": (1.0, 1.0, 0.5, 6, 0),
+        "lacon[heads=1,lcl_weight=0.0,ler_weight=0.0]": (1.0, 0.0, 0.0, 1, 3),
+        "lacon[lcl_weight=0.0,ler_weight=0.0]": (1.0, 0.0, 0.0, 6, 3),
+        "lacon[icl_weight=0.0,ler_weight=0.0]": (0.0, 1.0, 0.0, 6, 3),
+    }
+    assert set(rows) == set(expected) | {"ce", "ce-projection"} and config.baseline == "ce"
+    from contrastfit.methods import get_method
+
+    for label, (icl, lcl, ler, heads, layers) in expected.items():
+        hp = get_method("lacon").create(2, 384, **rows[label]).hparams  # MiniLM's width
+        assert (hp["icl_weight"], hp["lcl_weight"], hp["ler_weight"], hp["heads"], hp["projection_layers"]) == \
+            (icl, lcl, ler, heads, layers), label
+    get_method("ce-projection").create(2, 384)
+
+
+# ---------------------------------------------------------------------------------------------
+# ce-projection: Table 3's "BERT w/ g" (CE through LaCon's projection head g)
+# ---------------------------------------------------------------------------------------------
+
+def test_ce_projection_logits_are_a_linear_classifier_on_g(tiny_encoder_dir):
+    from contrastfit.methods.lacon import ProjectionClassifierHead
+
+    model = ContrastiveClassifier.from_encoder(str(tiny_encoder_dir), "ce-projection", ["negative", "positive"])
+    assert isinstance(model.head, ProjectionClassifierHead) and not model.method.contrastive
+    assert model.head.classifier.linear.weight.shape == (2, HIDDEN)
+    assert not hasattr(model.head, "label_embeddings")
+    enc = model.tokenize(TEXTS, padding=True)
+    batch = {k: torch.tensor(v) for k, v in enc.items()}
+    model.eval()
+    with torch.no_grad():
+        pooled = model.encoder(**batch).pooled
+        cls = model.head.classifier.linear
+        want = F.linear(_project(model, pooled), cls.weight, cls.bias)  # g as LaCon's, then W g + b
+        torch.testing.assert_close(model(**batch).logits, want, rtol=1e-5, atol=1e-6)
+    # training loss: cross-entropy on those logits
+    model.train()
+    with set_dropout(model.encoder, 0.0), set_dropout(model.head, 0.0):
+        out = model(**batch, labels=LABELS)
+        logits = F.linear(_project(model, model.encoder(**batch).pooled), cls.weight, cls.bias)
+    assert out.loss.item() == pytest.approx(F.cross_entropy(logits, LABELS).item(), rel=1e-5)
+    assert set(model.last_loss_parts) == {"ce"}
+    # hyper-parameters
+    narrow = ContrastiveClassifier.from_encoder(str(tiny_encoder_dir), "ce-projection", ["negative", "positive"],
+                                                hparams={"projection_dim": 8, "projection_layers": 2})
+    assert [tuple(m.weight.shape) for m in narrow.head.modules() if isinstance(m, nn.Linear)] == [(8, HIDDEN), (8, 8), (2, 8)]
+    with pytest.raises(ConfigError, match="projection_layers must be >= 1"):
+        ContrastiveClassifier.from_encoder(str(tiny_encoder_dir), "ce-projection", ["negative", "positive"],
+                                           hparams={"projection_layers": 0})
+    with pytest.raises(ConfigError, match="no hyper-parameter 'ler_weight'"):
+        ContrastiveClassifier.from_encoder(str(tiny_encoder_dir), "ce-projection", ["negative", "positive"],
+                                           hparams={"ler_weight": 0.5})
+    # a regression target gets one output and MSE, as `ce`
+    reg = ContrastiveClassifier.from_encoder(str(tiny_encoder_dir), "ce-projection", None)
+    assert reg.head.classifier.linear.out_features == 1
+
+
+def test_ce_projection_step_moves_g(tiny_encoder_dir):
+    model = ContrastiveClassifier.from_encoder(str(tiny_encoder_dir), "ce-projection", ["negative", "positive"])
+    model.train()
+    batch = {k: torch.tensor(v) for k, v in model.tokenize(TEXTS, padding=True).items()}
+    model(**batch, labels=LABELS).loss.backward()
+    params = dict(model.named_parameters())
+    g_names = [n for n in params if n.startswith("head.projection.")]
+    assert len(g_names) == 6  # three linear layers of g, weight and bias
+    for name in [*g_names, "head.classifier.linear.weight", "encoder.backbone.embeddings.word_embeddings.weight"]:
+        assert params[name].grad is not None and params[name].grad.abs().sum() > 0, name
+    before = {n: params[n].detach().clone() for n in g_names}
+    torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.0).step()
+    for name in g_names:
+        assert not torch.equal(before[name], params[name]), name
+
+
+def test_ce_projection_trains_and_reloads_with_identical_predictions(tmp_path, tiny_encoder_dir, sentiment_csv,
+                                                                     monkeypatch):
+    from contrastfit.methods.lacon import CEProjection
+
+    initial = {}
+
+    def record(self, model, train_dataset):  # called once, just before the Trainer starts
+        initial.update({k: v.detach().clone() for k, v in model.head.state_dict().items()})
+
+    monkeypatch.setattr(CEProjection, "prepare", record)
+    out = tmp_path / "r"
+    result = train(method="ce-projection", data=str(sentiment_csv), label_column="sentiment", output=str(out),
+                   model=str(tiny_encoder_dir), epochs=2, batch_size=8, learning_rate=1e-3, weight_decay=0.0,
+                   progress=False, logging_steps=1)
+    trained = result.model.head.state_dict()
+    assert initial and set(initial) == set(trained)
+    for key in ("projection.layers.1.weight", "projection.layers.4.weight", "projection.layers.7.weight",
+                "classifier.linear.weight"):
+        assert not torch.equal(initial[key], trained[key]), key  # g (and the classifier) trained
+
+    reloaded = ContrastiveClassifier.from_pretrained(out)
+    assert reloaded.method.name == "ce-projection"
+    for key, value in trained.items():
+        assert torch.equal(reloaded.head.state_dict()[key], value), key
+    texts = ["good fun", "dull awful plot", "the film was very boring and weak"]
+    np.testing.assert_array_equal(result.model.predict_logits(texts), reloaded.predict_logits(texts))
+    assert list(result.model.predict(texts)) == list(reloaded.predict(texts))

@@ -374,7 +374,8 @@ def build_trainer(config: TrainConfig, model: ContrastiveClassifier, train_ds: d
                   eval_ds: datasets.Dataset | None = None) -> ContrastfitTrainer:
     config = with_method_defaults(config)
     output = Path(config.output)
-    steps_per_epoch = max(1, math.ceil(len(train_ds) / (config.batch_size * config.gradient_accumulation_steps)))
+    n_train = len(train_ds) if train_ds is not None else 0
+    steps_per_epoch = max(1, math.ceil(n_train / (config.batch_size * config.gradient_accumulation_steps)))
     total_steps = max_steps if max_steps > 0 else math.ceil(epochs * steps_per_epoch)
     selection = _selection_args(config, model.task, eval_ds, total_steps)
     callbacks: list[TrainerCallback] = []

@@ -1,9 +1,20 @@
-"""Error analysis by word groups (Sosnowski et al., Table 7).
+"""Error analysis by word groups and by automatically found features (Sosnowski et al., Table 7).
 
 A *word group* is the set of test examples that contain a given word token, e.g. ``"but"`` or
 ``"n't"``. For each group, :func:`error_analysis` reports its size, every method's accuracy on it
-and a two-sided Mann-Whitney U p-value (:func:`scipy.stats.mannwhitneyu`) comparing the method's
-0/1 correctness vector with the baseline's on the same examples.
+and, against the baseline on the same examples, the exact McNemar test (paired:
+:func:`contrastfit.evaluation.statistics.mcnemar_exact`, ``b`` = method right and baseline wrong,
+``c`` = the reverse). The older unpaired two-sided Mann-Whitney U p-value of the two 0/1
+correctness vectors is still returned (``mannwhitney_p``), but it ignores that both vectors are on
+the same items; use ``mcnemar``.
+
+:func:`associated_features` *finds* the features instead of taking a list: as GEval does (Graliński
+et al. 2019, the tool behind Sosnowski et al.'s Table 7), every word and every bigram present in at
+least ``min_count`` test items splits the items into those with and those without it, and a
+Mann-Whitney U test (:func:`scipy.stats.mannwhitneyu`) compares one method's per-item scores (1 =
+right, 0 = wrong, or any per-item score such as a loss) of the two sets. Features are ranked by
+p-value, with the effect (mean score with / without, counts) and Benjamini-Hochberg q-values over
+all the features tested.
 
 :func:`word_groups` picks the groups automatically: by default the contrast / negation words of
 :data:`DEFAULT_CANDIDATES`, then the most frequent other content words, each present in at least
@@ -22,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["DEFAULT_CANDIDATES", "error_analysis", "tokenize", "word_groups"]
+__all__ = ["DEFAULT_CANDIDATES", "associated_features", "error_analysis", "text_features", "tokenize", "word_groups"]
 
 #: Contrast and negation words examined first (Sosnowski et al. Table 7 style).
 DEFAULT_CANDIDATES = ("but", "not", "n't", "no", "never", "however", "although")
@@ -92,13 +103,19 @@ def error_analysis(texts: Sequence[str], correct_by_method: Mapping[str, Sequenc
 
         {"group": "but", "n": 37,
          "accuracy": {"ce": 0.81, "lacon": 0.86},
+         "mcnemar": {"lacon": {"b": 4, "c": 2, "n_discordant": 6, "p": 0.6875, "reason": None,
+                               "a": 28, "d": 3, "n": 37}},
          "mannwhitney_p": {"lacon": 0.52}}
 
-    ``mannwhitney_p`` has every method except the baseline; a p-value is ``None`` when the group is
-    empty or the two correctness vectors are together constant (all right or all wrong), where the
-    test says nothing. Accuracies of an empty group are ``None``.
+    ``mcnemar`` (the paired test to use) and ``mannwhitney_p`` (unpaired, kept for comparison) have
+    every method except the baseline. A McNemar ``p`` is ``None`` when the group has no item on which
+    the two disagree; a Mann-Whitney p-value is ``None`` when the group is empty or the two
+    correctness vectors are together constant (all right or all wrong), where the test says nothing.
+    Accuracies of an empty group are ``None``.
     """
     from scipy.stats import mannwhitneyu
+
+    from .statistics import mcnemar_exact
 
     if baseline not in correct_by_method:
         raise ValueError(f"baseline {baseline!r} is not one of the methods {sorted(correct_by_method)}")
@@ -122,12 +139,13 @@ def error_analysis(texts: Sequence[str], correct_by_method: Mapping[str, Sequenc
         n = int(mask.sum())
         row: dict[str, Any] = {"group": name, "n": n,
                                "accuracy": {m: (float(c[mask].mean()) if n else None) for m, c in correct.items()},
-                               "mannwhitney_p": {}}
+                               "mcnemar": {}, "mannwhitney_p": {}}
         base = correct[baseline][mask]
         for method, c in correct.items():
             if method == baseline:
                 continue
             sub = c[mask]
+            row["mcnemar"][method] = mcnemar_exact(sub.astype(bool), base.astype(bool))
             both = np.concatenate([sub, base])
             if n == 0 or both.min() == both.max():
                 row["mannwhitney_p"][method] = None
@@ -135,3 +153,86 @@ def error_analysis(texts: Sequence[str], correct_by_method: Mapping[str, Sequenc
                 row["mannwhitney_p"][method] = float(mannwhitneyu(sub, base, alternative="two-sided").pvalue)
         rows.append(row)
     return rows
+
+
+def text_features(text: str, ngrams: int = 2) -> set[str]:
+    """The features of one text: its word tokens (:func:`tokenize`) and, for ``ngrams >= 2``, its
+    n-grams of adjacent tokens up to length ``ngrams``, joined by a space (``"did n't"``)."""
+    tokens = tokenize(text)
+    out = set(tokens)
+    for n in range(2, ngrams + 1):
+        out.update(" ".join(tokens[i:i + n]) for i in range(len(tokens) - n + 1))
+    return out
+
+
+def associated_features(texts: Sequence[str], scores: Sequence[float], min_count: int = 5, ngrams: int = 2,
+                        alternative: str = "two-sided", max_features: int | None = None) -> list[dict[str, Any]]:
+    """The features (words and bigrams) whose presence most changes the per-item score, GEval-style.
+
+    ``scores`` holds one number per text: 1/0 for right/wrong (then the means are accuracies), or a
+    per-item loss, or the fraction of runs that got the item right. Every feature of
+    :func:`text_features` present in at least ``min_count`` texts (and absent from at least one)
+    is tested: the scores of the texts with it against those without it, with
+    :func:`scipy.stats.mannwhitneyu` (``alternative`` as there, for the *with* group:
+    ``"two-sided"`` finds features that change the score either way, ``"less"`` only those that
+    lower it, GEval's "worst features"; SciPy's default method: exact without ties and both groups
+    under 8 items, else the normal approximation with tie and continuity corrections).
+
+    Returns one row per feature, best (smallest p) first::
+
+        {"feature": "but", "n_with": 12, "n_without": 88, "mean_with": 0.42, "mean_without": 0.81,
+         "difference": -0.39, "u": 234.0, "p": 0.0012, "q": 0.031}
+
+    ``u`` is the Mann-Whitney U of the *with* group (``u / (n_with * n_without)`` is the probability
+    that a random item with the feature outscores one without, ties counted half); ``q`` is the
+    Benjamini-Hochberg adjusted p-value over all features tested (:func:`scipy.stats.false_discovery_control`):
+    with hundreds of features, small raw p-values are expected by chance. When all scores are equal
+    no test says anything: ``p`` and ``q`` are ``None`` for every feature. Ties in p are broken by the
+    larger ``|difference|``, then the larger ``n_with``, then the feature alphabetically. ``max_features``
+    keeps the first rows only (q-values are still over all features tested).
+    """
+    from scipy.stats import false_discovery_control, mannwhitneyu
+
+    y = np.asarray(scores, dtype=float)
+    if y.shape != (len(texts),):
+        raise ValueError(f"{y.size} scores for {len(texts)} texts")
+    if not np.all(np.isfinite(y)):
+        raise ValueError("scores must be finite")
+    if min_count < 1:
+        raise ValueError(f"min_count must be >= 1, got {min_count}")
+    if ngrams < 1:
+        raise ValueError(f"ngrams must be >= 1, got {ngrams}")
+    if alternative not in ("two-sided", "less", "greater"):
+        raise ValueError(f"alternative must be 'two-sided', 'less' or 'greater', got {alternative!r}")
+
+    items: dict[str, list[int]] = {}  # feature -> the texts that have it
+    for i, text in enumerate(texts):
+        for feature in text_features(text, ngrams):
+            items.setdefault(feature, []).append(i)
+    n = len(texts)
+    constant = n == 0 or float(y.min()) == float(y.max())
+    rows: list[dict[str, Any]] = []
+    for feature in sorted(f for f, idx in items.items() if min_count <= len(idx) < n):
+        mask = np.zeros(n, dtype=bool)
+        mask[items[feature]] = True
+        with_, without = y[mask], y[~mask]
+        row: dict[str, Any] = {"feature": feature, "n_with": int(mask.sum()), "n_without": int((~mask).sum()),
+                               "mean_with": float(with_.mean()), "mean_without": float(without.mean())}
+        row["difference"] = row["mean_with"] - row["mean_without"]
+        if constant:
+            row.update(u=float(row["n_with"] * row["n_without"]) / 2, p=None)
+        else:
+            res = mannwhitneyu(with_, without, alternative=alternative)
+            row.update(u=float(res.statistic), p=float(res.pvalue))
+        rows.append(row)
+
+    tested = [r for r in rows if r["p"] is not None]
+    if tested:
+        q = false_discovery_control([r["p"] for r in tested], method="bh")
+        for r, value in zip(tested, q):
+            r["q"] = float(value)
+    for r in rows:
+        r.setdefault("q", None)
+    rows.sort(key=lambda r: (r["p"] is None, r["p"] if r["p"] is not None else 0.0,
+                             -abs(r["difference"]), -r["n_with"], r["feature"]))
+    return rows[:max_features] if max_features is not None else rows

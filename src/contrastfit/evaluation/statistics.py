@@ -9,6 +9,8 @@ Every p-value comes from :mod:`scipy.stats`; nothing here re-implements a test.
   signed-rank test (LaCon), and the unpaired Mann-Whitney U and Welch's t-test (Sosnowski et al.).
 * :func:`best_by_validation` -- the hyper-parameters with the best mean *validation* score; test
   scores are never read.
+* :func:`mcnemar_exact` -- a method against a baseline on the *same test items*: the exact McNemar
+  test on the discordant pairs of their per-item correctness (:func:`scipy.stats.binomtest`).
 
 A run is a mapping (e.g. a ``results.json`` dict). A score is found by ``key``: a callable
 ``key(run) -> float``, a top-level key, or a dotted path such as ``"metrics.validation.accuracy"``.
@@ -24,7 +26,8 @@ import numpy as np
 
 Key = str | Callable[[Mapping[str, Any]], float]
 
-__all__ = ["best_by_validation", "compare_to_baseline", "get_score", "summarize", "top_k"]
+__all__ = ["best_by_validation", "compare_to_baseline", "get_score", "mcnemar_exact", "mcnemar_exact_counts",
+           "summarize", "top_k"]
 
 
 def summarize(values: Iterable[float]) -> dict[str, float | int]:
@@ -207,3 +210,50 @@ def best_by_validation(groups: Mapping[Hashable, Sequence[Mapping[str, Any]]], k
     if best is None:
         raise ValueError("best_by_validation: no group has a validation score")
     return best_key
+
+
+def mcnemar_exact_counts(b: int, c: int) -> dict[str, Any]:
+    """Exact McNemar test from the two discordant counts of a paired 2x2 table.
+
+    ``b``: items the method gets right and the baseline wrong; ``c``: the method wrong, the baseline
+    right. Under the null hypothesis (the two are equally often right on the items where they
+    disagree) ``b ~ Binomial(b + c, 1/2)``; ``p`` is the two-sided exact binomial p-value
+    (:func:`scipy.stats.binomtest`), i.e. ``min(1, 2 * P(X <= min(b, c)))``. The concordant cells
+    do not enter the test.
+
+    Returns ``{"b", "c", "n_discordant", "p", "reason"}``; with no discordant pair (``b = c = 0``)
+    the test says nothing: ``p`` is ``None`` and ``reason`` says why (``reason`` is ``None``
+    otherwise).
+    """
+    from scipy.stats import binomtest
+
+    b, c = int(b), int(c)
+    if b < 0 or c < 0:
+        raise ValueError(f"McNemar counts must be >= 0, got b={b}, c={c}")
+    out: dict[str, Any] = {"b": b, "c": c, "n_discordant": b + c, "p": None, "reason": None}
+    if b + c == 0:
+        out["reason"] = "no discordant pair (the two are right and wrong on the same items)"
+        return out
+    out["p"] = float(binomtest(b, b + c, 0.5, alternative="two-sided").pvalue)
+    return out
+
+
+def mcnemar_exact(method_correct: Sequence[bool], baseline_correct: Sequence[bool]) -> dict[str, Any]:
+    """Paired comparison of a method and a baseline on the same test items: exact McNemar test.
+
+    ``method_correct[i]`` / ``baseline_correct[i]``: whether each got item ``i`` right (the same
+    items in the same order). The 2x2 table is ``a`` (both right), ``b`` (method right, baseline
+    wrong), ``c`` (method wrong, baseline right), ``d`` (both wrong); the test is
+    :func:`mcnemar_exact_counts` on ``b`` and ``c``. Returns its dict plus ``"a"``, ``"d"`` and
+    ``"n"`` (the number of items).
+
+    The pairs must be independent: pooling the items of several runs (seeds, training samples) on
+    one test set repeats every item, which this test does not account for.
+    """
+    m = np.asarray(method_correct, dtype=bool)
+    r = np.asarray(baseline_correct, dtype=bool)
+    if m.ndim != 1 or m.shape != r.shape:
+        raise ValueError(f"mcnemar_exact needs two 1-d vectors of the same length, got shapes {m.shape} and {r.shape}")
+    out = mcnemar_exact_counts(int(np.sum(m & ~r)), int(np.sum(~m & r)))
+    out.update(a=int(np.sum(m & r)), d=int(np.sum(~m & ~r)), n=int(m.size))
+    return out

@@ -52,7 +52,11 @@ Conventions (the equations implemented as written)
 * LER: averaged over the ``C (C - 1)`` ordered pairs ``i != j`` of **all** label embeddings (not only
   those in the batch), so it lies in ``[0, e^2 - 1]`` as Sec. 2.4 states. With ``C = 1`` it is a
   graph-connected zero.
-* Total, Eq. 7: ``icl + lcl + ler_weight * ler`` (ICL and LCL unweighted).
+* Total, Eq. 7: ``icl + lcl + ler_weight * ler``. For the ablations of Tables 3 and 6 every term has
+  a weight: ``total = icl_weight * icl + lcl_weight * lcl + ler_weight * ler`` (defaults 1, 1, 0.5:
+  Eq. 7). A term whose weight is 0 is left out of the sum altogether (it is still computed and
+  returned, unweighted, for logging), so ``total`` is then exactly the sum of the other weighted
+  terms and the removed term sends no gradient. All three weights 0 is refused (nothing to train).
 * Batch of one: ICL is defined (one instance against all labels), LCL is 0 (no negative), LER does
   not depend on the batch.
 * Computed in float32 whatever the input dtype (float64 in gives float64), with autocast disabled
@@ -68,6 +72,8 @@ Defaults (Sec. 4.4, "Hyper-parameter tuning", RTE)
 * ``ler_weight = 0.5``: **not given by the paper**. Sec. 4.4 sweeps lambda over 0.1..1.0 and says it
   "can be set in a wide range", with no LER or a large lambda performing poorly (Fig. 5(c), whose
   values are not in the text); 0.5 is the middle of that sweep.
+* ``icl_weight = 1``, ``lcl_weight = 1``: Eq. 7 has no weight on ICL or LCL; these exist for the
+  ablations (Table 3: "-ICL", "-LCL", "-LER"; Table 6: the terms added cumulatively).
 """
 
 from __future__ import annotations
@@ -105,9 +111,14 @@ def lacon(
     temperature: float = 0.1,
     heads: int = 6,
     ler_weight: float = 0.5,
+    icl_weight: float = 1.0,
+    lcl_weight: float = 1.0,
 ) -> LaConLossParts:
     """LaCon loss of instance ``embeddings`` (n, d) with integer ``labels`` (n,) against the
-    ``label_embeddings`` (C, d). Returns :class:`LaConLossParts` (total, icl, lcl, ler)."""
+    ``label_embeddings`` (C, d). Returns :class:`LaConLossParts` (total, icl, lcl, ler).
+
+    ``total = icl_weight * icl + lcl_weight * lcl + ler_weight * ler`` (Eq. 7 with the defaults); a
+    zero weight drops its term from ``total`` (the ablations "-ICL", "-LCL", "-LER" of Table 3)."""
     _check(embeddings, label_embeddings)
     if labels.shape != embeddings.shape[:1]:
         raise ValueError(f"labels must be ({embeddings.shape[0]},), got shape {tuple(labels.shape)}")
@@ -119,8 +130,12 @@ def lacon(
     c = label_embeddings.shape[0]
     if heads < 1 or d % heads:
         raise ValueError(f"heads must be >= 1 and divide the embedding dim {d}, got {heads}")
-    if ler_weight < 0:
-        raise ValueError(f"ler_weight must be >= 0, got {ler_weight}")
+    weights = {"icl_weight": icl_weight, "lcl_weight": lcl_weight, "ler_weight": ler_weight}
+    for name, value in weights.items():
+        if not value >= 0:  # also refuses NaN
+            raise ValueError(f"{name} must be >= 0, got {value}")
+    if not any(weights.values()):
+        raise ValueError("icl_weight, lcl_weight and ler_weight are all 0: the LaCon loss has no term left")
     labels = labels.long()
     if bool(((labels < 0) | (labels >= c)).any()):
         raise ValueError(f"labels must lie in [0, {c})")
@@ -159,7 +174,12 @@ def lacon(
         else:
             ler = lab.sum() * 0.0
 
-        total = icl + lcl + ler_weight * ler
+        # Eq. 7 with a weight per term; a zero-weighted term is left out (not multiplied by 0), so the
+        # total is exactly the other terms and no gradient (nor a non-finite value) comes from it.
+        total = None
+        for weight, term in ((icl_weight, icl), (lcl_weight, lcl), (ler_weight, ler)):
+            if weight:
+                total = weight * term if total is None else total + weight * term
         return LaConLossParts(total=total, icl=icl, lcl=lcl, ler=ler)
 
 
@@ -178,14 +198,19 @@ class LaConLoss(nn.Module):
     """``nn.Module`` form of :func:`lacon`. Holds no parameter: the label embeddings live in the model
     head and are passed to :meth:`forward`."""
 
-    def __init__(self, temperature: float = 0.1, heads: int = 6, ler_weight: float = 0.5):
+    def __init__(self, temperature: float = 0.1, heads: int = 6, ler_weight: float = 0.5,
+                 icl_weight: float = 1.0, lcl_weight: float = 1.0):
         super().__init__()
         self.temperature = temperature
         self.heads = heads
         self.ler_weight = ler_weight
+        self.icl_weight = icl_weight
+        self.lcl_weight = lcl_weight
 
     def forward(self, embeddings: torch.Tensor, labels: torch.Tensor, label_embeddings: torch.Tensor) -> LaConLossParts:
-        return lacon(embeddings, labels, label_embeddings, self.temperature, self.heads, self.ler_weight)
+        return lacon(embeddings, labels, label_embeddings, self.temperature, self.heads, self.ler_weight,
+                     icl_weight=self.icl_weight, lcl_weight=self.lcl_weight)
 
     def extra_repr(self) -> str:
-        return f"temperature={self.temperature}, heads={self.heads}, ler_weight={self.ler_weight}"
+        return (f"temperature={self.temperature}, heads={self.heads}, ler_weight={self.ler_weight}, "
+                f"icl_weight={self.icl_weight}, lcl_weight={self.lcl_weight}")

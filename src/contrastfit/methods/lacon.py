@@ -1,5 +1,6 @@
 r"""LaCon: label anchored contrastive learning (Zhang et al., *Label Anchored Contrastive Learning for
-Language Understanding*), ``lacon`` (LaCon-vanilla, Sec. 2.1-2.5) and ``lacon-fusion`` (Sec. 2.6).
+Language Understanding*), ``lacon`` (LaCon-vanilla, Sec. 2.1-2.5) and ``lacon-fusion`` (Sec. 2.6),
+and the paper's "BERT w/ g" baseline of Table 3, ``ce-projection``.
 
 ``lacon``
     ``H = g(f(X))`` (Eq. 1): the pooled sentence embedding (the paper uses [CLS]; here the run's
@@ -10,9 +11,11 @@ Language Understanding*), ``lacon`` (LaCon-vanilla, Sec. 2.1-2.5) and ``lacon-fu
     are not used). Both live in the model head (:class:`~contrastfit.heads.LabelMatchingHead`), so
     the optimizer trains them and ``head.safetensors`` saves them (pitfall 3).
     Training loss: :func:`contrastfit.losses.lacon` on ``H`` and ``L``, Eq. 7
-    ``L = L'_ICL (Eq. 4) + L_LCL (Eq. 5) + lambda L_LER (Eq. 6)``, with the parts logged as
-    ``loss_icl``, ``loss_lcl``, ``loss_ler`` (``ler`` unweighted). No cross-entropy term (Sec. 5.1:
-    LaCon "is purely equipped with three CL objectives").
+    ``L = L'_ICL (Eq. 4) + L_LCL (Eq. 5) + lambda L_LER (Eq. 6)``, generalised for the ablations to
+    ``icl_weight * L'_ICL + lcl_weight * L_LCL + ler_weight * L_LER`` (a weight of 0 removes the
+    term), with the parts logged as ``loss_icl``, ``loss_lcl``, ``loss_ler`` (all unweighted, also
+    when a term is removed). No cross-entropy term (Sec. 5.1: LaCon "is purely equipped with three
+    CL objectives").
     Prediction, Eq. 8: ``argmax_j cos(H_x, L_j)``. :meth:`predict_logits` returns
     ``cos(H_x, L_j) / temperature`` (:func:`contrastfit.losses.lacon_predict` divided by ``tau``): the
     argmax is Eq. 8's, and the softmax of these logits is the ICL model's own distribution over labels
@@ -31,6 +34,24 @@ Language Understanding*), ``lacon`` (LaCon-vanilla, Sec. 2.1-2.5) and ``lacon-fu
     are the same ``L`` as in the losses (the paper has one ``L``), so the projection width must
     equal the encoder's hidden size.
 
+``ce-projection`` ("BERT w/ g", Table 3)
+    Cross-entropy fine-tuning whose classifier reads ``g(f(x))``: the same 3-layer MLP ``g`` as
+    LaCon's (ReLU after the two hidden layers, width ``d``, no dropout inside), then BERT's classifier
+    (dropout 0.1 and one linear layer, as ``ce``) on its output (:class:`ProjectionClassifierHead`).
+    No label embeddings, no contrastive term: it isolates what ``g`` alone brings (Table 3: "it is
+    basically useless by adding g to BERT directly"). ``model.embed`` gives the pooled embedding, as
+    for ``ce``. A regression target gets MSE on one output, as ``ce``.
+
+Ablations (Table 3 and Table 6; ``examples/lacon_ablation.yaml``)
+    "LaCon w/ L_ICL" (single-head ICL, Eq. 3): ``heads=1``. "-ICL", "-LCL", "-LER": ``icl_weight=0``,
+    ``lcl_weight=0``, ``ler_weight=0``. Table 6's cumulative rows, as printed: ``L_ICL`` =
+    ``heads=1, lcl_weight=0, ler_weight=0``; ``L'_ICL`` = ``lcl_weight=0, ler_weight=0``; ``L_LCL``
+    = ``icl_weight=0, ler_weight=0``; ``L'_ICL + L_LCL`` = ``ler_weight=0``; ``L_ICL + L_LER`` =
+    ``lcl_weight=0`` (with the multi-head ICL: its numbers are Table 3's "-LCL" row, as those of
+    ``L'_ICL + L_LCL`` are "-LER"'s). "-g": ``projection_layers=0``. All three weights 0 is refused,
+    and so is ``icl_weight = lcl_weight = 0``: LER reads only the label embeddings, so the encoder
+    and ``g`` would get no gradient.
+
 Hyper-parameters (defaults and where they come from)
 ---------------------------------------------------
 * ``temperature = 0.1``: Sec. 4.4, "the recommended value is around 0.1 and 0.2".
@@ -39,6 +60,8 @@ Hyper-parameters (defaults and where they come from)
   ``heads`` or a ``projection_dim`` that is (a :class:`~contrastfit.errors.ConfigError` says so).
 * ``ler_weight = 0.5`` (lambda): **not given** by the paper, which sweeps 0.1..1.0 and says it "can be
   set in a wide range" (Sec. 4.4); 0.5 is the middle of the sweep.
+* ``icl_weight = 1.0``, ``lcl_weight = 1.0``: Eq. 7 (the terms are unweighted); 0 is the paper's
+  "-ICL" / "-LCL" ablation (Table 3).
 * ``projection_dim = 0``: the width ``d`` of ``g`` and of the label embeddings; 0 means the encoder's
   hidden size, the paper's choice ("the dimension of the g is also d", Sec. 2.1).
 * ``projection_layers = 3``: Sec. 2.1. 0 removes ``g`` (the "-g" ablation of Table 3).
@@ -58,13 +81,14 @@ has anchors with negatives. Classification only (the labels are anchors).
 from __future__ import annotations
 
 import torch
+from torch import nn
 
 from ..errors import ConfigError
-from ..heads import build_head
+from ..heads import LinearHead, MLPHead, build_head
 from ..losses import lacon
 from .base import LossOutput, Method, register_method
 
-__all__ = ["LaCon", "LaConFusion"]
+__all__ = ["CEProjection", "LaCon", "LaConFusion", "ProjectionClassifierHead"]
 
 
 @register_method
@@ -76,6 +100,8 @@ class LaCon(Method):
         "temperature": 0.1,
         "heads": 6,
         "ler_weight": 0.5,
+        "icl_weight": 1.0,
+        "lcl_weight": 1.0,
         "projection_dim": 0,
         "projection_layers": 3,
         "label_learning_rate": 0.0,
@@ -89,7 +115,12 @@ class LaCon(Method):
         if task == "regression":
             raise ConfigError(f"{self.name} needs class labels (they are the anchors); use 'ce' for a regression target")
         self.check_hparam("temperature", gt=0)
-        self.check_hparam("ler_weight", ge=0)
+        for weight in ("icl_weight", "lcl_weight", "ler_weight"):
+            self.check_hparam(weight, ge=0, note="0 removes the term")
+        if hp["icl_weight"] == 0 and hp["lcl_weight"] == 0:
+            what = "all three loss weights are 0" if hp["ler_weight"] == 0 else \
+                "icl_weight and lcl_weight are both 0 (LER alone trains only the label embeddings)"
+            raise ConfigError(f"{self.name}: {what}; keep icl_weight or lcl_weight > 0")
         self.check_hparam("projection_layers", ge=0)
         self.check_hparam("projection_dim", ge=0, note="0: the encoder's hidden size")
         self.check_hparam("label_learning_rate", ge=0, note="0: the main learning rate")
@@ -133,7 +164,8 @@ class LaCon(Method):
         projected = model.head.project(self.head_features(model, inputs))
         hp = self.hparams
         parts = lacon(projected, labels, model.head.label_embeddings, temperature=hp["temperature"],
-                      heads=hp["heads"], ler_weight=hp["ler_weight"])
+                      heads=hp["heads"], ler_weight=hp["ler_weight"], icl_weight=hp["icl_weight"],
+                      lcl_weight=hp["lcl_weight"])
         logits = model.head.match(projected)
         return LossOutput(loss=parts.total, logits=logits, parts={"icl": parts.icl, "lcl": parts.lcl, "ler": parts.ler})
 
@@ -161,3 +193,63 @@ class LaConFusion(LaCon):
         """Eq. 9's fused vector ``z`` (what the projection head ``g`` reads)."""
         out = model.encoder(**inputs)
         return model.head.fuse(out.token_embeddings, out.attention_mask)
+
+
+class ProjectionClassifierHead(nn.Module):
+    """"BERT w/ g" (Zhang et al., Table 3): LaCon's projection head ``g`` and then a linear classifier.
+
+    ``projection`` is built exactly as :class:`~contrastfit.heads.LabelMatchingHead`'s (``depth``
+    linear layers ``hidden_size -> dim -> ... -> dim``, ReLU after each hidden layer, none on the
+    output, no dropout); ``classifier`` is BERT's head (:class:`~contrastfit.heads.LinearHead`:
+    dropout 0.1, one linear layer) on ``g``'s output. ``forward(features)`` returns the logits.
+    """
+
+    def __init__(self, hidden_size: int, num_outputs: int, dim: int | None = None, depth: int = 3,
+                 dropout: float = 0.1):
+        super().__init__()
+        if depth < 1:
+            raise ValueError(f"projection depth must be >= 1, got {depth}")
+        dim = dim or hidden_size
+        self.dim = dim
+        self.projection = MLPHead(hidden_size, dim, depth=depth, inner_size=dim, dropout=0.0, activation="relu")
+        self.classifier = LinearHead(dim, num_outputs, dropout=dropout)
+
+    def project(self, features: torch.Tensor) -> torch.Tensor:
+        """``g(features)``."""
+        return self.projection(features)
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        return self.classifier(self.projection(features))
+
+
+@register_method
+class CEProjection(Method):
+    name = "ce-projection"
+    description = "cross-entropy through LaCon's 3-layer projection head g, then a linear classifier (\"BERT w/ g\")"
+    reference = "Zhang et al. (LaCon), Table 3 (BERT w/ g); g from Sec. 2.1"
+    defaults = {
+        "projection_dim": 0,
+        "projection_layers": 3,
+    }
+
+    def __init__(self, num_labels, hidden_size, task="classification", **hparams):
+        super().__init__(num_labels, hidden_size, task, **hparams)
+        self.check_hparam("projection_layers", ge=1, note="0 would be plain 'ce'")
+        self.check_hparam("projection_dim", ge=0, note="0: the encoder's hidden size")
+
+    @property
+    def projection_dim(self) -> int:
+        """The width ``d`` of ``g``."""
+        return int(self.hparams["projection_dim"]) or self.hidden_size
+
+    def build_head(self) -> nn.Module:
+        return ProjectionClassifierHead(self.hidden_size, self.num_outputs, dim=self.projection_dim,
+                                        depth=int(self.hparams["projection_layers"]))
+
+    # head_features (the pooled embedding), predict_logits (model.head on it) and embedding (the
+    # pooled embedding, as for ``ce``) are the base class's.
+
+    def training_loss(self, model, inputs, labels) -> LossOutput:
+        logits = model.head(self.head_features(model, inputs))
+        loss = self.task_loss(logits, labels)
+        return LossOutput(loss=loss, logits=logits, parts={"ce": loss})
