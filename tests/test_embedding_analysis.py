@@ -203,3 +203,113 @@ def test_distance_groups_bad_inputs():
         distance_to_mean_groups(x, [True, False, True], groups=0)
     with pytest.raises(ValueError, match="correct"):
         distance_to_mean_groups(x, [True, False], groups=1)
+
+
+# ---------------------------------------------------------------------------------------------
+# Sosnowski Fig. 2 uses the UN-normalised embeddings (analysis.npz `embeddings_raw`)
+# ---------------------------------------------------------------------------------------------
+
+def _raw_vs_normalised(n=16, d=4, seed=3):
+    """Raw embeddings whose distance-to-mean order differs from that of their L2-normalised rows."""
+    rng = np.random.default_rng(seed)
+    raw = rng.normal(size=(n, d)) * rng.uniform(0.2, 5.0, size=(n, 1))  # very different norms
+    unit = raw / np.linalg.norm(raw, axis=1, keepdims=True)
+    d_raw = np.linalg.norm(raw - raw.mean(axis=0), axis=1)
+    d_unit = np.linalg.norm(unit - unit.mean(axis=0), axis=1)
+    assert not np.array_equal(np.argsort(d_raw, kind="stable"), np.argsort(d_unit, kind="stable"))
+    return raw.astype(np.float32), unit.astype(np.float32), d_raw
+
+
+def _groups_by_hand(dist, correct, groups):
+    order = np.argsort(dist, kind="stable")
+    return [float(correct[idx].mean()) for idx in np.array_split(order, groups)]
+
+
+def test_distance_reference_is_the_raw_embeddings():
+    raw, unit, d_raw = _raw_vs_normalised()
+    ref, is_raw = emb_mod.distance_reference({"embeddings": unit, "embeddings_raw": raw})
+    assert is_raw and np.array_equal(ref, raw)
+    correct = np.arange(16) % 3 == 0
+    groups = distance_to_mean_groups(ref, correct, groups=4)
+    # each group's distances are the Euclidean distances of the RAW rows to the RAW mean
+    order = np.argsort(d_raw, kind="stable")
+    for g, idx in zip(groups, np.array_split(order, 4)):
+        assert g["min_distance"] == pytest.approx(d_raw[idx].min(), rel=1e-5)
+        assert g["max_distance"] == pytest.approx(d_raw[idx].max(), rel=1e-5)
+    assert [g["accuracy"] for g in groups] == pytest.approx(_groups_by_hand(d_raw, correct, 4))
+    # files written before embeddings_raw existed fall back to the normalised ones, and say so
+    ref, is_raw = emb_mod.distance_reference({"embeddings": unit})
+    assert not is_raw and np.array_equal(ref, unit)
+
+
+def test_runner_saves_raw_embeddings_and_report_groups_by_their_distances(tmp_path, tiny_encoder_dir):
+    import csv
+
+    import yaml
+
+    from conftest import sentiment_rows
+    from contrastfit import ContrastiveClassifier
+    from contrastfit.experiments import load_config, run_experiment
+    from contrastfit.experiments.report import write_report
+
+    def write_csv(path, rows):
+        with open(path, "w", newline="", encoding="utf-8") as fh:
+            writer = csv.DictWriter(fh, fieldnames=["sentence", "sentiment"])
+            writer.writeheader()
+            writer.writerows(rows)
+        return path
+
+    train = write_csv(tmp_path / "train.csv", sentiment_rows(30, seed=1))
+    test = write_csv(tmp_path / "test.csv", sentiment_rows(8, seed=2))
+    raw_config = {"name": "tiny", "data": str(train), "model": str(tiny_encoder_dir),
+                  "data_options": {"label_column": "sentiment", "test_data": str(test)},
+                  "methods": ["ce", "ce-scl"], "protocol": {"kind": "few-shot", "shots": 4}, "seeds": [0],
+                  "validation_size": 8, "training": {"epochs": 1, "batch_size": 4, "learning_rate": 1e-3, "min_steps": 1},
+                  "analyses": ["distance_groups"], "report": False, "save_models": True, "baseline": "ce",
+                  "output": str(tmp_path / "out")}
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(raw_config), encoding="utf-8")
+    run_experiment(load_config(path), progress=False)
+    out = tmp_path / "out"
+    folders = {"ce": out / "runs" / "ce-shots=4-sample0-seed0", "ce-scl": out / "runs" / "ce-scl-shots=4-sample0-seed0"}
+    texts = [r["sentence"] for r in sentiment_rows(8, seed=2)]
+    arrays = {}
+    for name, folder in folders.items():
+        with np.load(folder / "analysis.npz", allow_pickle=False) as z:
+            arrays[name] = {k: z[k] for k in z.files}
+        a = arrays[name]
+        # the raw embeddings are the model's un-normalised ones; "embeddings" stay L2-normalised
+        model = ContrastiveClassifier.from_pretrained(folder)
+        expected = model.embed([str(t) for t in a["texts"]], normalize=False)
+        assert sorted(str(t) for t in a["texts"]) == sorted(texts)
+        np.testing.assert_allclose(a["embeddings_raw"], expected, rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(np.linalg.norm(a["embeddings"], axis=1), 1.0, rtol=1e-5)
+        np.testing.assert_allclose(a["embeddings"], expected / np.linalg.norm(expected, axis=1, keepdims=True),
+                                   rtol=1e-4, atol=1e-5)
+        assert not np.allclose(np.linalg.norm(a["embeddings_raw"], axis=1), 1.0)
+    # Give the baseline raw embeddings whose distance order differs from that of its normalised ones,
+    # and predictions right exactly for the raw-nearest half: the report's groups must follow the raw
+    # distances (the normalised embeddings give other group accuracies).
+    a = arrays["ce"]
+    n = len(a["labels"])
+    groups = min(5, n)
+    raw, unit, d_raw = _raw_vs_normalised(n=n, d=a["embeddings"].shape[1], seed=7)
+    near = np.zeros(n, dtype=bool)
+    near[np.argsort(d_raw, kind="stable")[: n // 2]] = True
+    a = {**a, "embeddings": unit, "embeddings_raw": raw,
+         "predictions": np.where(near, a["labels"], 1 - a["labels"]).astype(np.int64)}
+    arrays["ce"] = a
+    np.savez_compressed(folders["ce"] / "analysis.npz", **a)
+    d_unit = np.linalg.norm(unit - unit.mean(axis=0), axis=1)
+    assert _groups_by_hand(d_unit, near, groups) != _groups_by_hand(d_raw, near, groups)
+    write_report(out)
+    markdown = (out / "report.md").read_text(encoding="utf-8")
+    lines = markdown[markdown.index("## Accuracy by distance to the mean"):].splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("| group"))
+    header = [c.strip() for c in lines[start].strip("|").split("|")]
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in lines[start + 2:start + 2 + groups]]
+    for name in ("ce", "ce-scl"):
+        b = arrays[name]
+        want = [f"{100 * x:.1f}" for x in _groups_by_hand(d_raw, b["predictions"] == b["labels"], groups)]
+        assert [r[header.index(f"{name} acc")] for r in rows] == want, name
+    assert [r[header.index("ce acc")] for r in rows][0] == "100.0" and rows[-1][header.index("ce acc")] == "0.0"

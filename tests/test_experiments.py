@@ -160,7 +160,9 @@ def test_runner_resumes_an_interrupted_run_from_its_checkpoint(experiment_files,
     with pytest.raises(RuntimeError, match="power cut"):
         run_experiment(config, progress=False)
     (folder,) = Path(config.output).glob("runs/*")
-    assert [p.name for p in folder.glob("checkpoints/checkpoint-*")] == ["checkpoint-4"]  # the last one kept
+    # the last checkpoint is kept (and, with selection on validation, the best one so far)
+    kept = sorted(p.name for p in folder.glob("checkpoints/checkpoint-*"))
+    assert kept[-1] == "checkpoint-4" and set(kept) <= {"checkpoint-2", "checkpoint-4"}
     monkeypatch.setattr(ContrastfitTrainer, "training_step", original)
     run_experiment(config, progress=False)
     result = json.loads((folder / "results.json").read_text())
@@ -255,3 +257,149 @@ def test_optuna_search_stores_trials(experiment_files, tmp_path):
     # a second call continues the same study (no new trials: 2 are done)
     assert main(["experiment", str(path), "--search", "optuna", "--quiet"]) == 0
     assert json.loads((tmp_path / "out" / "search.json").read_text())["trials"] == 2
+
+
+# ---------------------------------------------------------------------------------------------
+# Per-variant training settings, transfer sources per method, augmentation runs
+# ---------------------------------------------------------------------------------------------
+
+def test_variant_training_settings_override_the_experiment_for_that_variant(experiment_files):
+    config = load_config(experiment_files(methods=["ce", {"name": "ce", "training": {"batch_size": [2, 8]}},
+                                                   {"name": "ce-scl", "temperature": 0.3,
+                                                    "training": {"learning_rate": 5.0e-4}}]))
+    assert [v.label for v in config.methods] == ["ce", "ce[batch_size=2]", "ce[batch_size=8]",
+                                                 "ce-scl[temperature=0.3,learning_rate=0.0005]"]
+    run_experiment(config, progress=False)
+    with ResultsStore(Path(config.output) / STORE_NAME) as store:
+        runs = {r["tags"]["variant"]: r for r in store.done()}
+    assert set(runs) == {v.label for v in config.methods}
+    # 8 training rows (4 shots x 2 classes), 1 epoch: the steps show the batch size the Trainer used
+    got = {v: (r["training"]["batch_size"], r["training"]["steps"], r["training"]["learning_rate"]) for v, r in runs.items()}
+    assert got == {"ce": (4, 2, 1e-3), "ce[batch_size=2]": (2, 4, 1e-3), "ce[batch_size=8]": (8, 1, 1e-3),
+                   "ce-scl[temperature=0.3,learning_rate=0.0005]": (4, 2, 5e-4)}
+    assert runs["ce[batch_size=2]"]["tags"]["training_overrides"] == {"batch_size": 2}
+    assert "training_overrides" not in runs["ce"]["tags"]
+    assert runs["ce-scl[temperature=0.3,learning_rate=0.0005]"]["hparams"]["temperature"] == 0.3
+
+
+def test_variant_training_settings_are_checked(experiment_files):
+    base = yaml.safe_load(experiment_files().read_text())
+    with pytest.raises(ConfigError, match=r"method 'ce' training has unknown key\(s\) lr \(allowed: .*batch_size"):
+        parse_config({**base, "methods": [{"name": "ce", "training": {"lr": 1}}]})
+    with pytest.raises(ConfigError, match="ce\\[batch_size=0\\].*batch_size must be >= 1"):
+        parse_config({**base, "methods": [{"name": "ce", "training": {"batch_size": 0}}]})
+    with pytest.raises(ConfigError, match="training must be a mapping"):
+        parse_config({**base, "methods": [{"name": "ce", "training": 16}]})
+    with pytest.raises(ConfigError, match="listed twice"):
+        parse_config({**base, "methods": ["ce", {"name": "ce", "training": {}}]})
+
+
+def _source_csv(path: Path) -> Path:
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        writer = csv.DictWriter(fh, fieldnames=["text", "label"])
+        writer.writeheader()
+        writer.writerows({"text": r["sentence"], "label": r["sentiment"]} for r in sentiment_rows(20, seed=5))
+    return path
+
+
+def _spy_on_encoder_loads(monkeypatch) -> list[tuple[str, str]]:
+    """(model folder or name, method) of every model the training code builds, in order."""
+    from contrastfit import training
+
+    calls = []
+    original = training.ContrastiveClassifier.from_encoder.__func__
+
+    def spy(cls, model, method, *args, **kwargs):
+        calls.append((str(model), method))
+        return original(cls, model, method, *args, **kwargs)
+
+    monkeypatch.setattr(training.ContrastiveClassifier, "from_encoder", classmethod(spy))
+    return calls
+
+
+def test_transfer_trains_one_source_per_method_variant_and_each_target_starts_from_its_own(
+        experiment_files, tmp_path, tiny_encoder_dir, monkeypatch, capsys):
+    import numpy as np
+    from safetensors.numpy import load_file
+
+    source_data = _source_csv(tmp_path / "source.csv")
+    config = load_config(experiment_files(
+        methods=["ce", {"name": "ce-scl", "temperature": 0.3}],
+        protocol={"kind": "transfer", "source": {"data": str(source_data), "shots": 6}, "shots": 4, "samples": 2},
+        # keep the last step (on 4 validation rows every step ties, and the earliest, still in warm-up, would win)
+        training={"epochs": 1, "batch_size": 4, "learning_rate": 1e-3, "min_steps": 1, "select_best": False}))
+    calls = _spy_on_encoder_loads(monkeypatch)
+    run_experiment(config, progress=False)
+    out = Path(config.output)
+    folders = {"ce": out / "sources" / "ce", "ce-scl[temperature=0.3]": out / "sources" / "ce-scl_temperature=0.3"}
+    assert sorted(p.name for p in (out / "sources").iterdir() if p.is_dir()) == sorted(f.name for f in folders.values())
+    sources = {k: json.loads((f / "results.json").read_text()) for k, f in folders.items()}
+    # each source was trained with its target row's method and hyper-parameters, on the source data
+    assert sources["ce"]["method"] == "ce" and sources["ce-scl[temperature=0.3]"]["method"] == "ce-scl"
+    assert sources["ce-scl[temperature=0.3]"]["hparams"]["temperature"] == 0.3
+    assert all(s["data"]["train_size"] == 12 and s["tags"]["role"] == "transfer source" for s in sources.values())
+    weights = {k: load_file(str(f / "encoder" / "model.safetensors")) for k, f in folders.items()}
+    assert any(not np.array_equal(weights["ce"][name], weights["ce-scl[temperature=0.3]"][name]) for name in weights["ce"])
+    # two source trainings (from the base model), then every target run from its own method's source
+    encoder = {k: str(f / "encoder") for k, f in folders.items()}
+    base = str(tiny_encoder_dir)
+    assert [c for c in calls if c[0] == base] == [(base, "ce"), (base, "ce-scl")]
+    targets = [c for c in calls if c[0] != base]
+    assert sorted(targets) == sorted([(encoder["ce"], "ce")] * 2 + [(encoder["ce-scl[temperature=0.3]"], "ce-scl")] * 2)
+    with ResultsStore(out / STORE_NAME) as store:
+        runs = store.done()
+    assert len(runs) == 4
+    for r in runs:
+        src = r["tags"]["transfer_source"]
+        assert src["key"] == r["tags"]["variant"] and src["method"] == r["method"] and not src["shared"]
+        assert r["model"] == encoder[r["tags"]["variant"]] == src["encoder"]
+        assert src["train_hash"] == sources[r["tags"]["variant"]]["data"]["train_hash"]
+    # a second runner finds everything done and trains no source again
+    calls.clear()
+    capsys.readouterr()
+    run_experiment(config, progress=False)
+    assert calls == [] and "(0 new, 4 done earlier)" in capsys.readouterr().out
+
+
+def test_transfer_source_method_override_shares_one_source(experiment_files, tmp_path, tiny_encoder_dir, monkeypatch):
+    source_data = _source_csv(tmp_path / "source.csv")
+    raw = yaml.safe_load(experiment_files().read_text())
+    with pytest.raises(ConfigError, match="source.hparams needs source.method"):
+        parse_config({**raw, "protocol": {"kind": "transfer", "source": {"data": "x", "hparams": {"temperature": 0.1}}}})
+    with pytest.raises(ConfigError, match="source method 'ce' has no hyper-parameter temperature"):
+        parse_config({**raw, "protocol": {"kind": "transfer", "source": {"data": "x", "method": "ce",
+                                                                         "hparams": {"temperature": 0.1}}}})
+    config = load_config(experiment_files(
+        methods=["ce", "ce-scl"],
+        protocol={"kind": "transfer", "source": {"data": str(source_data), "shots": 6, "method": "ce-scl",
+                                                 "hparams": {"temperature": 0.2}}, "shots": 4}))
+    calls = _spy_on_encoder_loads(monkeypatch)
+    run_experiment(config, progress=False)
+    out = Path(config.output)
+    shared = out / "sources" / "ce-scl_temperature=0.2"
+    assert [p.name for p in (out / "sources").iterdir() if p.is_dir()] == [shared.name]
+    assert [c for c in calls if c[0] == str(tiny_encoder_dir)] == [(str(tiny_encoder_dir), "ce-scl")]
+    assert sorted(c for c in calls if c[0] != str(tiny_encoder_dir)) == [(str(shared / "encoder"), "ce"),
+                                                                        (str(shared / "encoder"), "ce-scl")]
+    with ResultsStore(out / STORE_NAME) as store:
+        assert {(r["method"], r["tags"]["transfer_source"]["method"], r["tags"]["transfer_source"]["shared"])
+                for r in store.done()} == {("ce", "ce-scl", True), ("ce-scl", "ce-scl", True)}
+    # the same output folder with a different source is refused, not silently reused
+    other = load_config(experiment_files(
+        methods=["ce", "ce-scl"], seeds=[1],
+        protocol={"kind": "transfer", "source": {"data": str(source_data), "shots": 4, "method": "ce-scl",
+                                                 "hparams": {"temperature": 0.2}}, "shots": 4}))
+    with pytest.raises(ConfigError, match="trained with other settings"):
+        run_experiment(other, progress=False)
+
+
+def test_augmentation_runs_train_on_originals_plus_copies(experiment_files):
+    config = load_config(experiment_files(methods=["ce"], protocol={"kind": "augmentation", "augmenter": "swap",
+                                                                    "ratio": 3, "rate": 0.5, "shots": 4}))
+    run_experiment(config, progress=False)
+    with ResultsStore(Path(config.output) / STORE_NAME) as store:
+        (run,) = store.done()
+    assert run["tags"]["setting"] == "shots=4,ratio=3,rate=0.5"
+    assert run["data"]["train_size"] == 8 * 4  # 8 originals + 3 copies of each
+    aug = run["tags"]["sampling"]["augmentation"]
+    assert (aug["augmenter"], aug["ratio"], aug["rate"], aug["rows_original"], aug["rows_added"]) == ("swap", 3, 0.5, 8, 24)

@@ -11,6 +11,7 @@ import pytest
 from contrastfit.data import TextData, data_hash, load_data
 from contrastfit.experiments.protocols import (
     ProtocolRun,
+    augmentation,
     class_sweep,
     cross_validation,
     derive_seed,
@@ -229,6 +230,84 @@ def test_noise_text_on_full_training_set(toy):
     assert data_hash(runs[1].data.train) != data_hash(runs[2].data.train)
     with pytest.raises(ValueError, match="between 0 and 1"):
         noise(toy, label_noise=1.5)
+
+
+# ---------------------------------------------------------------------------------------------
+# Augmentation (Gunel Sec. 4.2/5.3: supervised : augmented = 1 : 3, copies added, labels kept)
+# ---------------------------------------------------------------------------------------------
+
+def test_augmentation_adds_copies_to_the_few_shot_sample(toy):
+    runs = augmentation(toy, ratio=[0, 1, 3], augmenter="deletion", rate=[0.1, 0.3], shots=5, samples=2, seed=4)
+    assert [(r.setting, r.sample) for r in runs] == [(f"shots=5,{x}", s) for x in
+                                                      ("ratio=0", "ratio=1,rate=0.1", "ratio=1,rate=0.3",
+                                                       "ratio=3,rate=0.1", "ratio=3,rate=0.3") for s in range(2)]
+    clean = few_shot(toy, shots=5, samples=2, seed=4)
+    for r in runs:
+        base = clean[r.sample].data.train
+        n, ratio = len(base), r.params["ratio"]
+        assert n == 15 and len(r.data.train) == n + ratio * n  # the originals plus ratio copies of each
+        assert r.data.train.select(range(n)).to_dict() == base.to_dict()  # the same sample, unchanged, first
+        assert r.data.train["label"][:] == base["label"][:] * (1 + ratio)  # copies keep their labels
+        for j in range(1, ratio + 1):
+            copies = r.data.train["text"][j * n:(j + 1) * n]
+            assert all(c != o for c, o in zip(copies, base["text"][:]))
+        assert data_hash(r.data.validation) == data_hash(toy.validation)  # never augmented
+        assert data_hash(r.data.test) == data_hash(toy.test)
+        record = r.sampling["augmentation"]
+        assert (record["augmenter"], record["ratio"], record["rows_original"], record["rows_added"]) == ("deletion", ratio, n, ratio * n)
+        assert r.sampling["protocol"] == "augmentation" and r.params["augmenter"] == "deletion"
+    # deterministic; the copies at ratio 1 are the first copies at ratio 3 (same sample, same rate)
+    assert _hashes(augmentation(toy, ratio=[0, 1, 3], augmenter="deletion", rate=[0.1, 0.3], shots=5, samples=2, seed=4)) == _hashes(runs)
+    by = {(r.setting, r.sample): r.data.train for r in runs}
+    assert by[("shots=5,ratio=1,rate=0.1", 1)].to_dict() == by[("shots=5,ratio=3,rate=0.1", 1)].select(range(30)).to_dict()
+    assert data_hash(by[("shots=5,ratio=3,rate=0.1", 0)]) != data_hash(by[("shots=5,ratio=3,rate=0.1", 1)])
+    other = augmentation(toy, ratio=3, augmenter="deletion", rate=0.1, shots=5, samples=1, seed=5)[0]
+    assert other.data.train["text"][15:] != by[("shots=5,ratio=3,rate=0.1", 0)]["text"][15:]
+
+
+def test_augmentation_options_and_config(toy):
+    full = augmentation(toy, augmenter="swap", rate=0.2)  # defaults: ratio 3 (Gunel's 1:3), full training split
+    assert [r.setting for r in full] == ["ratio=3,rate=0.2"] and len(full[0].data.train) == 4 * 200
+    with pytest.raises(ValueError, match="unknown augmenter 'backtranslate'"):
+        augmentation(toy, augmenter="backtranslate")
+    with pytest.raises(ValueError, match="temperature applies to hub"):
+        augmentation(toy, augmenter="swap", temperature=0.5)
+    with pytest.raises(ValueError, match="integer >= 0"):
+        augmentation(toy, ratio=-1)
+    from contrastfit.experiments.config import parse_config
+
+    raw = {"data": "mr", "methods": ["ce"], "output": "x",
+           "protocol": {"kind": "augmentation", "ratio": 3, "augmenter": "insertion", "rate": 0.1, "train_size": 100}}
+    assert parse_config(raw).protocol["augmenter"] == "insertion"
+    with pytest.raises(ValueError, match="has no option.*ratios"):
+        parse_config({**raw, "protocol": {"kind": "augmentation", "ratios": 3}})
+
+
+def test_augmentation_hub_model_loads_once_and_only_when_copies_are_asked_for(toy, monkeypatch):
+    import transformers
+
+    loads, generations = [], []
+
+    class Pipe:
+        tokenizer = None  # no chat template: a plain prompt
+
+        def __call__(self, prompts, num_return_sequences, **kwargs):
+            generations.append((len(prompts), num_return_sequences, kwargs["temperature"]))
+            return [[{"generated_text": f" copy {j}\nmore"} for j in range(num_return_sequences)] for _ in prompts]
+
+    monkeypatch.setattr(transformers, "pipeline", lambda task, model=None: loads.append((task, model)) or Pipe())
+    assert augmentation(toy, ratio=0, augmenter="hub:org/m", shots=2)[0].data.train["text"][:] == \
+        few_shot(toy, shots=2)[0].data.train["text"][:]
+    assert loads == []  # ratio 0 needs no model
+    runs = augmentation(toy, ratio=[0, 2], augmenter="hub:org/m", temperature=0.5, shots=2, samples=2)
+    assert loads == [("text-generation", "org/m")]  # one load for every sample
+    assert [(r.setting, r.sample) for r in runs] == [("shots=2,ratio=0", 0), ("shots=2,ratio=0", 1),
+                                                      ("shots=2,ratio=2", 0), ("shots=2,ratio=2", 1)]
+    assert generations == [(6, 2, 0.5), (6, 2, 0.5)]
+    r = runs[2]
+    assert r.data.train["text"][6:] == ["copy 0"] * 6 + ["copy 1"] * 6 and r.data.train["label"][6:] == r.data.train["label"][:6] * 2
+    assert r.params == {"shots": 2, "ratio": 2, "augmenter": "hub:org/m", "temperature": 0.5}
+    assert r.sampling["augmentation"]["models"] == ["org/m"] and r.sampling["augmentation"]["temperature"] == 0.5
 
 
 # ---------------------------------------------------------------------------------------------

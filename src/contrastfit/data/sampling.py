@@ -25,7 +25,7 @@ from .loading import LABEL
 
 
 #: Streams of :func:`derive_seed`, one per kind of random draw.
-STREAMS = {"train": 1, "validation": 2, "pool": 3, "label_noise": 4, "text_noise": 5, "classes": 6}
+STREAMS = {"train": 1, "validation": 2, "pool": 3, "label_noise": 4, "text_noise": 5, "classes": 6, "augment": 7}
 
 
 def derive_seed(seed: int, stream: str, index: int = 0) -> int:

@@ -20,7 +20,10 @@ r"""Numbers that describe an embedding space (no plotting).
   of each test embedding to the mean test embedding; observations sorted by distance and cut into groups
   of equal size; accuracy per group. In the paper the mean embedding and the distances come from the
   **baseline (cross-entropy) model's** [CLS] embeddings, and every model's accuracy is measured in those
-  same groups: pass the baseline's embeddings and one ``correct`` array per model (a mapping).
+  same groups: pass the baseline's embeddings and one ``correct`` array per model (a mapping). The
+  embeddings are the **un-normalised** ones (after L2 normalisation every embedding has norm 1 and the
+  distances, and so the groups, change): :func:`distance_reference` picks ``embeddings_raw`` from a
+  run's ``analysis.npz``.
 
 Inputs may be NumPy arrays, torch tensors (detached here) or nested lists.
 """
@@ -33,7 +36,7 @@ from typing import Mapping
 import numpy as np
 import torch
 
-__all__ = ["alignment", "uniformity", "alignment_uniformity_by_label", "distance_to_mean_groups"]
+__all__ = ["alignment", "uniformity", "alignment_uniformity_by_label", "distance_to_mean_groups", "distance_reference"]
 
 #: rows per block when summing over all pairs (keeps memory at O(block * n), not O(n^2)).
 _BLOCK = 1024
@@ -166,3 +169,12 @@ def distance_to_mean_groups(embeddings, correct, groups: int = 5) -> list[dict]:
             "accuracy": acc,
         })
     return out
+
+
+def distance_reference(arrays: Mapping[str, np.ndarray]) -> tuple[np.ndarray, bool]:
+    """The embeddings of one run's ``analysis.npz`` arrays to measure distances to the mean in
+    (Sosnowski et al., Fig. 2): ``embeddings_raw`` (un-normalised) when present, else ``embeddings``
+    (L2-normalised: files written before the raw ones were saved). Returns ``(embeddings, is_raw)``."""
+    if "embeddings_raw" in arrays:
+        return np.asarray(arrays["embeddings_raw"]), True
+    return np.asarray(arrays["embeddings"]), False

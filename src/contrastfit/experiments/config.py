@@ -8,6 +8,9 @@ the whole schema.
     data: mr                       # built-in name, local file or Hub name
     model: minilm-l6
     methods: [ce, {name: ce-scl, lambda: 0.9, temperature: [0.1, 0.3]}]   # lists are grids
+    # a method entry's own `training:` overrides the top-level one for that entry's variants
+    # (lists are grids here too: Gunel's batch-size ablation)
+    #   methods: [{name: ce-scl, training: {batch_size: [16, 64, 256]}}]
     protocol: {kind: few-shot, shots: [8, 32], samples: 5}                # see experiments/protocols.py
     seeds: [0, 1, 2]
     validation_size: 256           # stratified validation subset (Gunel: ~500)
@@ -51,16 +54,22 @@ TRAINING_KEYS = {"pooling", "max_length", "epochs", "min_steps", "batch_size", "
 
 @dataclass(frozen=True)
 class MethodVariant:
-    """One method with one set of hyper-parameters (one point of its grid)."""
+    """One method with one set of hyper-parameters (one point of its grid) and, optionally, its own
+    training settings (``training:`` in its method entry), which override the experiment's
+    ``training:`` for this variant only."""
 
     method: str
     hparams: tuple[tuple[str, Any], ...] = ()
+    training: tuple[tuple[str, Any], ...] = ()
 
     @property
     def label(self) -> str:
-        if not self.hparams:
+        """``method``, or ``method[h=v,...,t=v,...]``: hyper-parameters, then training settings,
+        each sorted by name (e.g. ``ce-scl[temperature=0.1,batch_size=64]``)."""
+        items = (*self.hparams, *self.training)
+        if not items:
             return self.method
-        return f"{self.method}[" + ",".join(f"{k}={v}" for k, v in self.hparams) + "]"
+        return f"{self.method}[" + ",".join(f"{k}={v}" for k, v in items) + "]"
 
 
 @dataclass
@@ -94,7 +103,33 @@ def _as_list(value: Any) -> list:
     return list(value) if isinstance(value, (list, tuple)) else [value]
 
 
+def _check_training(training: Any, where: str, what: str = "training") -> dict[str, Any]:
+    """``training`` as a dict with keys from :data:`TRAINING_KEYS` only, or a ConfigError."""
+    if training is None:
+        return {}
+    if not isinstance(training, dict):
+        raise ConfigError(f"{where}: {what} must be a mapping of training settings, got {training!r}")
+    bad = sorted(set(training) - TRAINING_KEYS)
+    if bad:
+        raise ConfigError(f"{where}: {what} has unknown key(s) {', '.join(bad)} (allowed: {', '.join(sorted(TRAINING_KEYS))})")
+    return dict(training)
+
+
+def _check_training_values(method: str, training: dict[str, Any], where: str) -> None:
+    """The values as :class:`~contrastfit.training.TrainConfig` would check them at run time, now."""
+    from ..training import TrainConfig
+
+    try:
+        TrainConfig(method=method, **training).validate()
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+    except TypeError:
+        raise ConfigError(f"{where}: training settings of the wrong type: {training!r}") from None
+
+
 def _expand_method(entry: Any, where: str) -> list[MethodVariant]:
+    """Variants of one ``methods`` entry: every combination of its list-valued hyper-parameters and
+    (from its ``training:`` mapping) list-valued training settings."""
     if isinstance(entry, str):
         get_method(entry)
         return [MethodVariant(entry)]
@@ -102,13 +137,17 @@ def _expand_method(entry: Any, where: str) -> list[MethodVariant]:
         raise ConfigError(f"{where}: each method is a name or a mapping with 'name', got {entry!r}")
     name = entry["name"]
     spec = get_method(name)
-    grid = {k: _as_list(v) for k, v in entry.items() if k != "name"}
+    grid = {k: _as_list(v) for k, v in entry.items() if k not in ("name", "training")}
     unknown = sorted(set(grid) - set(spec.defaults))
     if unknown:
         raise ConfigError(f"{where}: method '{name}' has no hyper-parameter {', '.join(unknown)} "
-                          f"(it has: {', '.join(spec.defaults) or 'none'})")
+                          f"(it has: {', '.join(spec.defaults) or 'none'}; training settings go under 'training:')")
+    training = {k: _as_list(v) for k, v in _check_training(entry.get("training"), where, f"method '{name}' training").items()}
     keys = sorted(grid)
-    return [MethodVariant(name, tuple(zip(keys, combo))) for combo in itertools.product(*(grid[k] for k in keys))]
+    tkeys = sorted(training)
+    return [MethodVariant(name, tuple(zip(keys, combo)), tuple(zip(tkeys, tcombo)))
+            for combo in itertools.product(*(grid[k] for k in keys))
+            for tcombo in itertools.product(*(training[k] for k in tkeys))]
 
 
 def _attribution_options(raw: Any, where: str) -> dict[str, Any]:
@@ -154,10 +193,13 @@ def parse_config(raw: dict[str, Any], where: str = "config") -> ExperimentConfig
     from .plan import check_protocol  # the protocol functions define the allowed options
 
     check_protocol(protocol, where)
-    training = dict(raw.get("training") or {})
-    bad = sorted(set(training) - TRAINING_KEYS)
-    if bad:
-        raise ConfigError(f"{where}: training has unknown key(s) {', '.join(bad)} (allowed: {', '.join(sorted(TRAINING_KEYS))})")
+    training = _check_training(raw.get("training") or {}, where)
+    for v in methods:  # the merged settings of each variant, checked as a run would check them
+        _check_training_values(v.method, {**training, **dict(v.training)}, f"{where}: {v.label}")
+    labels = [v.label for v in methods]
+    if len(set(labels)) != len(labels):
+        dup = sorted({x for x in labels if labels.count(x) > 1})
+        raise ConfigError(f"{where}: method variant(s) {', '.join(dup)} listed twice")
     data_options = dict(raw.get("data_options") or {})
     bad = sorted(set(data_options) - DATA_OPTION_KEYS)
     if bad:

@@ -2,8 +2,11 @@
 
 A protocol ``kind`` maps to one function of :mod:`contrastfit.experiments.protocols`; the
 function's keyword arguments *are* the protocol's options, so the YAML schema and the code cannot
-drift apart. ``transfer`` additionally takes a ``source`` block (the model the target runs start
-from, see :func:`contrastfit.experiments.runner.run_experiment`).
+drift apart. ``transfer`` additionally takes a ``source`` block (the source task the target runs
+start from, see :class:`contrastfit.experiments.runner.TransferSources`): by default each method
+variant gets its own source model, trained with that variant's method, hyper-parameters and
+training settings (Gunel et al. Sec. 5.4: CE -> CE, CE+SCL -> CE+SCL); ``source.method`` (with
+optional ``source.hparams``) instead trains one source model that every variant starts from.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ def protocol_functions() -> dict[str, Callable]:
         "noise": p.noise,
         "classes": p.class_sweep,
         "transfer": p.transfer_target,
+        "augmentation": p.augmentation,
     }
 
 
@@ -63,6 +67,21 @@ def check_protocol(protocol: dict[str, Any], where: str) -> None:
         bad = sorted(set(source) - SOURCE_KEYS)
         if bad:
             raise ConfigError(f"{where}: protocol source has unknown key(s) {', '.join(bad)} (allowed: {', '.join(sorted(SOURCE_KEYS))})")
+        if source.get("method") is None:
+            if source.get("hparams"):
+                raise ConfigError(f"{where}: protocol source.hparams needs source.method (without it, each method "
+                                  "variant's source is trained with that variant's own hyper-parameters)")
+        else:
+            from ..methods import get_method
+
+            spec = get_method(source["method"])
+            hp = source.get("hparams") or {}
+            if not isinstance(hp, dict):
+                raise ConfigError(f"{where}: protocol source.hparams must be a mapping, got {hp!r}")
+            unknown = sorted(set(hp) - set(spec.defaults))
+            if unknown:
+                raise ConfigError(f"{where}: source method '{source['method']}' has no hyper-parameter "
+                                  f"{', '.join(unknown)} (it has: {', '.join(spec.defaults) or 'none'})")
 
 
 def protocol_runs(config: ExperimentConfig, data) -> list:

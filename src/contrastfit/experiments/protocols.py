@@ -42,6 +42,12 @@ Protocols
         the full training split) with label flips and/or word noise applied to the TRAINING rows
         only; validation and test stay clean. Rates are crossed with each other and with the
         few-shot values.
+    :func:`augmentation`
+        Gunel et al. Sec. 4.2 / 5.3: a few-shot sample (or the full training split) plus ``ratio``
+        augmented copies of every training row (their 1:3 is ``ratio: 3``), labels kept, from a
+        word-level augmenter, WordNet synonyms or a Hugging Face model (:mod:`contrastfit.data.augment`);
+        validation and test stay clean. Ratios and rates are crossed with each other and with the
+        few-shot values; ``sampling["augmentation"]`` records the augmenter and what it did.
     :func:`class_sweep`
         LaCon Sec. 4.5: for each ``k`` in ``num_classes`` and sample ``s``, a random subset of ``k``
         classes (the first ``k`` of a permutation seeded by ``(seed, s)``, so the subsets of one
@@ -65,6 +71,8 @@ import datasets
 import numpy as np
 
 from ..data.loading import LABEL, TextData
+from ..data.augment import (HUB_PREFIX, augment_dataset, augment_seed, check_augmenter, check_ratio, check_temperature,
+                            hub_generator)
 from ..data.noise import TEXT_NOISE_KINDS, add_text_noise, check_rate, flip_labels
 from ..data.sampling import STREAMS, derive_seed, per_class_indices, sample_per_class, sample_stratified  # noqa: F401
 from ..errors import ConfigError, DataError
@@ -411,6 +419,64 @@ def noise(
             runs.append(ProtocolRun(label, s, params.copy(), _derived(data, train, validation, data.test),
                                     {"protocol": "noise", "seed": seed, "sample": s, **info, **records, **vinfo,
                                      "test": "split"}))
+    return runs
+
+
+def augmentation(
+    data: TextData,
+    ratio: int | Sequence[int] = 3,
+    augmenter: str = "deletion",
+    rate: float | Sequence[float] = 0.1,
+    temperature: float | None = None,
+    shots: int | Sequence[int] | None = None,
+    train_size: int | Sequence[int] | None = None,
+    validation_size: int | None = None,
+    seed: int = 0,
+    samples: int = 1,
+) -> list[ProtocolRun]:
+    """Augmented training sets: a few-shot sample (or the full training split) plus ``ratio``
+    augmented copies of each of its rows, labels kept (Gunel et al.: 1:3, ``ratio=3``).
+
+    ``augmenter``: ``deletion`` | ``swap`` | ``insertion`` (word-level, at word rate ``rate``),
+    ``synonym`` (WordNet synonyms at rate ``rate``) or ``hub:NAME`` / ``hub:FORWARD+BACK`` (a
+    Hugging Face paraphrase model / back-translation, sampled at ``temperature``; ``rate`` unused);
+    see :mod:`contrastfit.data.augment`. Sample ``s`` is the same rows as :func:`few_shot` sample
+    ``s`` (``derive_seed(seed, "train", s)``); its copies are drawn with ``augment_seed(seed, s)``,
+    the same for every ratio (the copies at a smaller ratio are the first ones of a larger ratio).
+    ``ratio: 0`` is the clean baseline (one setting, whatever the rates). Labels:
+    ``[<few-shot>,]ratio=r[,rate=x]``. Validation and test are never augmented.
+    """
+    seed, samples = _check_seed(seed), _check_samples(samples)
+    augmenter = check_augmenter(augmenter)
+    ratios = [check_ratio(r) for r in ([ratio] if isinstance(ratio, (int, np.integer)) else list(ratio))]
+    if not ratios:
+        raise ConfigError("augmentation needs at least one ratio")
+    hub = augmenter.startswith(HUB_PREFIX)
+    rates = [None] if hub else _rates(rate, "rate")
+    temperature = check_temperature(temperature, augmenter)
+    base = _few_shot_settings(shots, train_size, data)
+    validation, vinfo = _validation(data, validation_size, seed)
+    generator = hub_generator(augmenter, temperature) if hub and any(ratios) else None  # loads the model once
+    settings: list[tuple[int, float | None]] = []
+    for r, x in itertools.product(ratios, rates):
+        key = (r, x if r else None)
+        if key not in settings:
+            settings.append(key)
+    runs = []
+    for (base_label, base_params), (r, x) in itertools.product(base, settings):
+        parts = ([base_label] if base_params else []) + [f"ratio={r}"] + ([f"rate={x:g}"] if x is not None else [])
+        params = {**base_params, "ratio": r, "augmenter": augmenter}
+        if x is not None:
+            params["rate"] = x
+        if hub and temperature is not None:
+            params["temperature"] = temperature
+        for s in range(samples if (base_params or r) else 1):
+            train, info = _draw_train(data, data.train, base_params, derive_seed(seed, "train", s))
+            train, record = augment_dataset(train, augmenter, r, 0.0 if x is None else x, augment_seed(seed, s),
+                                            temperature=temperature, generator=generator)
+            runs.append(ProtocolRun(",".join(parts), s, dict(params), _derived(data, train, validation, data.test),
+                                    {"protocol": "augmentation", "seed": seed, "sample": s, **info,
+                                     "augmentation": record, **vinfo, "test": "split"}))
     return runs
 
 

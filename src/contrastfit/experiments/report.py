@@ -5,8 +5,10 @@ An experiment folder, as the runner writes it::
     FOLDER/experiment.json                  the raw experiment config (name, data, model, methods,
                                             protocol, seeds; optional baseline, top_k, metrics, analyses)
     FOLDER/results.sqlite                   the ResultsStore; one result dict per finished run
-    FOLDER/runs/<run_id>/analysis.npz       optional per run: embeddings (n, d), labels (n,),
-                                            predictions (n,), texts (n,), label_embeddings (C, d)
+    FOLDER/runs/<run_id>/analysis.npz       optional per run: embeddings (n, d; L2-normalised),
+                                            embeddings_raw (n, d; un-normalised, for the distance
+                                            groups), labels (n,), predictions (n,), texts (n,),
+                                            label_embeddings (C, d)
 
 A run's result dict carries ``method``, ``hparams``, ``seed``, ``metrics`` (``validation`` /
 ``test``), ``timings``, ``log_history``, ``data`` (``label_names``, ``test_hash``) and ``tags``
@@ -965,7 +967,7 @@ class _Report:
         if self.regression:
             self.note("accuracy by distance needs a classification task: skipped.")
             return
-        from ..evaluation.embedding import distance_to_mean_groups
+        from ..evaluation.embedding import distance_reference, distance_to_mean_groups
 
         for setting in self.settings:
             base = self.baselines.get(setting)
@@ -982,15 +984,17 @@ class _Report:
             groups = min(DISTANCE_GROUPS, n)
             acc: dict[str, list[list[float]]] = {}
             sizes: list[int] = []
+            normalised_only = False  # a baseline analysis.npz older than its embeddings_raw
             for v, per in loaded.items():
                 for key, (_, a) in per.items():
                     if key not in refs:
                         continue
-                    ref = refs[key][1]
+                    ref, is_raw = distance_reference(refs[key][1])
+                    normalised_only |= not is_raw
                     correct = np.asarray(a["predictions"]) == np.asarray(a["labels"])
                     res = self.attempt(f"{setting}: distance groups of `{v}`",
                                        lambda ref=ref, correct=correct: distance_to_mean_groups(
-                                           ref["embeddings"], correct, groups=groups))
+                                           ref, correct, groups=groups))
                     if res is None:
                         continue
                     acc.setdefault(v, []).append([g["accuracy"] for g in res])
@@ -1011,8 +1015,11 @@ class _Report:
 
             if self.attempt(f"{setting}: distance-group figure", draw) is not None:
                 self.add_figure(path, f"{setting}: test accuracy per distance-to-mean group; mean embedding and "
-                                      f"distances from the baseline {base}'s embeddings (Sosnowski et al., Fig. 2), "
-                                      "averaged over runs paired by (sample, seed).")
+                                      f"Euclidean distances from the baseline {base}'s un-normalised embeddings "
+                                      "(Sosnowski et al., Fig. 2), averaged over runs paired by (sample, seed).")
+            if normalised_only:
+                self.note(f"{setting}: some baseline runs saved only L2-normalised embeddings (no embeddings_raw: "
+                          "written by an older version); their distances are on the unit sphere.")
             header = ["group", "n", *(f"{v} acc" for v in series)]
             body = [[labels[i], str(sizes[i]) if sizes else "?",
                      *(f"{100 * series[v][i]['accuracy']:.1f}" for v in series)] for i in range(groups)]
@@ -1023,7 +1030,10 @@ class _Report:
         if self.regression:
             self.note("error analysis needs a classification task: skipped.")
             return
-        from ..evaluation.error_analysis import error_analysis, word_groups
+        from ..evaluation.error_analysis import associated_features, error_analysis, word_groups
+        from ..evaluation.statistics import mcnemar_exact
+
+        feature_rows = 5  # features shown per variant
 
         for setting in self.settings:
             base = self.baselines.get(setting)
@@ -1057,21 +1067,54 @@ class _Report:
             variants = list(correct)
             others = [v for v in variants if v != base]
             all_row = {"group": "(all)", "n": len(pooled_texts),
-                       "accuracy": {v: float(c.mean()) for v, c in correct.items()}, "mannwhitney_p": {}}
+                       "accuracy": {v: float(c.mean()) for v, c in correct.items()},
+                       "mcnemar": {o: mcnemar_exact(correct[o], correct[base]) for o in others}}
+
+            def mcnemar_cell(result):
+                return "–" if not result else f"{format_p(result['p'])} ({result['b']}/{result['c']})"
+
             header = ["word", "n", *(f"{v} acc" for v in variants), *(f"p {v}" for v in others)]
             body = []
             for row in [*rows, all_row]:
                 body.append([row["group"], str(row["n"] // len(common)),
                              *("–" if row["accuracy"][v] is None else f"{100 * row['accuracy'][v]:.1f}"
                                for v in variants),
-                             *("" if row["group"] == "(all)" else format_p(row["mannwhitney_p"].get(o))
-                               for o in others)])
+                             *(mcnemar_cell(row["mcnemar"].get(o)) for o in others)])
             self.blocks.append(("h", 3, f"Setting {setting}"))
             self.blocks.append(("table", header, body))
             self.blocks.append(("p", f"Test accuracy (%) on the test texts containing each word, pooled over the "
                                      f"{len(common)} run(s) per variant that share (sample, seed); n is per run. "
-                                     f"p: two-sided Mann-Whitney U of the 0/1 correctness against the baseline "
-                                     f"`{base}` (pooled predictions treated as independent); * p < {SIGNIFICANCE}."))
+                                     f"p (b/c): exact McNemar test against the baseline `{base}` on the same items "
+                                     f"(paired; b = items the variant gets right and `{base}` wrong, c = the "
+                                     f"reverse; binomial test of b out of b + c; pooled predictions of several runs "
+                                     f"treated as independent pairs); * p < {SIGNIFICANCE}."))
+
+            # Features found automatically (GEval-style, Sosnowski et al. Table 7): per variant, the
+            # words and bigrams whose presence most changes the per-item score.
+            scores = {v: np.mean([np.asarray(per[k][1]["predictions"]) == np.asarray(per[k][1]["labels"])
+                                  for k in common], axis=0) for v, per in loaded.items()}
+            found = {v: self.attempt(f"{setting}: features of `{v}`",
+                                     lambda y=y: associated_features(texts, y, min_count=5))
+                     for v, y in scores.items()}
+            fbody = []
+            for v, frows in found.items():
+                for r in (frows or [])[:feature_rows]:
+                    if r["p"] is None:
+                        continue
+                    fbody.append([v, r["feature"], str(r["n_with"]), f"{100 * r['mean_with']:.1f}",
+                                  f"{100 * r['mean_without']:.1f}", format_p(r["p"]), format_p(r["q"])])
+            if fbody:
+                tested = max(len(f or []) for f in found.values())
+                self.blocks.append(("table", ["variant", "feature", "n with", "acc with", "acc without", "p", "q"],
+                                    fbody))
+                self.blocks.append(("p", f"Features found automatically (GEval-style, Sosnowski et al. Table 7): "
+                                         f"every word and bigram in at least 5 of the {n} test texts; per-item "
+                                         f"score = the fraction of the {len(common)} run(s) that got the item right; "
+                                         f"p: two-sided Mann-Whitney U of the scores of the items with the feature "
+                                         f"against those without; q: Benjamini-Hochberg over the (up to {tested}) "
+                                         f"features tested per variant. The {feature_rows} smallest p per variant."))
+            else:
+                self.note(f"{setting}: no feature in at least 5 test texts changes any variant's per-item scores.")
 
     def learning_curves(self) -> None:
         self.blocks.append(("h", 2, "Learning curves"))

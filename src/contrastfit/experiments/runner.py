@@ -8,15 +8,17 @@ runner skips what finished. A run that wrote its ``results.json`` but died befor
 of it is imported, not retrained. Several runners on one output folder share the work: a run
 claimed by a live runner is left to it.
 
-Per run, the runner also saves ``analysis.npz`` (test embeddings, labels, predictions, texts and,
-for LaCon, the label embeddings) for the report's figures, and, for the first sample and seed of
+Per run, the runner also saves ``analysis.npz`` (test embeddings, L2-normalised and raw, labels,
+predictions, texts and, for LaCon, the label embeddings) for the report's figures, and, for the first sample and seed of
 the first setting, ``attributions.json``: Shapley values of the words of a few test examples (the
 same examples for every method, with their gold label as the target).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -26,40 +28,57 @@ import torch
 
 from ..atomic import write_text_atomic
 from ..data import load_data
-from ..errors import ContrastfitError
+from ..errors import ConfigError, ContrastfitError
 from ..modeling import write_json_atomic
 from ..training import RESULTS_NAME, TrainConfig, train
-from .config import ExperimentConfig
+from .config import ExperimentConfig, MethodVariant
 from .plan import Job, jobs, protocol_runs
 from .report import ANALYSIS_NAME, ATTRIBUTIONS_NAME, write_report
 from .store import STORE_NAME, ResultsStore
 
 
-def _train_config(config: ExperimentConfig, job: Job, folder: Path, progress: bool, model: str) -> TrainConfig:
+def variant_training(config: ExperimentConfig, variant: MethodVariant) -> dict[str, Any]:
+    """The training settings of ``variant``'s runs: the experiment's ``training:``, then the
+    variant's own (its method entry's ``training:``) on top."""
     # Trainer checkpoints inside a run are off by default (few-shot runs take a minute; a killed run
     # is simply redone); `training: {save_checkpoints: true, save_steps: N}` turns them on, and a
     # restarted runner then resumes the interrupted run from its last checkpoint (resume=True).
-    training = {"save_checkpoints": False, **config.training}
+    return {"save_checkpoints": False, **config.training, **dict(variant.training)}
+
+
+def _train_config(config: ExperimentConfig, job: Job, folder: Path, progress: bool, model: str,
+                  source: dict[str, Any] | None = None) -> TrainConfig:
+    tags = {"experiment": config.name, "variant": job.variant.label, "setting": job.run.setting,
+            "sample": job.run.sample, "params": job.run.params, "sampling": job.run.sampling,
+            "run_id": job.run_id}
+    if job.variant.training:
+        tags["training_overrides"] = dict(job.variant.training)
+    if source is not None:
+        tags["transfer_source"] = source
     return TrainConfig(
         method=job.variant.method, data=config.data, output=str(folder), model=model,
         hparams=dict(job.variant.hparams), seed=job.seed, save_model=config.save_models,
-        resume=True, progress=progress,
-        tags={"experiment": config.name, "variant": job.variant.label, "setting": job.run.setting,
-              "sample": job.run.sample, "params": job.run.params, "sampling": job.run.sampling,
-              "run_id": job.run_id},
-        **training,
+        resume=True, progress=progress, tags=tags, **variant_training(config, job.variant),
     )
 
 
 def save_analysis(model, test, folder: Path, max_rows: int = 2000) -> None:
-    """Test-set embeddings and predictions for the report (at most ``max_rows`` rows)."""
+    """Test-set embeddings and predictions for the report (at most ``max_rows`` rows).
+
+    ``embeddings_raw`` are the model's un-normalised sentence embeddings (``model.embed(...,
+    normalize=False)``: what Sosnowski et al.'s Fig. 2 measures Euclidean distances to the mean
+    in); ``embeddings`` are the same rows L2-normalised (t-SNE, alignment and uniformity)."""
     if test is None or len(test) == 0 or model.task != "classification":
         return
     test = test.select(range(min(len(test), max_rows)))
     texts = list(test["text"])
     pairs = list(test["text_pair"]) if "text_pair" in test.column_names else None
+    raw = model.embed(texts, pairs, normalize=False).astype(np.float32)
+    # one forward pass: L2-normalise here as torch.nn.functional.normalize does (eps 1e-12)
+    normalised = raw / np.maximum(np.linalg.norm(raw, axis=1, keepdims=True), 1e-12)
     arrays = {
-        "embeddings": model.embed(texts, pairs).astype(np.float32),
+        "embeddings": normalised.astype(np.float32),
+        "embeddings_raw": raw,
         "labels": np.asarray(test["label"], dtype=np.int64),
         "predictions": model.predict_logits(texts, pairs).argmax(axis=1).astype(np.int64),
         "texts": np.asarray(texts, dtype=str),
@@ -105,19 +124,106 @@ def save_attributions(model, test, folder: Path, options: dict[str, Any]) -> Non
     write_json_atomic(folder / ATTRIBUTIONS_NAME, {"options": dict(options), "examples": items})
 
 
-def _source_model(config: ExperimentConfig, out: Path, progress: bool) -> str:
-    """Train (once) the source model of a transfer protocol; return its encoder folder."""
-    source = dict(config.protocol["source"])
-    folder = out / "source"
-    tc = TrainConfig(
-        method=source.get("method", "ce"), data=source["data"], output=str(folder), model=config.model,
-        hparams=dict(source.get("hparams") or {}), shots=source.get("shots"), train_size=source.get("train_size"),
-        epochs=source.get("epochs"), seed=int(source.get("seed", 0)), save_model=True, resume=True,
-        progress=progress, tags={"experiment": config.name, "role": "transfer source"},
-    )
-    print(f"transfer: training the source model ({tc.method} on {tc.data}) in {folder}", flush=True)
-    train(tc)
-    return str(folder / "encoder")
+SOURCES_DIR = "sources"
+
+
+@contextlib.contextmanager
+def _file_lock(path: Path):
+    """An exclusive ``flock`` on ``path`` (created) while the block runs: two runners on one output
+    folder never train the same source model at once. A no-op where ``fcntl`` is missing."""
+    try:
+        import fcntl
+    except ImportError:  # not POSIX
+        yield
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+class TransferSources:
+    """The source models of a ``transfer`` protocol (Gunel et al. Sec. 5.4), each trained once, on
+    first use, in ``OUTPUT/sources/<key>/``, and shared by every target run that starts from it.
+
+    By default the source of a method variant is trained with that variant's method,
+    hyper-parameters and training settings (the experiment's ``training:`` with the variant's own on
+    top): CE targets start from a CE source, CE+SCL targets from a CE+SCL source, one source per
+    variant. ``source.method`` (and ``source.hparams``) overrides this: one source model, trained with
+    that method and the experiment's ``training:``, for every variant. ``source.epochs`` overrides the
+    epochs of either; ``source.data``, ``shots``, ``train_size`` and ``seed`` say what it trains on.
+
+    A source folder records what it was trained with (``tags.source_spec`` of its ``results.json``);
+    a folder trained with other settings (an edited config) is refused rather than silently reused.
+    """
+
+    def __init__(self, config: ExperimentConfig, out: Path, progress: bool = True):
+        self.config = config
+        self.source = dict(config.protocol["source"])
+        self.out = out
+        self.progress = progress
+        self._done: dict[str, dict[str, Any]] = {}
+
+    @property
+    def shared(self) -> bool:
+        return self.source.get("method") is not None
+
+    def spec(self, variant: MethodVariant) -> dict[str, Any]:
+        """What the source model of ``variant``'s runs is trained with (JSON-ready)."""
+        src = self.source
+        if self.shared:
+            hparams = dict(src.get("hparams") or {})
+            key = MethodVariant(str(src["method"]), tuple(sorted(hparams.items()))).label
+            method, own_training = str(src["method"]), {}
+        else:
+            key, method, hparams, own_training = variant.label, variant.method, dict(variant.hparams), dict(variant.training)
+        training = {"save_checkpoints": False, **self.config.training, **own_training}
+        if src.get("epochs") is not None:
+            training["epochs"] = src["epochs"]
+        spec = {"key": key, "shared": self.shared, "method": method, "hparams": hparams, "training": training,
+                "data": src["data"], "shots": src.get("shots"), "train_size": src.get("train_size"),
+                "seed": int(src.get("seed", 0)), "base_model": self.config.model}
+        return json.loads(json.dumps(spec))  # as it reads back from results.json
+
+    def folder(self, spec: dict[str, Any]) -> Path:
+        return self.out / SOURCES_DIR / re.sub(r"[^A-Za-z0-9_.=,-]+", "_", spec["key"].replace("[", "_").replace("]", ""))
+
+    def get(self, variant: MethodVariant) -> dict[str, Any]:
+        """The source of ``variant``'s runs, trained now if it is not yet: a dict with ``encoder``
+        (the folder the target runs load) and what the source was trained with and on."""
+        spec = self.spec(variant)
+        if spec["key"] in self._done:
+            return self._done[spec["key"]]
+        folder = self.folder(spec)
+        with _file_lock(folder.parent / (folder.name + ".lock")):
+            written = folder / RESULTS_NAME
+            if written.is_file():
+                record = json.loads(written.read_text(encoding="utf-8"))
+                if (record.get("tags") or {}).get("source_spec") != spec:
+                    raise ConfigError(f"{folder} holds a transfer source trained with other settings than this "
+                                      f"config's ({spec['key']}); delete it or choose another output folder")
+            else:
+                print(f"transfer: training the source model of {variant.label if not self.shared else 'every method'} "
+                      f"({spec['key']} on {spec['data']}) in {folder}", flush=True)
+            tc = TrainConfig(
+                method=spec["method"], data=spec["data"], output=str(folder), model=self.config.model,
+                hparams=dict(spec["hparams"]), shots=spec["shots"], train_size=spec["train_size"], seed=spec["seed"],
+                save_model=True, resume=True, progress=self.progress,
+                tags={"experiment": self.config.name, "role": "transfer source", "source_spec": spec},
+                **spec["training"],
+            )
+            record = dict(train(tc))
+        info = {"key": spec["key"], "shared": spec["shared"], "folder": f"{SOURCES_DIR}/{folder.name}",
+                "encoder": str(folder / "encoder"), "method": record["method"], "hparams": record["hparams"],
+                "data": spec["data"], "train_hash": (record.get("data") or {}).get("train_hash"),
+                "train_size": (record.get("data") or {}).get("train_size"),
+                "training": {k: (record.get("training") or {}).get(k) for k in ("batch_size", "learning_rate", "epochs", "steps")},
+                "base_model": self.config.model}
+        self._done[spec["key"]] = info
+        return info
 
 
 def run_experiment(config: ExperimentConfig, progress: bool = True) -> dict[str, Any]:
@@ -127,7 +233,7 @@ def run_experiment(config: ExperimentConfig, progress: bool = True) -> dict[str,
     out.mkdir(parents=True, exist_ok=True)
     write_json_atomic(out / "experiment.json", config.raw)
     data = load_data(config.data, **config.data_options)
-    model = _source_model(config, out, progress) if config.protocol_kind == "transfer" else config.model
+    sources = TransferSources(config, out, progress) if config.protocol_kind == "transfer" else None
     plan = jobs(config, protocol_runs(config, data))
     started = time.perf_counter()
     ran, skipped, elsewhere = 0, 0, []
@@ -157,7 +263,9 @@ def run_experiment(config: ExperimentConfig, progress: bool = True) -> dict[str,
                 eta = f", about {per_run * left / 60:.1f} min left"
             print(f"{label}{eta}", flush=True)
             try:
-                result = train(_train_config(config, job, folder, progress, model), text_data=job.run.data)
+                source = sources.get(job.variant) if sources is not None else None  # trained on first use
+                model = source["encoder"] if source is not None else config.model
+                result = train(_train_config(config, job, folder, progress, model, source), text_data=job.run.data)
                 if config.analyses:
                     save_analysis(result.model, job.run.data.test, folder)
                 if ("attributions" in config.analyses and job.run.setting == plan[0].run.setting
