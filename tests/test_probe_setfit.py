@@ -195,3 +195,37 @@ def test_schedule_uses_the_methods_step_rule_unless_epochs_are_given():
     assert resolve_schedule(TrainConfig(method="ce"), labels) == (60.0, -1)  # 1 step an epoch, >= 60 steps
     assert resolve_schedule(TrainConfig(method="ce", min_steps=1), list(range(100)) * 2) == (3.0, -1)
     assert math.isclose(resolve_schedule(TrainConfig(method="ce", epochs=0.5), labels)[0], 0.5)
+
+
+# -- the default recipe ------------------------------------------------------------------------------
+
+def test_the_default_recipe_is_ce_scl_then_a_logistic_head(tiny_encoder_dir, sentiment_csv, tmp_path):
+    """No --method: ce-scl-lr. Its encoder is trained by ce-scl's loss; its head is then the
+    logistic regression of the fine-tuned encoder's normalised training embeddings."""
+    from contrastfit.data import load_data
+    from contrastfit.training import DEFAULT_METHOD
+
+    assert DEFAULT_METHOD == "ce-scl-lr"
+    result = train(data=str(sentiment_csv), output=str(tmp_path / "default"), model=str(tiny_encoder_dir),
+                   label_column="sentiment", progress=False, epochs=2, batch_size=8)
+    assert result["method"] == "ce-scl-lr"
+    assert result["hparams"] == {"lambda": 0.9, "temperature": 0.3, "head_C": 1.0}
+    assert result["training"]["head_stage"]["solver"] == "logistic" and result["training"]["steps"] > 0
+    model = result.model
+    data = load_data(str(sentiment_csv), label_column="sentiment")
+    probe = LogisticRegression(max_iter=1000).fit(_normalised_features(model, data.train), np.asarray(data.train["label"]))
+    np.testing.assert_allclose(model.predict_proba(list(data.test["text"] if data.test else data.validation["text"])),
+                               probe.predict_proba(_normalised_features(model, data.test or data.validation)), atol=1e-5)
+
+
+def test_the_default_recipe_for_a_regression_target_is_ce(tiny_encoder_dir, tmp_path):
+    import csv
+
+    path = tmp_path / "scores.csv"
+    with open(path, "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["text", "score"])
+        w.writerows([[f"good film {i}", 0.5 + i / 10] for i in range(12)])
+    result = train(data=str(path), label_column="score", output=str(tmp_path / "reg"), model=str(tiny_encoder_dir),
+                   progress=False, epochs=1, batch_size=4)
+    assert result["method"] == "ce"

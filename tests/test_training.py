@@ -282,3 +282,22 @@ def test_config_values_of_the_wrong_type_get_one_line(field, value, message):
     with pytest.raises(ConfigError) as err:
         TrainConfig(**{field: value}).validate()
     assert str(err.value) == message
+
+
+def test_selection_breaks_accuracy_ties_by_the_lower_validation_loss():
+    """On a small validation set two checkpoints often tie on accuracy; the Trainer keeps the first of
+    equals, which may be an untrained step inside the warm-up. The selection score breaks the tie."""
+    from types import SimpleNamespace
+
+    from contrastfit.training import SELECTION_KEY, _compute_metrics
+
+    compute = _compute_metrics(["a", "b"], "accuracy")
+    labels = np.array([0, 1, 1, 0])
+    unsure = compute(SimpleNamespace(predictions=np.array([[0.1, 0], [0, 0.1], [0.1, 0], [0.1, 0]]), label_ids=labels))
+    sure = compute(SimpleNamespace(predictions=np.array([[3.0, 0], [0, 3.0], [0.1, 0], [3.0, 0]]), label_ids=labels))
+    assert unsure["accuracy"] == sure["accuracy"] == 0.75
+    assert sure["loss"] < unsure["loss"] and sure[SELECTION_KEY] > unsure[SELECTION_KEY]
+    better = compute(SimpleNamespace(predictions=np.array([[0.1, 0], [0, 0.1], [0, 0.1], [0.1, 0]]), label_ids=labels))
+    assert better[SELECTION_KEY] > sure[SELECTION_KEY]  # one more correct example beats any loss
+    mse = _compute_metrics(None, "mse")(SimpleNamespace(predictions=np.array([[1.0], [2.0]]), label_ids=np.array([1.0, 1.0])))
+    assert mse[SELECTION_KEY] == pytest.approx(-0.5, abs=2e-6)  # lower mse is better

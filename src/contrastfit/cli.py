@@ -50,7 +50,8 @@ def build_parser() -> argparse.ArgumentParser:
     # -- train ---------------------------------------------------------------------------------
     p = sub.add_parser("train", help="fine-tune an encoder with one method",
                        description="Fine-tune an encoder with one method; writes the model and results.json to --output.")
-    p.add_argument("--method", default="ce", help="training method (see `contrastfit methods`; default: ce)")
+    p.add_argument("--method", help="training method (see `contrastfit methods`; default: ce-scl-lr, the default "
+                   "recipe; ce for a regression target)")
     p.add_argument("--output", required=True, help="output folder (model, config, results.json)")
     p.add_argument("--model", default="minilm-l6", help="built-in name, local Hugging Face folder or Hub name (default: minilm-l6)")
     _add_data_args(p)

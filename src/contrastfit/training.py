@@ -22,7 +22,7 @@ import math
 import shutil
 import time
 import warnings
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +41,9 @@ from .methods import get_method
 from .modeling import ContrastiveClassifier, write_json_atomic
 from .versions import library_versions
 
+#: The default recipe: what `contrastfit train --data FILE` trains with no --method (README, Benchmarks).
+DEFAULT_METHOD = "ce-scl-lr"
+DEFAULT_REGRESSION_METHOD = "ce"
 DEFAULT_LEARNING_RATE = 5e-5
 DEFAULT_MIN_STEPS = 60
 RESULTS_NAME = "results.json"
@@ -52,7 +55,7 @@ MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids", "labels")
 class TrainConfig:
     """Everything one training job needs. Field names match the CLI flags."""
 
-    method: str = "ce"
+    method: str | None = None  # None: the default recipe, DEFAULT_METHOD (ce for a regression target)
     data: str = "mr"
     output: str = "runs/run"
     model: str = DEFAULT_MODEL
@@ -109,7 +112,8 @@ class TrainConfig:
 
     def validate(self) -> None:
         self._check_types()
-        get_method(self.method)
+        if self.method is not None:
+            get_method(self.method)
         if self.shots is not None and self.train_size is not None:
             raise ConfigError("give either --shots (per class) or --train-size (total), not both")
         for name in ("batch_size", "max_length", "gradient_accumulation_steps"):
@@ -307,7 +311,7 @@ def with_method_defaults(config: TrainConfig) -> TrainConfig:
     (e.g. SetFit's learning rate), else the global defaults."""
     from dataclasses import replace
 
-    own = get_method(config.method).cls.training_defaults
+    own = get_method(config.method).cls.training_defaults if config.method else {}
     fill = {"learning_rate": own.get("learning_rate", DEFAULT_LEARNING_RATE),
             "min_steps": own.get("min_steps", DEFAULT_MIN_STEPS)}
     return replace(config, **{k: v for k, v in fill.items() if getattr(config, k) is None})
@@ -340,17 +344,37 @@ def selection_metric(config: TrainConfig, task: str) -> str:
     return config.metric_for_best or ("accuracy" if task == "classification" else "mse")
 
 
-def _compute_metrics(label_names: list[str] | None):
+#: The key the Trainer selects on: the chosen metric, ties broken by the lower validation loss.
+SELECTION_KEY = "selection_score"
+TIE_BREAK = 1e-6
+
+
+def _compute_metrics(label_names: list[str] | None, metric: str):
+    """Validation metrics for the Trainer's evaluation, plus :data:`SELECTION_KEY`: the chosen metric
+    (negated where lower is better) plus ``1e-6 (1 - tanh(loss))``, so that of two evaluations with
+    the same accuracy (common on a small validation set) the one with the lower validation loss
+    wins, and never the untrained step that merely came first."""
+    import numpy as np
+
     from .evaluation.metrics import classification_metrics, regression_metrics
 
     def compute(eval_pred) -> dict[str, float]:
         logits, labels = eval_pred.predictions, eval_pred.label_ids
-        logits = logits[0] if isinstance(logits, tuple) else logits
+        logits = np.asarray(logits[0] if isinstance(logits, tuple) else logits, dtype=np.float64)
         if label_names is None:
             m = regression_metrics(labels, logits[:, 0])
+            loss = float(np.mean((logits[:, 0] - labels) ** 2))
         else:
             m = classification_metrics(labels, logits.argmax(axis=-1), label_names)
-        return {k: float(v) for k, v in m.items() if isinstance(v, (int, float))}
+            shifted = logits - logits.max(axis=1, keepdims=True)
+            log_p = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+            loss = float(-log_p[np.arange(len(labels)), labels.astype(int)].mean())
+        out = {k: float(v) for k, v in m.items() if isinstance(v, (int, float))}
+        out["loss"] = loss
+        value = out[metric] if metric in out else loss
+        sign = -1.0 if metric in LOWER_IS_BETTER else 1.0
+        out[SELECTION_KEY] = sign * value + (TIE_BREAK * (1.0 - math.tanh(loss)) if metric != "loss" else 0.0)
+        return out
 
     return compute
 
@@ -361,10 +385,8 @@ def _selection_args(config: TrainConfig, task: str, eval_ds: datasets.Dataset | 
         return {"eval_strategy": "no", "save_strategy": "steps" if config.save_checkpoints else "no",
                 "save_steps": config.save_steps}
     every = config.eval_steps or max(1, math.ceil(total_steps / 5))
-    metric = selection_metric(config, task)
     return {"eval_strategy": "steps", "eval_steps": every, "save_strategy": "steps", "save_steps": every,
-            "load_best_model_at_end": True, "metric_for_best_model": metric,
-            "greater_is_better": metric not in LOWER_IS_BETTER,
+            "load_best_model_at_end": True, "metric_for_best_model": SELECTION_KEY, "greater_is_better": True,
             # only the weights when the run keeps no resumable checkpoints: a save costs a model write
             "save_only_model": not config.save_checkpoints}
 
@@ -416,7 +438,7 @@ def build_trainer(config: TrainConfig, model: ContrastiveClassifier, train_ds: d
         train_dataset=train_ds,
         eval_dataset=eval_ds,
         data_collator=collator,
-        compute_metrics=_compute_metrics(model.label_names) if eval_ds is not None else None,
+        compute_metrics=_compute_metrics(model.label_names, selection_metric(config, model.task)) if eval_ds is not None else None,
         balanced_batches=config.sampler == "balanced" and model.task == "classification",
         callbacks=callbacks or None,
     )
@@ -518,7 +540,6 @@ def train(config: TrainConfig | None = None, *, text_data: TextData | None = Non
 
     config = TrainConfig(**{**(asdict(config) if config else {}), **overrides})
     config.validate()
-    config = with_method_defaults(config)
     output = Path(config.output)
     results_path = output / RESULTS_NAME
     if results_path.is_file():
@@ -531,6 +552,9 @@ def train(config: TrainConfig | None = None, *, text_data: TextData | None = Non
     t0 = time.perf_counter()
     set_seed(config.seed)
     prepared = prepare_data(config, text_data)
+    if config.method is None:
+        config = replace(config, method=DEFAULT_METHOD if prepared.data.task == "classification" else DEFAULT_REGRESSION_METHOD)
+    config = with_method_defaults(config)
     pooling = config.pooling or default_pooling(config.model)
     # the paper's training-set-size-dependent defaults (e.g. Sosnowski Tables 1-2), under the user's values
     hparams = {**get_method(config.method).defaults_for(len(prepared.train)), **config.hparams}
@@ -585,13 +609,15 @@ def train(config: TrainConfig | None = None, *, text_data: TextData | None = Non
         evals = [{"step": h["step"], **{k.removeprefix("eval_"): v for k, v in h.items() if k.startswith("eval_")
                                          and not k.endswith(("_runtime", "_per_second"))}}
                  for h in state.log_history if any(k.startswith("eval_") for k in h)]
+        metric = selection_metric(config, model.task)
         best_step = None
         if state.best_model_checkpoint:
             best_step = int(Path(state.best_model_checkpoint).name.rsplit("-", 1)[-1])
-        selection = {"metric": selection_metric(config, model.task), "best_step": best_step,
-                     "best_value": state.best_metric, "evaluations": evals,
+        best_value = next((e.get(metric) for e in evals if e["step"] == best_step), None)
+        selection = {"metric": metric, "best_step": best_step, "best_value": best_value, "evaluations": evals,
                      "stopped_early": bool(config.early_stopping_patience) and state.global_step < state.max_steps,
-                     "rule": "the checkpoint with the best validation metric is kept (Trainer load_best_model_at_end)"}
+                     "rule": "the checkpoint with the best validation metric, ties broken by the lower validation "
+                             "loss, is kept (Trainer load_best_model_at_end)"}
     training.update(epochs=epochs if model.method.trains_encoder else 0, steps=trainer.state.global_step, selection=selection,
                     pooling=pooling, train_loss=train_loss, resumed_from=resume_from, head_init=head_init,
                     head_stage=head_stage)

@@ -145,6 +145,25 @@ class Method(nn.Module):
         return ", ".join(f"{k}={v}" for k, v in self.hparams.items())
 
 
+class NormalizedFeaturesMethod(Method):
+    """A method whose head is a logistic regression on the L2-normalised pooled embedding (the linear
+    probe, SetFit, the default ``ce-scl-lr``), fitted after the encoder stage; needs class labels and
+    ``head_C``."""
+
+    frozen_head_stage = True
+    head_solver = "logistic"
+
+    def __init__(self, num_labels, hidden_size, task="classification", **hparams):
+        super().__init__(num_labels, hidden_size, task, **hparams)
+        if task != "classification":
+            raise ConfigError(f"{self.name} needs class labels (its head is a logistic regression); use 'ce' for a regression target")
+        self.check_hparam("head_C", gt=0)
+
+    def head_features(self, model, inputs):
+        return F.normalize(model.encoder(**inputs).pooled.float(), p=2, dim=-1)
+
+
+
 def resolve_hparams(method: str, defaults: dict[str, Any], given: dict[str, Any]) -> dict[str, Any]:
     """Defaults updated with ``given``; unknown names and values of the wrong type are refused."""
     unknown = sorted(set(given) - set(defaults))

@@ -10,23 +10,8 @@ fine-tuning method has to beat, and the first stage of LP-FT (Kumar et al., 2022
 
 from __future__ import annotations
 
-import torch.nn.functional as F
-
 from ..errors import ConfigError
-from .base import LOGISTIC_HEAD_DEFAULTS, LossOutput, Method, register_method
-
-
-class NormalizedFeaturesMethod(Method):
-    """A method whose head reads the L2-normalised pooled embedding (SetFit, the linear probe)."""
-
-    def __init__(self, num_labels, hidden_size, task="classification", **hparams):
-        super().__init__(num_labels, hidden_size, task, **hparams)
-        if task != "classification":
-            raise ConfigError(f"{self.name} needs class labels (its head is a logistic regression); use 'ce' for a regression target")
-        self.check_hparam("head_C", gt=0)
-
-    def head_features(self, model, inputs):
-        return F.normalize(model.encoder(**inputs).pooled.float(), p=2, dim=-1)
+from .base import LOGISTIC_HEAD_DEFAULTS, LossOutput, NormalizedFeaturesMethod, register_method
 
 
 @register_method
@@ -35,8 +20,6 @@ class LinearProbe(NormalizedFeaturesMethod):
     description = "frozen encoder, logistic regression on its normalised embeddings (no fine-tuning)"
     reference = "Kumar et al. 2022 (LP); the baseline of Tunstall et al. 2022"
     defaults = dict(LOGISTIC_HEAD_DEFAULTS)
-    frozen_head_stage = True
-    head_solver = "logistic"
     trains_encoder = False
 
     def training_loss(self, model, inputs, labels) -> LossOutput:

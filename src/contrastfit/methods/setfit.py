@@ -22,8 +22,7 @@ import math
 import numpy as np
 
 from ..losses import cosine_pairs
-from .base import LOGISTIC_HEAD_DEFAULTS, LossOutput, register_method
-from .linear_probe import NormalizedFeaturesMethod
+from .base import LOGISTIC_HEAD_DEFAULTS, LossOutput, NormalizedFeaturesMethod, register_method
 
 
 def setfit_pair_count(train_labels) -> int:
@@ -41,8 +40,6 @@ class SetFit(NormalizedFeaturesMethod):
     reference = "Tunstall et al. 2022, Sec. 3"
     defaults = dict(LOGISTIC_HEAD_DEFAULTS)
     contrastive = True  # the class-balanced sampler: every batch holds positive and negative pairs
-    frozen_head_stage = True
-    head_solver = "logistic"
     training_defaults = {"learning_rate": 2e-5}
 
     @classmethod
