@@ -145,3 +145,21 @@ def test_regression_targets_are_binned_for_the_contrastive_stage(tiny_encoder_di
     assert model.task == "regression"
     y = torch.tensor([0.04, 0.06, 0.14, 3.21, 3.19])
     assert contrastive_labels(model.method, y).tolist() == [0, 1, 1, 32, 32]
+
+
+def test_head_epoch_is_chosen_on_validation(tmp_path, tiny_encoder_dir, sentiment_csv):
+    """Issue 9: two-stage methods select their head epoch on validation, by the same score."""
+    result = train(method="supcl-seq", data=str(sentiment_csv), label_column="sentiment", output=str(tmp_path / "s"),
+                   model=str(tiny_encoder_dir), epochs=1, batch_size=8, progress=False,
+                   hparams={"head_epochs": 20, "view_dropouts": "0.0,0.1", "head_learning_rate": 0.05})
+    sel = result["training"]["head_stage"]["head_selection"]
+    scores = {e["epoch"]: (e["accuracy"], -e["loss"]) for e in sel["evaluations"]}
+    assert sorted(scores) == list(range(2, 21, 2))  # every 20 // 10 = 2 epochs
+    best = max(scores, key=lambda e: (scores[e], -e))  # best accuracy, then lowest loss, then earliest
+    assert sel["best_epoch"] == best
+    # the kept head is that epoch's: its validation accuracy is the recorded one
+    assert result.metrics["validation"]["accuracy"] == pytest.approx(scores[best][0])
+    off = train(method="supcl-seq", data=str(sentiment_csv), label_column="sentiment", output=str(tmp_path / "o"),
+                model=str(tiny_encoder_dir), epochs=1, batch_size=8, progress=False, select_best=False,
+                hparams={"head_epochs": 3, "view_dropouts": "0.0,0.1"})
+    assert off["training"]["head_stage"]["head_selection"] is None

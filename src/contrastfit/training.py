@@ -446,7 +446,8 @@ def build_trainer(config: TrainConfig, model: ContrastiveClassifier, train_ds: d
 
 def train_head(model: ContrastiveClassifier, train_ds: datasets.Dataset, collator, *, seed: int = 0,
                cache: bool = True, progress: bool = False, epochs: int | None = None,
-               solver: str | None = None) -> dict[str, Any]:
+               solver: str | None = None, validation_ds: datasets.Dataset | None = None,
+               metric: str = "accuracy", eval_every: int | None = None) -> dict[str, Any]:
     """Stage 2 of two-stage methods (SupCL-Seq, SimCSE, DiffCSE, SetFit, the linear probe): freeze
     the encoder and fit ``model.head`` on the method's head features of the training set.
 
@@ -461,6 +462,11 @@ def train_head(model: ContrastiveClassifier, train_ds: datasets.Dataset, collato
     With ``cache=True`` (the default) the training set is encoded **once** and the head trains on
     the cached features; ``cache=False`` re-encodes every mini-batch of every epoch (AdamW only;
     useful to measure what the cache saves, see ``bench/``).
+
+    With ``validation_ds`` (AdamW only), the head epoch is chosen on validation as the encoder step is
+    in one-stage runs: the validation set is encoded once, scored every ``eval_every`` epochs
+    (default: a tenth of them) by the same selection score (``metric``, ties broken by the lower
+    validation loss), and the best head is kept; ``head_selection`` in the record says which.
     """
     from tqdm.auto import tqdm
 
@@ -498,10 +504,30 @@ def train_head(model: ContrastiveClassifier, train_ds: datasets.Dataset, collato
         batch_size = int(hp["head_batch_size"])
         optimizer = torch.optim.AdamW(model.head.parameters(), lr=float(hp["head_learning_rate"]), weight_decay=0.0)
         generator = torch.Generator().manual_seed(seed)
-        model.head.train()
         n = len(train_ds)
         last = float("nan")
-        for _ in tqdm(range(epochs), desc="head", disable=not progress, leave=False):
+        scorer = None
+        if validation_ds is not None and len(validation_ds) > 0:
+            from types import SimpleNamespace
+
+            vparts = [encode(b) for b in DataLoader(validation_ds, batch_size=64, shuffle=False, collate_fn=collator)]
+            v_features, v_labels = torch.cat([f for f, _ in vparts]), torch.cat([y for _, y in vparts]).cpu().numpy()
+            compute = _compute_metrics(model.label_names, metric)
+            every = eval_every or max(1, epochs // 10)
+            evaluations: list[dict[str, float]] = []
+            best: tuple[float, int, dict[str, torch.Tensor]] | None = None
+
+            def scorer(epoch: int) -> None:
+                nonlocal best
+                model.head.eval()
+                with torch.no_grad():
+                    logits = model.head(v_features).float().cpu().numpy()
+                scores = compute(SimpleNamespace(predictions=logits, label_ids=v_labels))
+                evaluations.append({"epoch": epoch, **scores})
+                if best is None or scores[SELECTION_KEY] > best[0]:
+                    best = (scores[SELECTION_KEY], epoch, {k: v.detach().clone() for k, v in model.head.state_dict().items()})
+        model.head.train()
+        for epoch in tqdm(range(1, epochs + 1), desc="head", disable=not progress, leave=False):
             order = torch.randperm(n, generator=generator)
             for start in range(0, n, batch_size):
                 idx = order[start:start + batch_size]
@@ -514,12 +540,21 @@ def train_head(model: ContrastiveClassifier, train_ds: datasets.Dataset, collato
                 loss.backward()
                 optimizer.step()
                 last = float(loss.detach())
+            if scorer is not None and (epoch % every == 0 or epoch == epochs):
+                scorer(epoch)
+                model.head.train()
+        head_selection = None
+        if scorer is not None and best is not None:
+            model.head.load_state_dict(best[2])
+            head_selection = {"metric": metric, "best_epoch": best[1], "evaluations": evaluations,
+                              "best_value": next(e.get(metric) for e in evaluations if e["epoch"] == best[1])}
     finally:
         for p in frozen:
             p.requires_grad_(True)
         model.eval()
     return {"solver": solver, "epochs": epochs, "batch_size": batch_size, "learning_rate": float(hp["head_learning_rate"]),
-            "cached": cache, "encode_s": t_encode, "total_s": time.perf_counter() - t0, "final_loss": last}
+            "cached": cache, "encode_s": t_encode, "total_s": time.perf_counter() - t0, "final_loss": last,
+            "head_selection": head_selection}
 
 
 def last_checkpoint(output: str | Path) -> str | None:
@@ -589,8 +624,11 @@ def train(config: TrainConfig | None = None, *, text_data: TextData | None = Non
     head_stage = None
     if model.method.frozen_head_stage or config.refit_head:
         solver = "logistic" if config.refit_head and not model.method.frozen_head_stage else None
+        # the head epoch is chosen on validation, like the encoder step of one-stage runs
+        head_validation = (tokenize_dataset(prepared.validation, model.tokenizer, model.max_length)
+                           if config.select_best and prepared.validation is not None and len(prepared.validation) else None)
         head_stage = train_head(model, train_ds, trainer.data_collator, seed=config.seed, progress=config.progress,
-                                solver=solver)
+                                solver=solver, validation_ds=head_validation, metric=selection_metric(config, model.task))
     t_train = time.perf_counter()
 
     metrics: dict[str, Any] = {}
