@@ -403,3 +403,17 @@ def test_augmentation_runs_train_on_originals_plus_copies(experiment_files):
     assert run["data"]["train_size"] == 8 * 4  # 8 originals + 3 copies of each
     aug = run["tags"]["sampling"]["augmentation"]
     assert (aug["augmenter"], aug["ratio"], aug["rate"], aug["rows_original"], aug["rows_added"]) == ("swap", 3, 0.5, 8, 24)
+
+
+def test_the_main_jobs_methods_run_and_report_in_an_experiment(experiment_files):
+    """The main job compares the default recipe with the linear probe and SetFit: all of them go
+    through the runner, its analyses and the report (a probe has no training log)."""
+    from contrastfit.experiments.report import ANALYSES
+
+    config = load_config(experiment_files(methods=["linear-probe", "setfit", "ce-scl-lr"], baseline="linear-probe",
+                                          analyses=[a for a in ANALYSES if a != "attributions"], report=True,
+                                          training={"batch_size": 4, "learning_rate": 1e-3, "min_steps": 2}))
+    run_experiment(config, progress=False)
+    summary = json.loads((Path(config.output) / "summary.json").read_text())
+    assert {r["method"] for r in summary["rows"]} == {"linear-probe", "setfit", "ce-scl-lr"}
+    assert (Path(config.output) / "report.md").is_file()
