@@ -55,6 +55,7 @@ from contrastfit.versions import library_versions  # noqa: E402
 RESULTS = Path(__file__).resolve().parent / "results"
 TEST_SEED = 20211
 REFERENCE = "setfit-lib"
+PROBE = "linear-probe"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -156,8 +157,8 @@ def append_record(path: Path, record: dict[str, Any]) -> None:
 
 def summarise(records: list[dict[str, Any]]) -> dict[str, Any]:
     """Per (data, shots, system): mean +- std of accuracy and macro-F1, mean training seconds,
-    and, against SetFit on the samples both have, the mean difference with a paired t-test and a
-    Wilcoxon signed-rank test (SciPy)."""
+    and, against SetFit and against the linear probe on the samples both have, the mean difference
+    with a paired t-test and a Wilcoxon signed-rank test (SciPy)."""
     from scipy import stats
 
     cells: dict[tuple, dict[str, dict[int, dict]]] = {}
@@ -166,7 +167,6 @@ def summarise(records: list[dict[str, Any]]) -> dict[str, Any]:
             cells.setdefault((r["data"], r["shots"]), {}).setdefault(r["system"], {})[r["sample"]] = r
     rows = []
     for (data, shots), systems in sorted(cells.items()):
-        ref = systems.get(REFERENCE, {})
         for system, runs in systems.items():
             acc = np.array([r["accuracy"] for r in runs.values()]) * 100
             f1 = np.array([r["macro_f1"] for r in runs.values()]) * 100
@@ -174,27 +174,35 @@ def summarise(records: list[dict[str, Any]]) -> dict[str, Any]:
                    "accuracy_mean": acc.mean(), "accuracy_std": acc.std(ddof=1) if len(acc) > 1 else 0.0,
                    "macro_f1_mean": f1.mean(), "macro_f1_std": f1.std(ddof=1) if len(f1) > 1 else 0.0,
                    "train_s": float(np.mean([r["train_s"] for r in runs.values()]))}
-            common = sorted(set(runs) & set(ref))
-            if system != REFERENCE and len(common) >= 2:
+            for label, other in (("vs_setfit", REFERENCE), ("vs_probe", PROBE)):
+                ref = systems.get(other, {})
+                common = sorted(set(runs) & set(ref))
+                if system == other or len(common) < 2:
+                    continue
                 a = np.array([runs[s]["accuracy"] for s in common]) * 100
                 b = np.array([ref[s]["accuracy"] for s in common]) * 100
                 d = a - b
-                row["vs_setfit"] = {"samples": len(common), "mean_diff": float(d.mean()),
-                                    "p_ttest": None if np.allclose(d, d[0]) else float(stats.ttest_rel(a, b).pvalue),
-                                    "p_wilcoxon": None if np.allclose(d, 0) else float(stats.wilcoxon(a, b).pvalue)}
+                row[label] = {"samples": len(common), "mean_diff": float(d.mean()),
+                              "p_ttest": None if np.allclose(d, d[0]) else float(stats.ttest_rel(a, b).pvalue),
+                              "p_wilcoxon": None if np.allclose(d, 0) else float(stats.wilcoxon(a, b).pvalue)}
             rows.append(row)
     return {"rows": rows}
 
 
 def markdown(summary: dict[str, Any], order: list[str]) -> str:
-    lines = ["| data | K | system | n | accuracy | macro-F1 | train s | vs SetFit (p, paired t) |",
-             "|---|---|---|---|---|---|---|---|"]
+    def versus(vs: dict[str, Any] | None) -> str:
+        if not vs:
+            return ""
+        p = f" (p={vs['p_ttest']:.2f})" if vs["p_ttest"] is not None else ""
+        return f"{vs['mean_diff']:+.1f}{p}"
+
+    lines = ["| data | K | system | n | accuracy | macro-F1 | train s | vs SetFit (p, paired t) | vs probe (p, paired t) |",
+             "|---|---|---|---|---|---|---|---|---|"]
     rank = {s: i for i, s in enumerate(order)}
     for r in sorted(summary["rows"], key=lambda r: (r["data"], r["shots"], rank.get(r["system"], 99))):
-        vs = r.get("vs_setfit")
-        vs_txt = "" if not vs else f"{vs['mean_diff']:+.1f} (p={vs['p_ttest']:.2f})" if vs["p_ttest"] is not None else f"{vs['mean_diff']:+.1f}"
         lines.append(f"| {r['data']} | {r['shots']} | {r['system']} | {r['n']} | {r['accuracy_mean']:.1f} ± {r['accuracy_std']:.1f} "
-                     f"| {r['macro_f1_mean']:.1f} ± {r['macro_f1_std']:.1f} | {r['train_s']:.0f} | {vs_txt} |")
+                     f"| {r['macro_f1_mean']:.1f} ± {r['macro_f1_std']:.1f} | {r['train_s']:.0f} "
+                     f"| {versus(r.get('vs_setfit'))} | {versus(r.get('vs_probe'))} |")
     return "\n".join(lines) + "\n"
 
 
