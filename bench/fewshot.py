@@ -193,7 +193,7 @@ def markdown(summary: dict[str, Any], order: list[str]) -> str:
     def versus(vs: dict[str, Any] | None) -> str:
         if not vs:
             return ""
-        p = f" (p={vs['p_ttest']:.2f})" if vs["p_ttest"] is not None else ""
+        p = "" if vs["p_ttest"] is None else " (p<0.01)" if vs["p_ttest"] < 0.005 else f" (p={vs['p_ttest']:.2f})"
         return f"{vs['mean_diff']:+.1f}{p}"
 
     lines = ["| data | K | system | n | accuracy | macro-F1 | train s | vs SetFit (p, paired t) | vs probe (p, paired t) |",
