@@ -146,7 +146,8 @@ def test_cli_sample_is_the_experiments_sample(tmp_path, tiny_encoder_dir, sentim
 
 
 def test_resume_after_interruption(tmp_path, tiny_encoder_dir, sentiment_csv):
-    kwargs = dict(epochs=3, save_steps=2, shots=8)
+    # without selection on validation: checkpoints every save_steps (with it, at each evaluation)
+    kwargs = dict(epochs=3, save_steps=2, shots=8, select_best=False)
     full = _train(tmp_path, tiny_encoder_dir, sentiment_csv, name="full", **kwargs)
     partial = _train(tmp_path, tiny_encoder_dir, sentiment_csv, name="cut", stop_after=3, **kwargs)
     assert partial["interrupted_at_step"] == 3
