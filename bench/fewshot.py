@@ -254,7 +254,7 @@ def fixed_test(data: TextData, size: int | None) -> TextData:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--data", nargs="+", default=["mr", "bbc-news", "medmcqa-subject"])
+    p.add_argument("--data", nargs="+", default=["mr", "imdb", "bbc-news", "medmcqa-subject"])
     p.add_argument("--shots", nargs="+", type=int, default=[8, 16])
     p.add_argument("--samples", type=int, default=5)
     p.add_argument("--systems", nargs="+", default=["linear-probe", REFERENCE, "setfit", "default", "ce", "ce-scl"])
