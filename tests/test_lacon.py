@@ -10,60 +10,36 @@ import torch
 import torch.nn.functional as F
 
 from contrastfit.losses import LaConLoss, LaConLossParts, lacon, lacon_predict
+from loss_references import cos, ref_lacon
 
 
-def _cos(a, b):
-    return (a @ b) / (a.norm() * b.norm())
+def _labels(labels) -> list[int]:
+    return [int(v) for v in labels]
 
+
+# The equations as literal loops (tests/loss_references.py), adapted to this file's arguments: any
+# dtype in (differentiated back through .double()), labels as a tensor, LER weight ``lam``.
 
 def loop_icl(emb, labels, lab_emb, t, heads):
-    """Eq. 4: heads summed, instances averaged, softmax over all C labels; one term at a time."""
-    labels = [int(v) for v in labels]
-    h, lab = emb.double(), lab_emb.double()
-    n, d = h.shape
-    c = lab.shape[0]
-    dk = d // heads
-    total = 0.0
-    for k in range(heads):
-        chunk = slice(k * dk, (k + 1) * dk)
-        for i in range(n):
-            num = torch.exp(_cos(h[i, chunk], lab[labels[i], chunk]) / t)
-            den = sum(torch.exp(_cos(h[i, chunk], lab[p, chunk]) / t) for p in range(c))
-            total = total - torch.log(num / den)
-    return total / n
+    """Eq. 4: heads summed, instances averaged, softmax over all C labels."""
+    return ref_lacon(emb.double(), _labels(labels), lab_emb.double(), t, heads, (1.0, 0.0, 0.0))[0]
 
 
 def loop_lcl(emb, labels, lab_emb, t):
     """Eq. 5: anchors the labels present (with at least one negative), positives summed, denominator
-    over the negatives B(p) only, labels averaged."""
-    labels = [int(v) for v in labels]
-    h, lab = emb.double(), lab_emb.double()
-    n = h.shape[0]
-    per_label = []
-    for p in sorted(set(labels)):
-        a_set = [i for i in range(n) if labels[i] == p]
-        b_set = [j for j in range(n) if labels[j] != p]
-        if not b_set:
-            continue  # empty denominator: left out (documented convention)
-        den = sum(torch.exp(_cos(lab[p], h[b]) / t) for b in b_set)
-        per_label.append(-sum(torch.log(torch.exp(_cos(lab[p], h[a]) / t) / den) for a in a_set))
-    if not per_label:
-        return None
-    return sum(per_label) / len(per_label)
+    over the negatives B(p) only, labels averaged; None without an anchor."""
+    return ref_lacon(emb.double(), _labels(labels), lab_emb.double(), t, 1, (0.0, 1.0, 0.0))[1]
 
 
 def loop_ler(lab_emb):
     """Eq. 6: average over the pairs i != j of exp(1 + cos(L_i, L_j)) - 1."""
     lab = lab_emb.double()
-    c = lab.shape[0]
-    terms = [torch.exp(1.0 + _cos(lab[i], lab[j])) - 1.0 for i in range(c) for j in range(c) if i != j]
-    return sum(terms) / len(terms)
+    return ref_lacon(lab[:1], [0], lab, 1.0, 1, (0.0, 0.0, 1.0))[2]
 
 
 def loop_total(emb, labels, lab_emb, t, heads, lam):
     """Eq. 7."""
-    lcl = loop_lcl(emb, labels, lab_emb, t)
-    return loop_icl(emb, labels, lab_emb, t, heads) + (0.0 if lcl is None else lcl) + lam * loop_ler(lab_emb)
+    return ref_lacon(emb.double(), _labels(labels), lab_emb.double(), t, heads, (1.0, 1.0, lam))[3]
 
 
 CASES = [
@@ -298,7 +274,7 @@ def test_predict_is_cosine_matrix():
     assert got.shape == (7, 4) and got.dtype == torch.float32
     for i in range(7):
         for j in range(4):
-            assert got[i, j].item() == pytest.approx(_cos(emb[i].double(), lab[j].double()).item(), rel=1e-5, abs=1e-6)
+            assert got[i, j].item() == pytest.approx(cos(emb[i].double(), lab[j].double()).item(), rel=1e-5, abs=1e-6)
     # a label embedding equal (up to scale) to an instance is its prediction
     lab2 = lab.clone()
     lab2[2] = emb[0] * 4.0

@@ -10,39 +10,13 @@ import torch
 import torch.nn.functional as F
 
 from contrastfit.losses import SOSNOWSKI_TABLE1, SoftTripleLoss, flatten_tokens, soft_triple
+from loss_references import ref_soft_triple
 
 
 def loop_soft_triple(emb, labels, centers, k, la, gamma, margin, center_reg=0.0):
-    """Eq. 2-3 written as they read, one anchor, one class and one centre at a time, in float64.
-
-    Built from torch ops on ``emb`` and ``centers`` so that autograd can differentiate it.
-    """
-    labels = [int(v) for v in labels]
-    x = emb.double()
-    w = centers.double()
-    n_classes = w.shape[0] // k
-    xs = [x[i] / x[i].norm() for i in range(x.shape[0])]
-    ws = [w[r] / w[r].norm() for r in range(w.shape[0])]
-    total = 0.0
-    for i, xi in enumerate(xs):
-        relaxed = []
-        for c in range(n_classes):
-            sims = [xi @ ws[c * k + j] for j in range(k)]
-            z = sum(torch.exp(s / gamma) for s in sims)
-            relaxed.append(sum(torch.exp(s / gamma) / z * s for s in sims))  # Eq. 3
-        y = labels[i]
-        num = torch.exp(la * (relaxed[y] - margin))
-        den = num + sum(torch.exp(la * relaxed[j]) for j in range(n_classes) if j != y)
-        total = total - torch.log(num / den)  # Eq. 2
-    loss = total / len(xs)
-    if center_reg > 0 and k > 1:
-        reg = 0.0
-        for c in range(n_classes):
-            for t in range(k):
-                for s in range(t + 1, k):
-                    reg = reg + torch.sqrt(2.0 + 1e-10 - 2.0 * ws[c * k + t] @ ws[c * k + s])
-        loss = loss + center_reg * reg / (n_classes * k * (k - 1))
-    return loss
+    """Eq. 2-3 (and Qian's regulariser) as a literal loop (tests/loss_references.py), in float64 from
+    inputs of any dtype (autograd differentiates back to them)."""
+    return ref_soft_triple(emb.double(), [int(v) for v in labels], centers.double(), k, la, gamma, margin, center_reg)
 
 
 CASES = [
@@ -145,7 +119,8 @@ def test_k1_is_normalised_softmax_with_margin(la, margin):
 
 
 def test_matches_pytorch_metric_learning():
-    pml = pytest.importorskip("pytorch_metric_learning")
+    # an oracle from the test extra: imported, not importorskip'ed, so that a missing package fails
+    import pytorch_metric_learning as pml
     from pytorch_metric_learning import losses, regularizers
 
     emb, labels, centers = _case(12, 8, 3, 4, 11)

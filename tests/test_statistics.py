@@ -4,14 +4,50 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import pytest
-from scipy import stats
 
 from contrastfit.evaluation.statistics import best_by_validation, compare_to_baseline, get_score, summarize, top_k
 
 METHOD = [0.80, 0.82, 0.85, 0.83, 0.86]
 BASE = [0.79, 0.80, 0.82, 0.79, 0.81]
+
+# The p-values below are computed by hand from the tests' textbook definitions, not by the SciPy
+# calls under test.
+# Wilcoxon signed-rank, METHOD - BASE = 0.01, 0.02, 0.03, 0.04, 0.05: all 5 differences positive and
+# distinct, W- = 0, exact two-sided p = 2 * P(W- = 0) = 2 / 2**5.
+WILCOXON_P = 2 / 2 ** 5
+# Mann-Whitney U, METHOD vs BASE: U = 2.5 + 4.5 + 5 + 5 + 5 = 22 (ties count a half), E[U] = 25 / 2.
+# With ties (0.79 x2, 0.80 x2, 0.82 x2 in the pooled 10) the exact test does not apply: normal
+# approximation with tie correction, Var U = n1 n2 / 12 * (N + 1 - sum(t^3 - t) / (N (N - 1)))
+# = 25 / 12 * (11 - 18 / 90) = 22.5, and continuity correction: z = (22 - 12.5 - 0.5) / sqrt(22.5),
+# p = 2 (1 - Phi(z)) = erfc(z / sqrt 2).
+MANNWHITNEY_P = math.erfc(9 / math.sqrt(22.5) / math.sqrt(2))
+
+
+def t_two_sided_p(t: float, df: float, intervals: int = 2000) -> float:
+    """Two-sided p-value of Student's t with ``df`` (any real df > 1) degrees of freedom:
+    2 * integral of the t density from |t| to infinity, by Simpson's rule after the substitution
+    u = 1/x (the integrand c * df^((df+1)/2) * u^(df-1) * (df u^2 + 1)^(-(df+1)/2) is smooth on
+    [0, 1/|t|]). Written here so that Welch's p-value is not checked against scipy.stats.t itself."""
+    c = math.gamma((df + 1) / 2) / (math.sqrt(df * math.pi) * math.gamma(df / 2))
+
+    def g(u: float) -> float:
+        return c * df ** ((df + 1) / 2) * u ** (df - 1) * (df * u * u + 1) ** (-(df + 1) / 2)
+
+    h = 1 / abs(t) / intervals
+    total = g(0.0) + g(intervals * h) + sum((4 if k % 2 else 2) * g(k * h) for k in range(1, intervals))
+    return 2 * total * h / 3
+
+
+def welch_by_hand(x, y) -> tuple[float, float]:
+    """Welch's t statistic and Welch-Satterthwaite degrees of freedom, from the sample variances."""
+    def mean_var(v):
+        m = sum(v) / len(v)
+        return m, sum((a - m) ** 2 for a in v) / (len(v) - 1)
+
+    (mx, vx), (my, vy) = mean_var(x), mean_var(y)
+    sx, sy = vx / len(x), vy / len(y)
+    return (mx - my) / math.sqrt(sx + sy), (sx + sy) ** 2 / (sx ** 2 / (len(x) - 1) + sy ** 2 / (len(y) - 1))
 
 
 def test_summarize_sample_std():
@@ -19,7 +55,7 @@ def test_summarize_sample_std():
     assert s["n"] == 4
     assert s["mean"] == pytest.approx(2.5)
     assert s["std"] == pytest.approx(math.sqrt(5 / 3))  # ddof=1: sum sq dev 5 over n-1 = 3
-    assert s["std"] == pytest.approx(np.std([1, 2, 3, 4], ddof=1))
+    assert s["std"] != pytest.approx(math.sqrt(5 / 4))  # not the population std (ddof=0)
 
 
 def test_summarize_edge_cases():
@@ -29,15 +65,21 @@ def test_summarize_edge_cases():
     assert summarize(v for v in (1, 3))["mean"] == 2.0  # any iterable
 
 
-def test_compare_matches_scipy_on_same_inputs():
+def test_compare_against_hand_computed_p_values():
     keys = [(seed, 0) for seed in range(5)]
     out = compare_to_baseline(METHOD, BASE, paired_keys=(keys, keys))
     assert out["n_pairs"] == 5 and out["n_method"] == 5 and out["n_baseline"] == 5
-    assert out["wilcoxon_p"] == pytest.approx(stats.wilcoxon(METHOD, BASE).pvalue, rel=1e-12)
-    assert out["mannwhitney_p"] == pytest.approx(
-        stats.mannwhitneyu(METHOD, BASE, alternative="two-sided").pvalue, rel=1e-12)
-    assert out["welch_p"] == pytest.approx(stats.ttest_ind(METHOD, BASE, equal_var=False).pvalue, rel=1e-12)
-    assert out["mean_method"] == pytest.approx(np.mean(METHOD))
+    assert out["wilcoxon_p"] == pytest.approx(WILCOXON_P, rel=1e-12)
+    assert MANNWHITNEY_P == pytest.approx(0.0577796, rel=1e-5)
+    assert out["mannwhitney_p"] == pytest.approx(MANNWHITNEY_P, rel=1e-9)
+    # Welch: means 0.832 and 0.802, sample variances 0.00057 and 0.00017 -> t = 0.03 / sqrt(0.000148),
+    # df = 0.000148^2 / ((0.000114^2 + 0.000034^2) / 4) (not an integer)
+    t, df = welch_by_hand(METHOD, BASE)
+    assert t == pytest.approx(0.03 / math.sqrt(0.000148), rel=1e-9)
+    assert df == pytest.approx(0.000148 ** 2 / ((0.000114 ** 2 + 0.000034 ** 2) / 4), rel=1e-9)
+    assert df == pytest.approx(6.1911, abs=1e-4)
+    assert out["welch_p"] == pytest.approx(t_two_sided_p(t, df), rel=1e-9)
+    assert out["mean_method"] == pytest.approx(0.832) and out["mean_baseline"] == pytest.approx(0.802)
     assert out["reasons"] == {}
 
 
@@ -52,9 +94,14 @@ def test_known_values():
     x, y = [1, 2, 3, 4, 5], [2, 4, 6, 8, 10]
     t = -3 / math.sqrt(2.5)
     df = 6.25 / (0.5 ** 2 / 4 + 2.0 ** 2 / 4)
-    expected = 2 * stats.t.sf(abs(t), df)
-    assert expected == pytest.approx(0.10753119493062728, rel=1e-9)
-    assert compare_to_baseline(x, y)["welch_p"] == pytest.approx(0.10753119493062728, rel=1e-9)
+    assert welch_by_hand(x, y) == pytest.approx((t, df), rel=1e-12)
+    assert compare_to_baseline(x, y)["welch_p"] == pytest.approx(t_two_sided_p(t, df), rel=1e-9)
+    # Welch with 2 degrees of freedom, where Student's t has a closed form, P(|T| > t) = 1 - t / sqrt(2 + t^2):
+    # x = [1, 3], y = [4, 6] (variances 2 and 2), t = -3 / sqrt(2), df = (1 + 1)^2 / (1 + 1) = 2.
+    t2 = 3 / math.sqrt(2)
+    assert welch_by_hand([1, 3], [4, 6]) == pytest.approx((-t2, 2.0), rel=1e-12)
+    assert compare_to_baseline([1, 3], [4, 6])["welch_p"] == pytest.approx(1 - t2 / math.sqrt(2 + t2 ** 2), rel=1e-12)
+    assert 1 - t2 / math.sqrt(2 + t2 ** 2) == pytest.approx(t_two_sided_p(-t2, 2.0), rel=1e-9)  # the integral's check
 
 
 def test_pairing_by_key_reorders_and_intersects():
@@ -65,11 +112,15 @@ def test_pairing_by_key_reorders_and_intersects():
     bscores = [BASE[s] for s in order] + [0.5]
     out = compare_to_baseline(METHOD, bscores, paired_keys=(mkeys, bkeys))
     assert out["n_pairs"] == 5 and out["n_baseline"] == 6
-    assert out["wilcoxon_p"] == pytest.approx(stats.wilcoxon(METHOD, BASE).pvalue)
+    assert out["wilcoxon_p"] == pytest.approx(WILCOXON_P, rel=1e-12)  # paired as METHOD/BASE, not by position
     # Mappings keyed by (seed, sample) pair on their common keys.
     out2 = compare_to_baseline(dict(zip(mkeys, METHOD)), dict(zip(bkeys, bscores)))
-    assert out2["wilcoxon_p"] == pytest.approx(out["wilcoxon_p"])
-    assert out2["mannwhitney_p"] == pytest.approx(stats.mannwhitneyu(METHOD, bscores).pvalue)
+    assert out2["wilcoxon_p"] == pytest.approx(WILCOXON_P, rel=1e-12)
+    # Mann-Whitney is unpaired: all 6 baseline runs. The extra 0.5 is below every method score, so
+    # U = 22 + 5 = 27 of n1 n2 = 30; N = 11, Var U = 30 / 12 * (12 - 18 / 110); z = (27 - 15 - 0.5) / sd.
+    want = math.erfc(11.5 / math.sqrt(2.5 * (12 - 18 / 110)) / math.sqrt(2))
+    assert want == pytest.approx(0.0345096, rel=1e-5)
+    assert out2["mannwhitney_p"] == pytest.approx(want, rel=1e-9)
 
 
 def test_wilcoxon_not_applicable():
@@ -80,7 +131,7 @@ def test_wilcoxon_not_applicable():
     one = compare_to_baseline({1: 0.9}, {1: 0.8})
     assert one["wilcoxon_p"] is None and "2 pairs" in one["reasons"]["wilcoxon"]
     assert one["welch_p"] is None and "welch" in one["reasons"]
-    assert one["mannwhitney_p"] == pytest.approx(stats.mannwhitneyu([0.9], [0.8]).pvalue)
+    assert one["mannwhitney_p"] == pytest.approx(1.0)  # 1 vs 1: U is 0 or 1 with probability 1/2 each
     constant = compare_to_baseline([0.5, 0.5], [0.5, 0.5])
     assert constant["welch_p"] is None and "constant" in constant["reasons"]["welch"]
     with pytest.raises(ValueError):

@@ -8,27 +8,15 @@ import pytest
 import torch
 
 from contrastfit.losses import SupConLoss, supcon
+from loss_references import ref_supcon
 
 
 def loop_supcon(emb: torch.Tensor, labels, t: float) -> torch.Tensor:
-    """L^sup_out written as the equation reads, one anchor and one positive at a time.
-
-    Built from torch ops on ``emb`` so that autograd can differentiate it; computed in float64.
-    """
-    labels = [int(v) for v in labels]
-    z = emb.double()
-    z = z / z.norm(dim=1, keepdim=True)
-    n = z.shape[0]
-    per_anchor = []
-    for i in range(n):
-        positives = [p for p in range(n) if p != i and labels[p] == labels[i]]
-        if not positives:
-            continue
-        denom = sum(torch.exp(z[i] @ z[a] / t) for a in range(n) if a != i)
-        terms = [torch.log(torch.exp(z[i] @ z[p] / t) / denom) for p in positives]
-        per_anchor.append(-sum(terms) / len(positives))
-    assert per_anchor, "the reference is only defined when some anchor has a positive"
-    return sum(per_anchor) / len(per_anchor)
+    """L^sup_out as a literal loop (tests/loss_references.py), computed in float64 from ``emb`` of any
+    dtype (autograd differentiates back to it)."""
+    want = ref_supcon(emb.double(), [int(v) for v in labels], t)
+    assert want is not None, "the reference is only defined when some anchor has a positive"
+    return want
 
 
 CASES = [
@@ -243,7 +231,9 @@ def test_bad_arguments():
 
 
 def test_matches_pytorch_metric_learning():
-    pml_losses = pytest.importorskip("pytorch_metric_learning.losses")
+    # an oracle from the test extra: imported, not importorskip'ed, so that a missing package fails
+    from pytorch_metric_learning import losses as pml_losses
+
     emb, labels = _batch(12, 8, 3, 14)
     for t in (0.1, 0.5):
         ref = pml_losses.SupConLoss(temperature=t)(emb, labels)

@@ -19,14 +19,16 @@ Conventions
   with only one kind averages that kind; a batch with no pair (one row) gives 0 with the graph intact.
 * A row is never paired with itself (SetFit's sampler may draw such a pair: its cosine is exactly 1,
   so it adds nothing but weight).
-* Computed in float32 at least, with autocast disabled inside.
+* Computed in float32 whatever the input dtype (float64 stays float64), with autocast disabled inside,
+  so it is safe under fp16/bf16 autocast.
 """
 
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
+
+from ._common import full_precision
 
 
 def cosine_pairs(embeddings: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -35,9 +37,7 @@ def cosine_pairs(embeddings: torch.Tensor, labels: torch.Tensor) -> torch.Tensor
         raise ValueError(f"embeddings must be (batch, dim), got shape {tuple(embeddings.shape)}")
     if labels.shape != embeddings.shape[:1]:
         raise ValueError(f"labels must be ({embeddings.shape[0]},), got shape {tuple(labels.shape)}")
-    dtype = torch.promote_types(embeddings.dtype, torch.float32)
-    with torch.autocast(device_type=embeddings.device.type, enabled=False):
-        z = F.normalize(embeddings.to(dtype), p=2, dim=1)
+    with full_precision(embeddings, normalize=True) as (z,):
         cos = z @ z.T
         n = z.shape[0]
         upper = torch.triu(torch.ones(n, n, dtype=torch.bool, device=z.device), diagonal=1)

@@ -84,6 +84,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ._common import full_precision
+
 
 class LaConLossParts(NamedTuple):
     """The terms of the LaCon objective; ``total`` is the one to back-propagate (Eq. 7)."""
@@ -140,11 +142,7 @@ def lacon(
     if bool(((labels < 0) | (labels >= c)).any()):
         raise ValueError(f"labels must lie in [0, {c})")
 
-    dtype = torch.promote_types(torch.promote_types(embeddings.dtype, label_embeddings.dtype), torch.float32)
-    with torch.autocast(device_type=embeddings.device.type, enabled=False):
-        h_raw = embeddings.to(dtype)
-        l_raw = label_embeddings.to(dtype)
-
+    with full_precision(embeddings, label_embeddings) as (h_raw, l_raw):
         # ICL (Eq. 4): per head, a softmax over the C labels; heads summed, instances averaged.
         hk = F.normalize(h_raw.reshape(n, heads, d // heads), p=2, dim=2)
         lk = F.normalize(l_raw.reshape(c, heads, d // heads), p=2, dim=2)
@@ -187,10 +185,7 @@ def lacon_predict(embeddings: torch.Tensor, label_embeddings: torch.Tensor) -> t
     """Eq. 8: the cosine similarities (n, C) of each instance to each label (full vectors, one head),
     in float32 (float64 stays float64). ``argmax(dim=1)`` is the prediction; use it as logits."""
     _check(embeddings, label_embeddings)
-    dtype = torch.promote_types(torch.promote_types(embeddings.dtype, label_embeddings.dtype), torch.float32)
-    with torch.autocast(device_type=embeddings.device.type, enabled=False):
-        h = F.normalize(embeddings.to(dtype), p=2, dim=1)
-        lab = F.normalize(label_embeddings.to(dtype), p=2, dim=1)
+    with full_precision(embeddings, label_embeddings, normalize=True) as (h, lab):
         return h @ lab.T
 
 

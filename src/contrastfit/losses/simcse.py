@@ -48,6 +48,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ._common import full_precision
+
 __all__ = ["simcse_unsup", "simcse_sup", "SimCSELoss", "SupervisedSimCSELoss"]
 
 
@@ -108,18 +110,11 @@ def simcse_sup(
 
 def _simcse(anchors, positives, hard_negatives, temperature, weight, mask) -> torch.Tensor:
     tensors = [anchors, positives] + ([hard_negatives] if hard_negatives is not None else [])
-    dtype = torch.float32
-    for t in tensors:
-        dtype = torch.promote_types(dtype, t.dtype)
-    # At least float32 (float64 stays float64), outside any autocast region: under fp16/bf16 autocast
-    # the matmuls would otherwise run (and return) in half precision.
-    with torch.autocast(device_type=anchors.device.type, enabled=False):
-        a = F.normalize(anchors.to(dtype), p=2, dim=1)
-        p = F.normalize(positives.to(dtype), p=2, dim=1)
+    with full_precision(*tensors, normalize=True) as (a, p, *rest):
         n = a.shape[0]
         logits = a @ p.T / temperature  # (n, n): column j = positive of row j
         if hard_negatives is not None:
-            h = F.normalize(hard_negatives.to(dtype), p=2, dim=1)
+            (h,) = rest
             neg = a @ h.T / temperature  # (n, n): column j = hard negative of row j
             if weight != 0.0:
                 eye = torch.eye(n, dtype=torch.bool, device=a.device)

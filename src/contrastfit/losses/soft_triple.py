@@ -74,6 +74,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ._common import full_precision
+
 #: Sosnowski et al., Table 1 (SoftTriple hyper-parameters by training-set size). ``beta`` is the
 #: weight of the cross-entropy in their Eq. 4, ``L = beta * CE + (1 - beta) * SoftTriple``.
 SOSNOWSKI_TABLE1 = {
@@ -140,16 +142,13 @@ def soft_triple(
     if bool(((labels < 0) | (labels >= n_classes)).any()):
         raise ValueError(f"labels must lie in [0, {n_classes})")
 
-    dtype = torch.promote_types(torch.promote_types(embeddings.dtype, centers.dtype), torch.float32)
-    with torch.autocast(device_type=embeddings.device.type, enabled=False):
-        x = F.normalize(embeddings.to(dtype), p=2, dim=1)
-        w = F.normalize(centers.to(dtype), p=2, dim=1)
+    with full_precision(embeddings, centers, normalize=True) as (x, w):
         n = x.shape[0]
         sim = (x @ w.T).view(n, n_classes, k)  # x_i . w_c^k
         # Eq. 3: softmax over the K centres of each class (temperature gamma), weighting the similarities.
         relaxed = (torch.softmax(sim / gamma, dim=2) * sim).sum(dim=2)  # S'_{i,c}, (n, C)
         # Eq. 2: the margin delta is subtracted from the true class only, then a softmax scaled by lambda.
-        logits = la * (relaxed - margin * F.one_hot(labels, n_classes).to(dtype))
+        logits = la * (relaxed - margin * F.one_hot(labels, n_classes).to(x.dtype))
         loss = F.cross_entropy(logits, labels)
 
         if center_reg > 0 and k > 1:

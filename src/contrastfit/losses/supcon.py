@@ -29,8 +29,9 @@ Conventions
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
+
+from ._common import full_precision
 
 
 def supcon(embeddings: torch.Tensor, labels: torch.Tensor, temperature: float = 0.1) -> torch.Tensor:
@@ -42,11 +43,7 @@ def supcon(embeddings: torch.Tensor, labels: torch.Tensor, temperature: float = 
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
 
-    # At least float32 (float64 stays float64), and outside any autocast region: under fp16/bf16
-    # autocast the matmul below would otherwise run (and return) in half precision.
-    dtype = torch.promote_types(embeddings.dtype, torch.float32)
-    with torch.autocast(device_type=embeddings.device.type, enabled=False):
-        z = F.normalize(embeddings.to(dtype), p=2, dim=1)
+    with full_precision(embeddings, normalize=True) as (z,):
         n = z.shape[0]
         logits = z @ z.T / temperature
         self_mask = torch.eye(n, dtype=torch.bool, device=z.device)
