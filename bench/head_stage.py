@@ -26,7 +26,7 @@ from transformers import DataCollatorWithPadding  # noqa: E402
 from contrastfit import ContrastiveClassifier  # noqa: E402
 from contrastfit.data import load_data, sample_stratified  # noqa: E402
 from contrastfit.encoders import default_pooling  # noqa: E402
-from contrastfit.modeling import write_json_atomic  # noqa: E402
+from contrastfit.atomic import write_json_atomic  # noqa: E402
 from contrastfit.training import tokenize_dataset, train_head  # noqa: E402
 from contrastfit.versions import library_versions  # noqa: E402
 

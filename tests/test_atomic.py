@@ -26,3 +26,69 @@ def test_binary_and_text_writes(tmp_path):
     with pytest.raises(ValueError):
         with atomic_open(tmp_path / "c", "a"):
             pass
+
+
+def test_write_json_atomic_converts_numpy_tensors_paths_and_sets(tmp_path):
+    import json
+    from pathlib import Path
+
+    import numpy as np
+    import torch
+
+    from contrastfit.atomic import write_json_atomic
+
+    target = write_json_atomic(tmp_path / "r.json", {"a": np.float32(0.5), "b": np.arange(3), "c": torch.tensor([1.5]),
+                                                     "d": Path("x/y"), "e": {"b", "a"}, "f": np.int64(7)})
+    text = target.read_text(encoding="utf-8")
+    assert json.loads(text) == {"a": 0.5, "b": [0, 1, 2], "c": [1.5], "d": "x/y", "e": ["a", "b"], "f": 7}
+    assert text.endswith("}\n") and text.startswith("{\n  ")  # indented, one final newline
+    with pytest.raises(TypeError, match="object is not JSON serialisable"):
+        write_json_atomic(tmp_path / "r.json", {"bad": object()})
+    assert json.loads((tmp_path / "r.json").read_text())["f"] == 7  # the failed write kept the old file
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json"]
+
+
+def test_atomic_folder_failure_keeps_the_old_folder_and_success_keeps_other_entries(tmp_path):
+    from contrastfit.atomic import atomic_folder
+
+    target = tmp_path / "model"
+    with atomic_folder(target) as new:
+        (new / "weights").write_text("v1")
+    (target / "notes.txt").write_text("the run's own file")
+    with pytest.raises(RuntimeError, match="crash"):
+        with atomic_folder(target) as new:
+            (new / "weights").write_text("v2, half")
+            raise RuntimeError("crash")
+    assert (target / "weights").read_text() == "v1"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
+    with atomic_folder(target) as new:
+        (new / "weights").write_text("v2")
+        (new / "extra").mkdir()
+    assert (target / "weights").read_text() == "v2" and (target / "extra").is_dir()
+    assert (target / "notes.txt").read_text() == "the run's own file"  # carried across
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
+    with pytest.raises(NotADirectoryError):
+        with atomic_folder(target / "weights"):
+            pass
+
+
+def test_recover_folder_rolls_back_or_finishes(tmp_path):
+    import os
+
+    from contrastfit.atomic import recover_folder
+
+    target = tmp_path / "m"
+    # killed between the two renames: the old folder is put back, the unfinished new one removed
+    (tmp_path / ".m.old-1").mkdir()
+    (tmp_path / ".m.old-1" / "weights").write_text("old")
+    (tmp_path / ".m.new-1").mkdir()
+    recover_folder(target)
+    assert (target / "weights").read_text() == "old" and sorted(os.listdir(tmp_path)) == ["m"]
+    # killed while moving the old folder's other entries across: the move is finished
+    (tmp_path / ".m.old-2").mkdir()
+    (tmp_path / ".m.old-2" / "weights").write_text("older")
+    (tmp_path / ".m.old-2" / "results.json").write_text("{}")
+    recover_folder(target)
+    assert (target / "weights").read_text() == "old" and (target / "results.json").read_text() == "{}"
+    assert sorted(os.listdir(tmp_path)) == ["m"]
+    recover_folder(tmp_path / "absent" / "x")  # nothing to do

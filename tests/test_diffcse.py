@@ -8,15 +8,8 @@ import math
 import pytest
 import torch
 
-from contrastfit.losses.diffcse import (
-    DEFAULT_LAMBDA,
-    ReplacedTokenDetectionLoss,
-    UnigramGenerator,
-    diffcse_loss,
-    fill_with_mlm,
-    mask_tokens,
-    replaced_token_detection,
-)
+from contrastfit.data.masking import UnigramGenerator, fill_with_mlm, mask_tokens
+from contrastfit.losses.diffcse import DEFAULT_LAMBDA, ReplacedTokenDetectionLoss, diffcse_loss, replaced_token_detection
 from contrastfit.losses.simcse import simcse_unsup
 
 PAD, UNK, CLS, SEP, MASK = 0, 1, 2, 3, 4

@@ -42,7 +42,7 @@ def test_ce_supcon_is_ce_scl_with_lambda_one_minus_beta(tiny_encoder_dir, beta):
         a = supcon_model(**batch, labels=LABELS)
         b = scl_model(**batch, labels=LABELS)
     assert torch.equal(a.loss, b.loss)
-    assert supcon_model.last_loss_parts == scl_model.last_loss_parts
+    assert {k: v.item() for k, v in a.loss_parts.items()} == {k: v.item() for k, v in b.loss_parts.items()}
     # the ce-scl class and its loss, not a copy
     method = supcon_model.method
     assert isinstance(method, CrossEntropySupCon) and get_method("ce-supcon").cls is CrossEntropySupConBeta
@@ -133,8 +133,8 @@ def test_ce_softtriple_loss_is_beta_ce_plus_one_minus_beta_softtriple(tiny_encod
         x, y = enc.pooled, LABELS
     st = soft_triple(x, y, model.method.soft_triple.centers, la=5.0, gamma=0.1, margin=0.3, centers_per_class=3)
     assert out.loss.item() == pytest.approx((0.4 * ce + 0.6 * st).item(), rel=1e-6)
-    assert model.last_loss_parts == {"ce": pytest.approx(ce.item(), rel=1e-6),
-                                     "softtriple": pytest.approx(st.item(), rel=1e-6)}
+    parts = {k: v.item() for k, v in out.loss_parts.items()}
+    assert parts == {"ce": pytest.approx(ce.item(), rel=1e-6), "softtriple": pytest.approx(st.item(), rel=1e-6)}
     # dml_on really changes what SoftTriple sees
     x_other, y_other = (enc.pooled, LABELS) if dml_on == "tokens" else _real_tokens(enc.token_embeddings,
                                                                                      enc.attention_mask, LABELS)
@@ -163,7 +163,8 @@ def test_centres_have_their_own_learning_rate_in_the_trainer(tmp_path, tiny_enco
     from contrastfit.training import TrainConfig, build_trainer, tokenize_dataset
 
     model, _ = _model(tiny_encoder_dir, "ce-softtriple", centers_learning_rate=0.05, **SMALL)
-    assert model.method.learning_rates() == {"method.soft_triple.centers": 0.05}
+    [own] = model.method.param_groups(model)  # the centres themselves, not a name that points at them
+    assert own.params == [model.method.soft_triple.centers] and own.lr == 0.05 and own.weight_decay is None
     data = load_data(str(sentiment_csv), label_column="sentiment")
     ds = tokenize_dataset(data.train, model.tokenizer, model.max_length)
     config = TrainConfig(method="ce-softtriple", output=str(tmp_path / "t"), learning_rate=1e-3, progress=False)
@@ -177,6 +178,34 @@ def test_centres_have_their_own_learning_rate_in_the_trainer(tmp_path, tiny_enco
     assert others and all(g["lr"] == 1e-3 for g in others)
     trainable = sum(1 for p in model.parameters() if p.requires_grad)
     assert sum(len(g["params"]) for g in optimizer.param_groups) == trainable
+
+
+def test_a_parameter_group_holds_trainable_parameters_of_the_model_once(tmp_path, tiny_encoder_dir, monkeypatch):
+    from contrastfit.methods import ParamGroup
+    from contrastfit.training import TrainConfig, build_trainer
+
+    model, _ = _model(tiny_encoder_dir, "ce-softtriple", **SMALL)
+    config = TrainConfig(method="ce-softtriple", output=str(tmp_path / "t"), progress=False)
+    centres = model.method.soft_triple.centers
+    stray = torch.nn.Parameter(torch.zeros(3))
+    monkeypatch.setattr(model.method, "param_groups", lambda m: [ParamGroup("stray", [stray], 0.1)])
+    with pytest.raises(ValueError, match="'stray' holds a parameter that is not a trainable parameter of the model"):
+        build_trainer(config, model, None, epochs=1).create_optimizer()
+    monkeypatch.setattr(model.method, "param_groups",
+                        lambda m: [ParamGroup("a", [centres], 0.1), ParamGroup("b", [centres], 0.2)])
+    with pytest.raises(ValueError, match="two parameter groups, 'a' and 'b'"):
+        build_trainer(config, model, None, epochs=1).create_optimizer()
+    # a group's own weight decay replaces the Trainer's rule for its parameters only
+    monkeypatch.setattr(model.method, "param_groups", lambda m: [ParamGroup("centres", [centres], 0.1, weight_decay=0.5)])
+    groups = build_trainer(config, model, None, epochs=1).create_optimizer().param_groups
+    [own] = [g for g in groups if g["name"] == "centres"]
+    assert own["params"] == [centres] and own["lr"] == 0.1 and own["weight_decay"] == 0.5
+    assert {g["weight_decay"] for g in groups if g is not own} == {0.0, config.weight_decay}
+    for bad, match in ((dict(lr=0.0), "lr must be > 0"), (dict(lr=0.1, weight_decay=-1.0), "weight_decay must be >= 0")):
+        with pytest.raises(ValueError, match=match):
+            ParamGroup("bad", [centres], **bad)
+    with pytest.raises(ValueError, match="holds no parameters"):
+        ParamGroup("empty", [], 0.1)
 
 
 def test_ce_softtriple_end_to_end_centres_train_and_reload(tmp_path, tiny_encoder_dir, sentiment_csv, monkeypatch):

@@ -334,3 +334,30 @@ def test_default_pooling_plain_folder_and_unknown(tiny_encoder_dir, tmp_path):
     assert default_pooling(str(folder)) == "mean"
     (folder / "1_Pooling" / "config.json").write_text(json.dumps({"pooling_mode_cls_token": True}))
     assert default_pooling(str(folder)) == "cls"
+
+
+def test_load_masked_lm_is_frozen_in_eval_and_needs_the_encoders_vocabulary(tiny_encoder_dir, tmp_path):
+    import json
+
+    from transformers import AutoTokenizer, BertConfig, BertForMaskedLM
+
+    from contrastfit.encoders import load_masked_lm
+    from contrastfit.errors import ConfigError
+
+    tokenizer = AutoTokenizer.from_pretrained(str(tiny_encoder_dir))
+    folder = tmp_path / "mlm"
+    BertForMaskedLM(BertConfig(vocab_size=len(tokenizer), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                               intermediate_size=32, max_position_embeddings=64)).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    mlm = load_masked_lm(str(folder), tokenizer)
+    assert isinstance(mlm, BertForMaskedLM) and not mlm.training
+    assert not any(p.requires_grad for p in mlm.parameters())
+    other = AutoTokenizer.from_pretrained(str(tiny_encoder_dir))
+    other.add_tokens(["zebra"])
+    with pytest.raises(ConfigError, match="another vocabulary"):
+        load_masked_lm(str(folder), other)
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "config.json").write_text(json.dumps({"model_type": "bert"}))
+    with pytest.raises(ModelError, match=f"could not load '{broken}' as a masked LM"):
+        load_masked_lm(str(broken), tokenizer)

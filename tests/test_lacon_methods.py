@@ -77,7 +77,7 @@ def test_training_loss_is_lacon_on_projected_embeddings(tiny_encoder_dir, method
         h = _project(model, _features(model, batch))
     expected = lacon(h, LABELS, model.head.label_embeddings, temperature=0.2, heads=4, ler_weight=0.3)
     assert out.loss.item() == pytest.approx(expected.total.item(), rel=1e-5)
-    assert model.last_loss_parts == {
+    assert {k: v.item() for k, v in out.loss_parts.items()} == {
         "icl": pytest.approx(expected.icl.item(), rel=1e-5),
         "lcl": pytest.approx(expected.lcl.item(), rel=1e-5, abs=1e-6),
         "ler": pytest.approx(expected.ler.item(), rel=1e-5),
@@ -152,7 +152,7 @@ def test_batch_of_one_and_single_class_batch_are_finite(tiny_encoder_dir, method
     for b, y in ((one, LABELS[:1]), (same, LABELS[:2])):
         out = model(**b, labels=y)
         assert torch.isfinite(out.loss) and torch.isfinite(out.logits).all()
-        assert model.last_loss_parts["lcl"] == 0.0  # no label has a negative in the batch
+        assert out.loss_parts["lcl"].item() == 0.0  # no label has a negative in the batch
         out.loss.backward()
         assert torch.isfinite(model.head.label_embeddings.grad).all()
         model.zero_grad()
@@ -193,13 +193,15 @@ def test_label_learning_rate_reaches_the_optimizer(tmp_path, tiny_encoder_dir):
     from contrastfit.training import TrainConfig, build_trainer
 
     model, _ = _model(tiny_encoder_dir, "lacon", label_learning_rate=0.01)
-    assert model.method.learning_rates() == {"head.label_embeddings": 0.01}
+    [own] = model.method.param_groups(model)
+    assert own.params == [model.head.label_embeddings] and own.lr == 0.01
     trainer = build_trainer(TrainConfig(output=str(tmp_path / "r"), learning_rate=1e-4, report_to="none"),
                             model, None, epochs=1)
     optimizer = trainer.create_optimizer()
     [group] = [g for g in optimizer.param_groups if any(p is model.head.label_embeddings for p in g["params"])]
     assert group["lr"] == 0.01 and len(group["params"]) == 1
-    assert _model(tiny_encoder_dir, "lacon")[0].method.learning_rates() == {}
+    plain = _model(tiny_encoder_dir, "lacon")[0]
+    assert plain.method.param_groups(plain) == []
 
 
 @pytest.mark.parametrize("method", METHODS)
@@ -261,9 +263,9 @@ def test_training_loss_is_the_weighted_sum_of_the_parts(tiny_encoder_dir, weight
     want = w["icl_weight"] * parts.icl.item() + w["lcl_weight"] * parts.lcl.item() + w["ler_weight"] * parts.ler.item()
     assert out.loss.item() == pytest.approx(want, rel=1e-5, abs=1e-6)
     # a removed term is still logged, unweighted
-    assert model.last_loss_parts["icl"] == pytest.approx(parts.icl.item(), rel=1e-5)
-    assert model.last_loss_parts["lcl"] == pytest.approx(parts.lcl.item(), rel=1e-5, abs=1e-6)
-    assert model.last_loss_parts["ler"] == pytest.approx(parts.ler.item(), rel=1e-5)
+    assert out.loss_parts["icl"].item() == pytest.approx(parts.icl.item(), rel=1e-5)
+    assert out.loss_parts["lcl"].item() == pytest.approx(parts.lcl.item(), rel=1e-5, abs=1e-6)
+    assert out.loss_parts["ler"].item() == pytest.approx(parts.ler.item(), rel=1e-5)
 
 
 def test_minus_icl_sends_no_icl_gradient(tiny_encoder_dir):
@@ -325,7 +327,7 @@ def test_ablation_example_config(tiny_encoder_dir):
 # ---------------------------------------------------------------------------------------------
 
 def test_ce_projection_logits_are_a_linear_classifier_on_g(tiny_encoder_dir):
-    from contrastfit.methods.lacon import ProjectionClassifierHead
+    from contrastfit.heads import ProjectionClassifierHead
 
     model = ContrastiveClassifier.from_encoder(str(tiny_encoder_dir), "ce-projection", ["negative", "positive"])
     assert isinstance(model.head, ProjectionClassifierHead) and not model.method.contrastive
@@ -345,7 +347,7 @@ def test_ce_projection_logits_are_a_linear_classifier_on_g(tiny_encoder_dir):
         out = model(**batch, labels=LABELS)
         logits = F.linear(_project(model, model.encoder(**batch).pooled), cls.weight, cls.bias)
     assert out.loss.item() == pytest.approx(F.cross_entropy(logits, LABELS).item(), rel=1e-5)
-    assert set(model.last_loss_parts) == {"ce"}
+    assert set(out.loss_parts) == {"ce"}
     # hyper-parameters
     narrow = ContrastiveClassifier.from_encoder(str(tiny_encoder_dir), "ce-projection", ["negative", "positive"],
                                                 hparams={"projection_dim": 8, "projection_layers": 2})

@@ -12,12 +12,14 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import contrastfit.methods.simcse as sm
 from contrastfit import ContrastiveClassifier, train
+from contrastfit.data.pairs import is_pair, split_pair
 from contrastfit.encoders import set_dropout
 from contrastfit.errors import ConfigError
+from contrastfit.heads import CosineRegressionHead, PairConcatHead, SimCSETaskHead
 from contrastfit.losses.diffcse import DEFAULT_LAMBDA, diffcse_loss, replaced_token_detection
 from contrastfit.losses.simcse import simcse_sup, simcse_unsup
+from contrastfit.methods.simcse_sup import Triples, supervised_triples
 from contrastfit.training import tokenize_dataset
 
 TEXTS = ["good fun film", "superb great", "awful dull", "bad weak plot", "fine movie", "boring story"]
@@ -74,7 +76,7 @@ def test_simcse_unsup_is_the_pure_loss_on_two_dropout_passes(tiny_encoder_dir):
     assert not torch.allclose(z1, z2)  # dropout is on: two different views
     expected = simcse_unsup(z1, z2, 0.1)
     assert out.loss.item() == pytest.approx(expected.item(), rel=1e-6)
-    assert model.last_loss_parts == {"simcse": pytest.approx(expected.item(), rel=1e-6)}
+    assert {k: v.item() for k, v in out.loss_parts.items()} == {"simcse": pytest.approx(expected.item(), rel=1e-6)}
     # without dropout both views are the same embedding
     with set_dropout(model.encoder, 0.0):
         loss0 = model(**batch, labels=torch.zeros_like(LABELS)).loss  # labels are ignored
@@ -100,8 +102,8 @@ def test_simcse_unsup_trains_on_the_two_sentences_of_each_pair(pair_encoder_dir)
 
 def test_split_pair_gives_the_separately_tokenised_sentences(pair_encoder_dir):
     model, joint = _model(pair_encoder_dir, "simcse-unsup", texts=PAIRS_A, pairs=PAIRS_B)
-    assert sm.is_pair(joint)
-    a, b = sm.split_pair(joint, model.tokenizer.pad_token_id)
+    assert is_pair(joint)
+    a, b = split_pair(joint, model.tokenizer.pad_token_id)
     for half, texts in ((a, PAIRS_A), (b, PAIRS_B)):
         for i, text in enumerate(texts):
             alone = model.tokenize([text])["input_ids"][0]
@@ -115,15 +117,15 @@ def test_split_pair_gives_the_separately_tokenised_sentences(pair_encoder_dir):
         n = int(joint["attention_mask"][i].sum())
         for k in left:
             left[k][i] = torch.roll(joint[k][i], shifts=joint[k].shape[1] - n)
-    a2, b2 = sm.split_pair(left, model.tokenizer.pad_token_id)
+    a2, b2 = split_pair(left, model.tokenizer.pad_token_id)
     assert torch.equal(a2["input_ids"], a["input_ids"]) and torch.equal(b2["input_ids"], b["input_ids"])
     # single sentences are not pairs; a mixed batch is refused
     single = {k: torch.tensor(v) for k, v in model.tokenize(TEXTS, padding=True).items()}
-    assert not sm.is_pair(single)
+    assert not is_pair(single)
     mixed = {k: v.clone() for k, v in joint.items()}
     mixed["token_type_ids"][0] = 0
     with pytest.raises(ValueError, match="mixes"):
-        sm.is_pair(mixed)
+        is_pair(mixed)
 
 
 def test_pair_features_are_separately_encoded_sentences(pair_encoder_dir):
@@ -144,23 +146,23 @@ def test_pair_features_are_separately_encoded_sentences(pair_encoder_dir):
 def test_heads():
     torch.manual_seed(0)
     u, v = torch.randn(5, 8), torch.randn(5, 8)
-    cos_head = sm.CosineRegressionHead(8)
+    cos_head = CosineRegressionHead(8)
     expected = cos_head.mlp[2](torch.relu(cos_head.mlp[0](F.cosine_similarity(u, v).unsqueeze(1))))
     torch.testing.assert_close(cos_head(torch.cat([u, v], 1)), expected)
     assert [m.weight.shape for m in cos_head.mlp if isinstance(m, torch.nn.Linear)] == [(10, 1), (1, 10)]
 
-    pair = sm.PairConcatHead(8, 3).eval()
+    pair = PairConcatHead(8, 3).eval()
     linears = [m for m in pair.mlp.layers if isinstance(m, torch.nn.Linear)]
     assert [lin.weight.shape for lin in linears] == [(8, 16), (3, 8)]
     torch.testing.assert_close(pair(torch.cat([u, v], 1)), linears[1](torch.relu(linears[0](torch.cat([u, v], 1)))))
 
-    head = sm.SimCSETaskHead(8, 3, "classification").eval()
+    head = SimCSETaskHead(8, 3, "classification").eval()
     single = [m for m in head.single.layers if isinstance(m, torch.nn.Linear)]
     assert [lin.weight.shape for lin in single] == [(4, 8), (3, 4)]  # hidden -> hidden/2 -> classes
     assert any(isinstance(m, torch.nn.ReLU) for m in head.single.layers)
     assert head(u).shape == (5, 3) and head(torch.cat([u, v], 1)).shape == (5, 3)
     torch.testing.assert_close(head(torch.cat([u, v], 1)), head.pair(torch.cat([u, v], 1)))
-    assert isinstance(sm.SimCSETaskHead(8, 1, "regression").pair, sm.CosineRegressionHead)
+    assert isinstance(SimCSETaskHead(8, 1, "regression").pair, CosineRegressionHead)
     with pytest.raises(ValueError, match="width 5"):
         head(torch.randn(2, 5))
 
@@ -169,7 +171,7 @@ def test_heads():
 # simcse-sup (Eq. 2): in-batch triples
 # ---------------------------------------------------------------------------------------------
 
-def _check_triples(y: torch.Tensor, tr: sm.Triples, augmented: bool):
+def _check_triples(y: torch.Tensor, tr: Triples, augmented: bool):
     labels = y.tolist()
     anchors = tr.anchors.tolist()
     assert anchors == sorted(set(anchors))
@@ -195,18 +197,18 @@ def _check_triples(y: torch.Tensor, tr: sm.Triples, augmented: bool):
 
 def test_supervised_triples_examples():
     y = torch.tensor([0, 1, 0, 1, 0, 2])
-    tr = sm.supervised_triples(y)
+    tr = supervised_triples(y)
     assert tr.anchors.tolist() == [0, 1] and tr.positives.tolist() == [2, 3]
     # non-anchors: 2 (class 0), 3 (class 1), 4 (class 0), 5 (class 2); rotation over other-class candidates
     assert tr.negatives.tolist() == [3, 4] and tr.negative_mask.tolist() == [True, True]
-    aug = sm.supervised_triples(y, augmented=True)
+    aug = supervised_triples(y, augmented=True)
     assert aug.anchors.tolist() == [0, 1, 4, 5] and aug.positives.tolist() == [2, 3, 4, 5]
     assert aug.self_positive.tolist() == [False, False, True, True]
     assert aug.negatives.tolist() == [3, 2, 3, 3]  # candidates: the non-anchors 2 (class 0), 3 (class 1)
-    single = sm.supervised_triples(torch.tensor([1, 1, 1, 1]))
+    single = supervised_triples(torch.tensor([1, 1, 1, 1]))
     assert single.anchors.tolist() == [0, 2] and not single.negative_mask.any()
-    assert sm.supervised_triples(torch.tensor([3])).anchors.numel() == 0
-    one = sm.supervised_triples(torch.tensor([3]), augmented=True)
+    assert supervised_triples(torch.tensor([3])).anchors.numel() == 0
+    one = supervised_triples(torch.tensor([3]), augmented=True)
     assert one.anchors.tolist() == [0] and one.self_positive.tolist() == [True] and not one.negative_mask.any()
 
 
@@ -215,9 +217,9 @@ def test_supervised_triples_examples():
 def test_supervised_triples_properties(seed, augmented):
     g = torch.Generator().manual_seed(seed)
     y = torch.randint(0, 1 + seed % 4, (int(torch.randint(1, 13, (1,), generator=g)),), generator=g)
-    tr = sm.supervised_triples(y, augmented)
+    tr = supervised_triples(y, augmented)
     _check_triples(y, tr, augmented)
-    assert torch.equal(sm.supervised_triples(y, augmented).negatives, tr.negatives)  # deterministic
+    assert torch.equal(supervised_triples(y, augmented).negatives, tr.negatives)  # deterministic
 
 
 def test_simcse_sup_is_the_pure_loss_on_the_triples(tiny_encoder_dir):
@@ -226,11 +228,11 @@ def test_simcse_sup_is_the_pure_loss_on_the_triples(tiny_encoder_dir):
     out = model(**batch, labels=LABELS)
     torch.manual_seed(3)
     z = model.encoder(**batch).pooled
-    tr = sm.supervised_triples(LABELS)
+    tr = supervised_triples(LABELS)
     assert tr.negative_mask.all()
     expected = simcse_sup(z[tr.anchors], z[tr.positives], z[tr.negatives], 0.1, 0.5, tr.negative_mask)
     assert out.loss.item() == pytest.approx(expected.item(), rel=1e-6)
-    assert model.last_loss_parts == {"simcse_sup": pytest.approx(expected.item(), rel=1e-6)}
+    assert {k: v.item() for k, v in out.loss_parts.items()} == {"simcse_sup": pytest.approx(expected.item(), rel=1e-6)}
     unweighted = _model(tiny_encoder_dir, "simcse-sup", temperature=0.1)[0]
     unweighted.load_state_dict(model.state_dict())
     torch.manual_seed(3)
@@ -246,7 +248,7 @@ def test_simcse_sup_augmented_uses_a_second_dropout_pass(tiny_encoder_dir):
     out = model(**batch, labels=labels)
     torch.manual_seed(5)
     z = model.encoder(**batch).pooled
-    tr = sm.supervised_triples(labels, augmented=True)
+    tr = supervised_triples(labels, augmented=True)
     rows = tr.anchors[tr.self_positive]
     assert rows.tolist() == [4, 5]
     views = model.encoder(**{k: v[rows] for k, v in batch.items()}).pooled
@@ -331,9 +333,10 @@ def test_diffcse_discriminator_trains_and_has_its_learning_rate(tiny_encoder_dir
     changed = [k for k in before if not torch.equal(before[k], after[k])]
     assert {"condition.weight", "score.weight", "norm.weight"} <= set(changed)
     assert any(k.startswith("layers.") for k in changed)
-    assert model.method.learning_rates() == {}
+    assert model.method.param_groups(model) == []
     lr_model, _ = _model(tiny_encoder_dir, "diffcse", discriminator_learning_rate=1e-3)
-    assert lr_model.method.learning_rates() == {"method.discriminator.": 1e-3}
+    [own] = lr_model.method.param_groups(lr_model)
+    assert own.lr == 1e-3 and own.params == list(lr_model.method.discriminator.parameters())
 
 
 def test_diffcse_needs_prepare(tiny_encoder_dir):
@@ -474,7 +477,7 @@ def test_pair_regression_end_to_end_uses_the_cosine_head(tmp_path, pair_encoder_
                    model=str(pair_encoder_dir), epochs=1, batch_size=8, learning_rate=1e-3, progress=False,
                    save_checkpoints=False, hparams={"head_epochs": 5})
     model = result.model
-    assert model.task == "regression" and isinstance(model.head.pair, sm.CosineRegressionHead)
+    assert model.task == "regression" and isinstance(model.head.pair, CosineRegressionHead)
     assert np.isfinite(result["training"]["head_stage"]["final_loss"])
     reloaded = ContrastiveClassifier.from_pretrained(tmp_path / "r")
     a, b = ["good film", "bad plot"], ["great movie", "fun story"]
@@ -490,7 +493,7 @@ def test_pairs_without_token_type_ids_fall_back_to_the_joint_encoding(tiny_encod
     """A tokenizer that returns no segment ids (RoBERTa-style; here the plain tiny tokenizer): the pair
     is one sequence and the single-sentence MLP reads it."""
     model, joint = _model(tiny_encoder_dir, "simcse-unsup", texts=PAIRS_A, pairs=PAIRS_B)
-    assert "token_type_ids" not in joint and not sm.is_pair(joint)
+    assert "token_type_ids" not in joint and not is_pair(joint)
     model.eval()
     with torch.no_grad():
         assert model.method.head_features(model, joint).shape == (3, 32)

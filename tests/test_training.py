@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
+from transformers import TrainerCallback
+
 from contrastfit import ContrastiveClassifier, train
-from contrastfit.errors import ConfigError
+from contrastfit.errors import ConfigError, ModelError
 from contrastfit.losses import supcon
 from contrastfit.training import ContrastfitTrainer, TrainConfig
 
@@ -63,12 +67,14 @@ def test_contrastive_term_alone_moves_encoder(tmp_path, tiny_encoder_dir, sentim
     batch = {k: torch.tensor(v) for k, v in enc.items()}
     labels = torch.tensor([1, 1, 0, 0])
     out = model(**batch, labels=labels)
-    assert out.loss.item() == pytest.approx(model.last_loss_parts["scl"], rel=1e-5)
+    assert out.loss.item() == pytest.approx(out.loss_parts["scl"].item(), rel=1e-5)
     out.loss.backward()
     grads = [p.grad for n, p in model.named_parameters() if n.startswith("encoder.") and p.grad is not None]
     assert grads and sum(float(g.abs().sum()) for g in grads) > 0
     # and the head gets no gradient from a lambda = 1 objective
     assert all(p.grad is None or float(p.grad.abs().sum()) == 0 for p in model.head.parameters())
+    model.eval()  # evaluation: the task loss on the logits, no parts
+    assert model(**batch, labels=labels).loss_parts is None
 
 
 def test_supcon_gradient_reaches_encoder_through_trainer(tmp_path, tiny_encoder_dir, sentiment_csv):
@@ -145,13 +151,26 @@ def test_cli_sample_is_the_experiments_sample(tmp_path, tiny_encoder_dir, sentim
     assert b["data"]["sampling"]["sample_seed"] == 3 and b["seed"] == 0
 
 
+class StopAt(TrainerCallback):
+    """Stops training at ``step`` with a checkpoint there, as a job told to stop (e.g. preempted) would."""
+
+    def __init__(self, step: int):
+        self.step = step
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step >= self.step:
+            control.should_training_stop = True
+            control.should_save = True
+        return control
+
+
 def test_resume_after_interruption(tmp_path, tiny_encoder_dir, sentiment_csv):
     # without selection on validation: checkpoints every save_steps (with it, at each evaluation)
     kwargs = dict(epochs=3, save_steps=2, shots=8, select_best=False)
     full = _train(tmp_path, tiny_encoder_dir, sentiment_csv, name="full", **kwargs)
-    partial = _train(tmp_path, tiny_encoder_dir, sentiment_csv, name="cut", stop_after=3, **kwargs)
-    assert partial["interrupted_at_step"] == 3
-    assert not (tmp_path / "cut" / "results.json").exists()
+    partial = _train(tmp_path, tiny_encoder_dir, sentiment_csv, name="cut", callbacks=[StopAt(3)], **kwargs)
+    assert partial["interrupted_at_step"] == 3 and partial["checkpoint"].endswith("checkpoint-3")
+    assert not (tmp_path / "cut" / "results.json").exists() and not (tmp_path / "cut" / "contrastfit.json").exists()
     with pytest.raises(ConfigError, match="unfinished run"):
         _train(tmp_path, tiny_encoder_dir, sentiment_csv, name="cut", **kwargs)
     resumed = _train(tmp_path, tiny_encoder_dir, sentiment_csv, name="cut", resume=True, **kwargs)
@@ -164,6 +183,82 @@ def test_resume_after_interruption(tmp_path, tiny_encoder_dir, sentiment_csv):
     assert again["metrics"] == resumed["metrics"]
     with pytest.raises(ConfigError, match="finished run"):
         _train(tmp_path, tiny_encoder_dir, sentiment_csv, name="cut", **kwargs)
+
+
+def _poison(path, marker):
+    """Overwrite ``path`` with a pickle that creates ``marker`` when it is unpickled (by plain pickle)."""
+
+    class Payload:
+        def __reduce__(self):
+            return exec, (f"open({str(marker)!r}, 'w').close()",)
+
+    torch.save({"state": Payload()}, path)
+
+
+@pytest.mark.parametrize("name,caller_weights_only", [("optimizer.pt", None), ("rng_state.pth", False)])
+def test_resume_refuses_a_checkpoint_that_would_run_code(tmp_path, tiny_encoder_dir, sentiment_csv, monkeypatch,
+                                                         name, caller_weights_only):
+    """Resuming unpickles nothing but tensors and plain data: a checkpoint file holding an object whose
+    unpickling runs code is refused with one line, and the code does not run, also when the loading
+    code asks torch for a full unpickle (``weights_only=False``) or the environment does."""
+    kwargs = dict(epochs=2, save_steps=2, shots=8, select_best=False)
+    partial = _train(tmp_path, tiny_encoder_dir, sentiment_csv, name="cut", callbacks=[StopAt(2)], **kwargs)
+    target = tmp_path / "cut" / "checkpoints" / "checkpoint-2" / name
+    assert partial["checkpoint"].endswith("checkpoint-2") and target.is_file()
+    marker = tmp_path / "code-ran"
+    _poison(target, marker)
+    torch.load(target, weights_only=False)  # the payload is live: plain unpickling runs it
+    assert marker.exists()
+    marker.unlink()
+    if caller_weights_only is not None:  # a library version that would ask for a full unpickle
+        original = torch.load
+        monkeypatch.setattr(torch, "load", lambda *a, **kw: original(*a, **{**kw, "weights_only": caller_weights_only}))
+    monkeypatch.setenv("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", "1")
+    with pytest.raises(ModelError, match=r"checkpoint-2: refused to resume: .*\(Unsupported global: GLOBAL exec\)"):
+        _train(tmp_path, tiny_encoder_dir, sentiment_csv, name="cut", resume=True, **kwargs)
+    assert not marker.exists()
+    assert os.environ["TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"] == "1" and "TORCH_FORCE_WEIGHTS_ONLY_LOAD" not in os.environ
+
+
+def test_resume_loads_every_checkpoint_file_weights_only(tmp_path, tiny_encoder_dir, sentiment_csv, monkeypatch):
+    kwargs = dict(epochs=2, save_steps=2, shots=8, select_best=False)
+    _train(tmp_path, tiny_encoder_dir, sentiment_csv, name="cut", callbacks=[StopAt(2)], **kwargs)
+    loads = []
+    original = torch.load
+
+    def spy(f, *args, **kw):
+        loads.append((Path(f).name, kw.get("weights_only"), os.environ.get("TORCH_FORCE_WEIGHTS_ONLY_LOAD")))
+        return original(f, *args, **kw)
+
+    monkeypatch.setattr(torch, "load", spy)
+    resumed = _train(tmp_path, tiny_encoder_dir, sentiment_csv, name="cut", resume=True, **kwargs)
+    assert resumed["training"]["resumed_from"].endswith("checkpoint-2") and resumed["training"]["steps"] == 4
+    assert {name for name, _, _ in loads} >= {"optimizer.pt", "scheduler.pt", "rng_state.pth"}
+    assert all(flag is True and forced == "1" for _, flag, forced in loads), loads
+    assert "TORCH_FORCE_WEIGHTS_ONLY_LOAD" not in os.environ  # only while resuming
+
+
+def test_quiet_prints_no_log_dicts_and_no_progress_bars(tmp_path, tiny_encoder_dir, sentiment_csv, capfd):
+    """``contrastfit train --quiet``: neither the Trainer's log dicts (``{'loss': ...}`` lines, which
+    transformers prints with its ``PrinterCallback`` once progress bars are off) nor progress bars;
+    without ``--quiet`` both, as before. The logs still reach the record."""
+    from contrastfit.cli import main
+
+    def run(name: str, *flags: str) -> tuple[str, str]:
+        capfd.readouterr()
+        code = main(["train", "--method", "ce", "--data", str(sentiment_csv), "--label-column", "sentiment",
+                     "--model", str(tiny_encoder_dir), "--output", str(tmp_path / name), "--epochs", "4",
+                     "--batch-size", "8", *flags])  # 12 steps: the Trainer logs at step 10
+        assert code == 0
+        return capfd.readouterr()
+
+    out, err = run("quiet", "--quiet")
+    assert "{'loss'" not in out + err and "'train_runtime'" not in out + err
+    assert "%|" not in err and "it/s" not in err  # no tqdm bar
+    record = json.loads((tmp_path / "quiet" / "results.json").read_text())
+    assert [h for h in record["log_history"] if "loss" in h]
+    out, err = run("loud")
+    assert "{'loss'" in out + err and "%|" in err
 
 
 def test_regression_target_trains_with_mse(tmp_path, tiny_encoder_dir):

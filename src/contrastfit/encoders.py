@@ -11,6 +11,8 @@ control dropout.
 * :func:`set_dropout` changes the probability of every dropout of any encoder (``nn.Dropout``
   modules and the float attributes some attention implementations read) and restores exactly
   what was there on exit (pitfall 6).
+* :func:`load_masked_lm` loads a masked LM as a fixed generator next to an encoder (DiffCSE), frozen,
+  checking that it shares the encoder's vocabulary.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .errors import ModelError
+from .errors import ConfigError, ModelError
 
 #: Built-in models: name -> (PyPI distribution, folder inside site-packages, description).
 BUILTIN_MODELS: dict[str, tuple[str, str, str]] = {
@@ -110,6 +112,36 @@ def load_backbone(name_or_path: str, *, trust_remote_code: bool = False, revisio
 def _has_safetensors(folder: str) -> bool | None:
     # Prefer safetensors; let transformers refuse pickled weights on its own terms otherwise.
     return True if any(Path(folder).glob("*.safetensors")) else None
+
+
+def load_masked_lm(name_or_path: str, tokenizer) -> nn.Module:
+    """A masked LM (built-in name, local folder or Hub name, through ``AutoModelForMaskedLM``) to use
+    as a fixed generator next to an encoder whose tokenizer is ``tokenizer`` (DiffCSE's generator,
+    :func:`contrastfit.data.masking.fill_with_mlm`): in eval mode, every parameter frozen.
+
+    Its tokenizer must have exactly ``tokenizer``'s vocabulary (the generator's ids are fed to the
+    encoder), and ``tokenizer`` must have a mask token: otherwise a :class:`ConfigError`; a model that
+    cannot be loaded gives a :class:`ModelError`.
+    """
+    from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+    target, local = resolve_model(name_or_path)
+    try:
+        mlm_tokenizer = AutoTokenizer.from_pretrained(target, local_files_only=local)
+        mlm = AutoModelForMaskedLM.from_pretrained(target, local_files_only=local,
+                                                   use_safetensors=_has_safetensors(target) if local else None)
+    except (OSError, ValueError) as exc:
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ModelError(f"could not load '{name_or_path}' as a masked LM with its tokenizer: {reason}") from None
+    if mlm_tokenizer.get_vocab() != tokenizer.get_vocab():
+        raise ConfigError(f"the masked LM '{name_or_path}' has another vocabulary than the encoder; "
+                          "use a masked LM with the encoder's tokenizer")
+    if tokenizer.mask_token_id is None:
+        raise ConfigError("the encoder's tokenizer has no mask token, which a masked-LM generator needs")
+    mlm.eval()
+    for p in mlm.parameters():
+        p.requires_grad_(False)
+    return mlm
 
 
 @dataclass

@@ -5,6 +5,10 @@
   embeddings; the logits are the cosines of ``g(x)`` to the label embeddings divided by a
   temperature (Eq. 1, 2, 8). With ``fusion_radius`` set it also holds a :class:`LabelFusion` block
   (Eq. 9), which the method calls on the token embeddings to build the vector ``g`` reads.
+* :class:`ProjectionClassifierHead`: LaCon's "BERT w/ g" baseline (Table 3), ``g`` then a linear head.
+* :class:`SimCSETaskHead` (Behrman & Christoglou, CS224N report, Sec. 4.2): the MLP of one sentence,
+  or for a pair ``[u; v]`` of separately encoded sentences :class:`PairConcatHead` (classification)
+  or :class:`CosineRegressionHead` (STS).
 """
 
 from __future__ import annotations
@@ -184,6 +188,101 @@ class LabelMatchingHead(nn.Module):
 
     def forward(self, features: torch.Tensor) -> torch.Tensor:
         return self.match(self.project(features))
+
+
+class ProjectionClassifierHead(nn.Module):
+    """"BERT w/ g" (Zhang et al., Table 3): LaCon's projection head ``g`` and then a linear classifier.
+
+    ``projection`` is built exactly as :class:`~contrastfit.heads.LabelMatchingHead`'s (``depth``
+    linear layers ``hidden_size -> dim -> ... -> dim``, ReLU after each hidden layer, none on the
+    output, no dropout); ``classifier`` is BERT's head (:class:`~contrastfit.heads.LinearHead`:
+    dropout 0.1, one linear layer) on ``g``'s output. ``forward(features)`` returns the logits.
+    """
+
+    def __init__(self, hidden_size: int, num_outputs: int, dim: int | None = None, depth: int = 3,
+                 dropout: float = 0.1):
+        super().__init__()
+        if depth < 1:
+            raise ValueError(f"projection depth must be >= 1, got {depth}")
+        dim = dim or hidden_size
+        self.dim = dim
+        self.projection = MLPHead(hidden_size, dim, depth=depth, inner_size=dim, dropout=0.0, activation="relu")
+        self.classifier = LinearHead(dim, num_outputs, dropout=dropout)
+
+    def project(self, features: torch.Tensor) -> torch.Tensor:
+        """``g(features)``."""
+        return self.projection(features)
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        return self.classifier(self.projection(features))
+
+
+# ---------------------------------------------------------------------------------------------
+# The CS224N report's task heads (SimCSE, DiffCSE), Sec. 4.2
+# ---------------------------------------------------------------------------------------------
+
+HEAD_DROPOUT = 0.1  # report, classifier fine-tuning table
+STS_HIDDEN = 10  # report, Sec. 4.2: cosine -> [1, 10] -> [10, 1]
+
+
+def _halves(features: torch.Tensor, hidden_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    if features.dim() != 2 or features.shape[1] != 2 * hidden_size:
+        raise ValueError(f"pair features must be (batch, {2 * hidden_size}) = [u; v], got {tuple(features.shape)}")
+    return features[:, :hidden_size], features[:, hidden_size:]
+
+
+class CosineRegressionHead(nn.Module):
+    """STS head: ``cos(u, v)`` -> Linear(1, 10) -> ReLU -> Linear(10, 1) (report Sec. 4.2, Sec. 6.1).
+    Reads ``[u; v]`` (batch, 2 hidden); returns (batch, 1)."""
+
+    def __init__(self, hidden_size: int, inner_size: int = STS_HIDDEN):
+        super().__init__()
+        self.hidden_size = hidden_size
+        self.mlp = nn.Sequential(nn.Linear(1, inner_size), nn.ReLU(), nn.Linear(inner_size, 1))
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        u, v = _halves(features, self.hidden_size)
+        return self.mlp(F.cosine_similarity(u, v, dim=-1).unsqueeze(-1))
+
+
+class PairConcatHead(nn.Module):
+    """Paraphrase head: ``[u; v]`` -> dropout -> Linear(2 hidden, hidden) -> ReLU -> dropout ->
+    Linear(hidden, outputs) (report Sec. 4.2: [1536, 768], [768, ·] for BERT-base)."""
+
+    def __init__(self, hidden_size: int, num_outputs: int, dropout: float = HEAD_DROPOUT):
+        super().__init__()
+        self.hidden_size = hidden_size
+        self.mlp = MLPHead(2 * hidden_size, num_outputs, depth=2, inner_size=hidden_size, dropout=dropout,
+                           activation="relu")
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        _halves(features, self.hidden_size)  # shape check
+        return self.mlp(features)
+
+
+class SimCSETaskHead(nn.Module):
+    """The report's heads, picked by the width of the features: ``hidden`` (one sentence) -> MLP
+    ``hidden -> hidden/2 -> outputs`` (ReLU, dropout); ``2 hidden`` (a pair ``[u; v]``) ->
+    :class:`CosineRegressionHead` for a regression target, else :class:`PairConcatHead`. Both branches
+    exist (and are saved) whatever the data; only the one the data uses is trained."""
+
+    def __init__(self, hidden_size: int, num_outputs: int, task: str = "classification", dropout: float = HEAD_DROPOUT):
+        super().__init__()
+        self.hidden_size = hidden_size
+        self.single = MLPHead(hidden_size, num_outputs, depth=2, inner_size=max(1, hidden_size // 2),
+                              dropout=dropout, activation="relu")
+        if task == "regression":
+            self.pair: nn.Module = CosineRegressionHead(hidden_size)
+        else:
+            self.pair = PairConcatHead(hidden_size, num_outputs, dropout)
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        if features.shape[-1] == self.hidden_size:
+            return self.single(features)
+        if features.shape[-1] == 2 * self.hidden_size:
+            return self.pair(features)
+        raise ValueError(f"features of width {features.shape[-1]}: expected {self.hidden_size} (one sentence) "
+                         f"or {2 * self.hidden_size} (a pair)")
 
 
 HEADS = {"linear": LinearHead, "mlp": MLPHead, "label-matching": LabelMatchingHead}

@@ -8,8 +8,15 @@ An output folder written by :meth:`ContrastiveClassifier.save_pretrained` holds
 * ``contrastfit.json``: labels, task, method and hyper-parameters, pooling, maximum length, plus
   whatever provenance the trainer adds (seed, data split and hash, library versions).
 
-:meth:`ContrastiveClassifier.from_pretrained` rebuilds the same model from that folder without
-network access and without unpickling anything.
+Saving is atomic at the folder level (:func:`contrastfit.atomic.atomic_folder`): the three are
+written to a temporary folder next to the output folder and swapped in with renames, so a full disk
+or a kill while saving leaves the previous model as it was; other entries of the folder (a run's
+``results.json``, ``checkpoints/``) are kept. :meth:`ContrastiveClassifier.from_pretrained` rebuilds
+the same model from that folder without network access and without unpickling anything.
+
+The forward pass returns a :class:`ClassifierOutput`: ``loss`` and ``logits`` as every Hugging Face
+model, and in training mode ``loss_parts``, the unweighted terms the method combined into ``loss``
+(``{"ce": ..., "scl": ...}``), which the Trainer logs.
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 from transformers.utils import ModelOutput
 
-from .atomic import atomic_open
+from .atomic import atomic_folder, recover_folder, write_json_atomic
 from .encoders import TextEncoder, load_backbone
 from .errors import ModelError
 from .methods import Method, get_method
@@ -39,8 +46,19 @@ FORMAT_VERSION = 1
 
 @dataclass
 class ClassifierOutput(ModelOutput):
+    """The forward pass's output.
+
+    * ``loss``: the training objective (with labels), or the task loss (CE / MSE) on ``logits`` in
+      eval mode;
+    * ``logits``: (batch, labels), or (batch, 1) for regression; None for methods whose training
+      pass has no head (the two-stage methods' encoder stage);
+    * ``loss_parts``: in training mode, the method's terms by name, unweighted, as tensors with their
+      graph (``ContrastfitTrainer`` logs them as ``loss_<name>``); None in eval mode.
+    """
+
     loss: torch.Tensor | None = None
     logits: torch.Tensor | None = None
+    loss_parts: dict[str, torch.Tensor] | None = None
 
 
 def model_max_length(tokenizer, encoder: TextEncoder, requested: int) -> int:
@@ -77,7 +95,6 @@ class ContrastiveClassifier(nn.Module):
         self.label_names = label_names
         self.max_length = model_max_length(tokenizer, encoder, max_length)
         self.info: dict[str, Any] = dict(info or {})
-        self.last_loss_parts: dict[str, float] = {}
 
     # -- construction --------------------------------------------------------------------------
     @classmethod
@@ -125,8 +142,7 @@ class ContrastiveClassifier(nn.Module):
             loss = self.method.task_loss(logits, labels) if labels is not None else None
             return ClassifierOutput(loss=loss, logits=logits)
         out = self.method.training_loss(self, inputs, labels)
-        self.last_loss_parts = {k: float(v.detach()) for k, v in out.parts.items()}
-        return ClassifierOutput(loss=out.loss, logits=out.logits)
+        return ClassifierOutput(loss=out.loss, logits=out.logits, loss_parts=dict(out.parts))
 
     # -- inference -----------------------------------------------------------------------------
     def tokenize(self, texts: Sequence[str], pairs: Sequence[str] | None = None, padding: bool | str = False):
@@ -211,20 +227,23 @@ class ContrastiveClassifier(nn.Module):
         return {k: v.detach().cpu().contiguous() for k, v in self.state_dict().items() if not k.startswith("encoder.")}
 
     def save_pretrained(self, directory: str | os.PathLike) -> Path:
+        """Write the model to ``directory`` (created if needed) atomically: the encoder, head and
+        config are written to a temporary folder next to it and swapped in with renames; if anything
+        fails (full disk, a kill) the model that was there is left intact. Other entries of
+        ``directory`` are kept."""
         directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
-        self.encoder.backbone.save_pretrained(directory / ENCODER_DIR, safe_serialization=True)
-        self.tokenizer.save_pretrained(directory / ENCODER_DIR)
-        head = self.head_state_dict()
-        tmp = directory / (HEAD_NAME + ".tmp")
-        save_file(head, str(tmp), metadata={"format": "pt"})
-        os.replace(tmp, directory / HEAD_NAME)
-        write_json_atomic(directory / CONFIG_NAME, self.config_dict())
+        with atomic_folder(directory) as staging:
+            self.encoder.backbone.save_pretrained(staging / ENCODER_DIR, safe_serialization=True)
+            self.tokenizer.save_pretrained(staging / ENCODER_DIR)
+            save_file(self.head_state_dict(), str(staging / HEAD_NAME), metadata={"format": "pt"})
+            write_json_atomic(staging / CONFIG_NAME, self.config_dict())
         return directory
 
     @classmethod
     def from_pretrained(cls, directory: str | os.PathLike, device: str | torch.device | None = None) -> "ContrastiveClassifier":
         directory = Path(directory)
+        if not (directory / CONFIG_NAME).is_file():
+            recover_folder(directory)  # a save killed between its renames: put the previous model back
         cfg_path = directory / CONFIG_NAME
         if not cfg_path.is_file():
             raise ModelError(f"{directory} is not a contrastfit output folder (no {CONFIG_NAME})")
@@ -232,6 +251,9 @@ class ContrastiveClassifier(nn.Module):
             cfg = json.loads(cfg_path.read_text(encoding="utf-8"))
         except json.JSONDecodeError as exc:
             raise ModelError(f"{cfg_path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+        if cfg.get("kind") == "multitask":
+            raise ModelError(f"{directory} holds a multi-task model (tasks: {', '.join(t['name'] for t in cfg['tasks'])}); "
+                             "load it with contrastfit.multitask.MultiTaskModel.from_pretrained and predict with task=NAME")
         if not (directory / HEAD_NAME).is_file() or not (directory / ENCODER_DIR / "config.json").is_file():
             raise ModelError(f"{directory} is incomplete: {HEAD_NAME} or {ENCODER_DIR}/ is missing")
         backbone, tokenizer = load_backbone(str(directory / ENCODER_DIR))
@@ -252,21 +274,3 @@ class ContrastiveClassifier(nn.Module):
             model.to(device)
         return model
 
-
-def write_json_atomic(path: str | os.PathLike, obj: Any) -> None:
-    """Write JSON through a temporary file and an atomic rename: a crash never leaves half a file."""
-    with atomic_open(path) as fh:
-        json.dump(obj, fh, indent=2, ensure_ascii=False, default=_json_default)
-        fh.write("\n")
-
-
-def _json_default(obj: Any):
-    if isinstance(obj, (np.integer,)):
-        return int(obj)
-    if isinstance(obj, (np.floating,)):
-        return float(obj)
-    if isinstance(obj, np.ndarray):
-        return obj.tolist()
-    if isinstance(obj, Path):
-        return str(obj)
-    raise TypeError(f"not JSON serialisable: {type(obj).__name__}")

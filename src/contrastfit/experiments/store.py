@@ -39,13 +39,22 @@ import json
 import os
 import socket
 import sqlite3
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+if __package__:
+    from ..atomic import json_default, write_json_atomic
+else:  # loaded on its own from its file (standard library only): atomic.py, also standard library only, beside it
+    import importlib.util
+
+    _spec = importlib.util.spec_from_file_location("_contrastfit_atomic", Path(__file__).resolve().parents[1] / "atomic.py")
+    _atomic = importlib.util.module_from_spec(_spec)
+    _spec.loader.exec_module(_atomic)
+    json_default, write_json_atomic = _atomic.json_default, _atomic.write_json_atomic
 
 __all__ = ["ResultsStore", "STORE_NAME"]
 
@@ -73,18 +82,8 @@ _LIVE_CLAIMS: set[tuple[str, str]] = set()
 _LIVE_LOCK = threading.Lock()
 
 
-def _json_default(obj: Any) -> Any:
-    if hasattr(obj, "tolist"):  # numpy arrays and scalars, torch tensors
-        return obj.tolist()
-    if isinstance(obj, (Path, os.PathLike)):
-        return os.fspath(obj)
-    if isinstance(obj, (set, frozenset, tuple)):
-        return list(obj)
-    raise TypeError(f"{type(obj).__name__} is not JSON serialisable")
-
-
 def _dumps(obj: Any) -> str | None:
-    return None if obj is None else json.dumps(obj, ensure_ascii=False, default=_json_default)
+    return None if obj is None else json.dumps(obj, ensure_ascii=False, default=json_default)
 
 
 def _loads(text: str | None) -> Any:
@@ -305,22 +304,9 @@ class ResultsStore:
         return self._rows()
 
     def export_json(self, path: str | os.PathLike) -> Path:
-        """Write every row to a JSON file atomically (temporary file, fsync, rename); returns the path."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        payload = json.dumps({"runs": self.all()}, indent=2, ensure_ascii=False, default=_json_default)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                fh.write(payload + "\n")
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
-        return path
+        """Write every row to a JSON file atomically (:func:`contrastfit.atomic.write_json_atomic`:
+        temporary file, fsync, rename); returns the path."""
+        return write_json_atomic(path, {"runs": self.all()})
 
     def __len__(self) -> int:
         with self._transaction(write=False) as conn:

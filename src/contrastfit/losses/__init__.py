@@ -2,8 +2,7 @@
 ``nn.Module`` wrappers. Each file cites the paper and equation it implements."""
 
 from .cosine_pairs import CosinePairsLoss, cosine_pairs
-from .diffcse import (DEFAULT_LAMBDA, ReplacedTokenDetectionLoss, UnigramGenerator, diffcse_loss, fill_with_mlm,
-                      mask_tokens, replaced_token_detection)
+from .diffcse import DEFAULT_LAMBDA, ReplacedTokenDetectionLoss, diffcse_loss, replaced_token_detection
 from .lacon import LaConLoss, LaConLossParts, lacon, lacon_predict
 from .simcse import SimCSELoss, SupervisedSimCSELoss, simcse_sup, simcse_unsup
 from .soft_triple import SOSNOWSKI_TABLE1, SoftTripleLoss, flatten_tokens, soft_triple
@@ -15,6 +14,5 @@ __all__ = [
     "soft_triple", "flatten_tokens", "SoftTripleLoss", "SOSNOWSKI_TABLE1",
     "lacon", "lacon_predict", "LaConLoss", "LaConLossParts",
     "simcse_unsup", "simcse_sup", "SimCSELoss", "SupervisedSimCSELoss",
-    "replaced_token_detection", "diffcse_loss", "mask_tokens", "UnigramGenerator", "fill_with_mlm",
-    "ReplacedTokenDetectionLoss", "DEFAULT_LAMBDA",
+    "replaced_token_detection", "diffcse_loss", "ReplacedTokenDetectionLoss", "DEFAULT_LAMBDA",
 ]

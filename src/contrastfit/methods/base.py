@@ -12,7 +12,7 @@ values).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar
+from typing import Any, Callable, ClassVar, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -24,9 +24,38 @@ from ..heads import build_head
 
 @dataclass
 class LossOutput:
+    """What :meth:`Method.training_loss` returns: the objective, the logits of the head when the pass
+    computed them, and the unweighted terms by name (logged as ``loss_<name>``)."""
+
     loss: torch.Tensor
     logits: torch.Tensor | None = None
     parts: dict[str, torch.Tensor] = field(default_factory=dict)
+
+
+@dataclass
+class ParamGroup:
+    """Parameters of the model that train with their own optimiser settings (one optimiser
+    parameter group).
+
+    ``params``: the parameter objects themselves (e.g. ``[self.soft_triple.centers]``); ``lr``: their
+    learning rate; ``weight_decay``: theirs, or None for the Trainer's rule (``--weight-decay`` for
+    weight matrices, 0 for biases and LayerNorm); ``name``: what the optimiser group is called (in
+    logs and the optimiser's state). Every other trainable parameter uses the main settings.
+    """
+
+    name: str
+    params: Sequence[nn.Parameter]
+    lr: float
+    weight_decay: float | None = None
+
+    def __post_init__(self):
+        self.params = list(self.params)
+        if not self.params:
+            raise ValueError(f"parameter group '{self.name}' holds no parameters")
+        if not self.lr > 0:
+            raise ValueError(f"parameter group '{self.name}': lr must be > 0, got {self.lr}")
+        if self.weight_decay is not None and self.weight_decay < 0:
+            raise ValueError(f"parameter group '{self.name}': weight_decay must be >= 0, got {self.weight_decay}")
 
 
 class Method(nn.Module):
@@ -57,6 +86,11 @@ class Method(nn.Module):
     #: Training settings of the method's own recipe (``learning_rate``, ``min_steps``), used where
     #: the user gives none (:func:`contrastfit.training.with_method_defaults`).
     training_defaults: ClassVar[dict[str, Any]] = {}
+    #: Gradient caching (``--gradient-cache``, :mod:`contrastfit.gradcache`): True when the loss
+    #: reads the encoder only through ``model.encoder(...)`` calls (each call is then embedded in
+    #: chunks and replayed, with its dropout masks); otherwise a one-line reason why not, with which
+    #: a run asking for caching is refused.
+    gradient_cache: ClassVar[bool | str] = True
 
     def __init__(self, num_labels: int, hidden_size: int, task: str = "classification", **hparams: Any):
         super().__init__()
@@ -127,10 +161,11 @@ class Method(nn.Module):
         ``attention_mask``, ``labels``, ...), e.g. to build DiffCSE's corpus-unigram generator or
         to initialise label embeddings. Default: nothing."""
 
-    def learning_rates(self) -> dict[str, float]:
-        """Parameter-name prefixes (in the model) that train with their own learning rate, e.g.
-        ``{"method.centers": 1e-2}``. Everything else uses the main learning rate."""
-        return {}
+    def param_groups(self, model: nn.Module) -> list[ParamGroup]:
+        """Parameters of ``model`` (the method's own, or its head's) that train with their own
+        learning rate, e.g. SoftTriple's centres at 1e-2 (pitfall 3). Default: none; everything
+        trains with the main settings."""
+        return []
 
     def task_loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         """Cross-entropy (Gunel Eq. 2, multi-class form), or MSE for a regression target."""

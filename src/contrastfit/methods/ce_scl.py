@@ -12,6 +12,7 @@ its few-shot runs favoured; tune them on validation data for your task.
 from __future__ import annotations
 
 from ..errors import ConfigError
+from ..distributed import gather
 from ..losses import supcon
 from .base import LOGISTIC_HEAD_DEFAULTS, LossOutput, Method, NormalizedFeaturesMethod, register_method
 
@@ -41,7 +42,8 @@ class CrossEntropySupCon(Method):
         pooled = model.encoder(**inputs).pooled
         logits = model.head(pooled)
         ce = self.task_loss(logits, labels)
-        scl = supcon(pooled, labels, self.hparams["temperature"])
+        batch = gather(pooled, labels)  # the global batch under DDP (contrastfit.distributed)
+        scl = supcon(batch.embeddings, batch.labels, self.hparams["temperature"])
         lam = self.contrastive_weight()
         return LossOutput(loss=(1 - lam) * ce + lam * scl, logits=logits, parts={"ce": ce, "scl": scl})
 

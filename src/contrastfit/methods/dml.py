@@ -34,7 +34,8 @@ sampler (``contrastive = True``), and are for class labels only (a regression ta
     * ``"pooled"``: the pooled sentence embedding (one anchor per sentence).
 
     The CE term is always on the head over the pooled embedding. The centres are an
-    ``nn.Parameter`` of the method (``method.soft_triple.centers``): trained by the optimizer,
+    ``nn.Parameter`` of the method (``method.soft_triple.centers``, its own optimiser parameter
+    group, :meth:`CrossEntropySoftTriple.param_groups`): trained by the optimizer,
     saved in ``head.safetensors`` and reloaded with the model (pitfall 3). They train with their own
     learning rate ``centers_learning_rate`` (default ``1e-2``): Sosnowski et al. give none; Qian et
     al. (SoftTriple, ICCV 2019) train the centres with a much larger learning rate than the
@@ -70,7 +71,7 @@ from typing import Any, Mapping
 
 from ..errors import ConfigError
 from ..losses import SOSNOWSKI_TABLE1, SoftTripleLoss, flatten_tokens
-from .base import LossOutput, Method, register_method
+from .base import LossOutput, Method, ParamGroup, register_method
 from .ce_scl import CrossEntropySupCon
 
 #: Sosnowski et al., Table 2 (SupCon hyper-parameters by training-set size).
@@ -148,8 +149,8 @@ class CrossEntropySoftTriple(Method):
     def size_defaults(cls, n_train: int) -> dict[str, Any]:
         return nearest_size_row(SOSNOWSKI_TABLE1, n_train)
 
-    def learning_rates(self) -> dict[str, float]:
-        return {"method.soft_triple.centers": float(self.hparams["centers_learning_rate"])}
+    def param_groups(self, model) -> list[ParamGroup]:
+        return [ParamGroup("softtriple_centers", [self.soft_triple.centers], float(self.hparams["centers_learning_rate"]))]
 
     def training_loss(self, model, inputs, labels) -> LossOutput:
         out = model.encoder(**inputs)

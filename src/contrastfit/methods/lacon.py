@@ -37,7 +37,7 @@ and the paper's "BERT w/ g" baseline of Table 3, ``ce-projection``.
 ``ce-projection`` ("BERT w/ g", Table 3)
     Cross-entropy fine-tuning whose classifier reads ``g(f(x))``: the same 3-layer MLP ``g`` as
     LaCon's (ReLU after the two hidden layers, width ``d``, no dropout inside), then BERT's classifier
-    (dropout 0.1 and one linear layer, as ``ce``) on its output (:class:`ProjectionClassifierHead`).
+    (dropout 0.1 and one linear layer, as ``ce``) on its output (:class:`~contrastfit.heads.ProjectionClassifierHead`).
     No label embeddings, no contrastive term: it isolates what ``g`` alone brings (Table 3: "it is
     basically useless by adding g to BERT directly"). ``model.embed`` gives the pooled embedding, as
     for ``ce``. A regression target gets MSE on one output, as ``ce``.
@@ -84,11 +84,11 @@ import torch
 from torch import nn
 
 from ..errors import ConfigError
-from ..heads import LinearHead, MLPHead, build_head
+from ..heads import ProjectionClassifierHead, build_head
 from ..losses import lacon
-from .base import LossOutput, Method, register_method
+from .base import LossOutput, Method, ParamGroup, register_method
 
-__all__ = ["CEProjection", "LaCon", "LaConFusion", "ProjectionClassifierHead"]
+__all__ = ["CEProjection", "LaCon", "LaConFusion"]
 
 
 @register_method
@@ -153,9 +153,9 @@ class LaCon(Method):
                           depth=int(self.hparams["projection_layers"]), temperature=float(self.hparams["temperature"]),
                           fusion_radius=self.fusion_radius)
 
-    def learning_rates(self) -> dict[str, float]:
+    def param_groups(self, model) -> list[ParamGroup]:
         rate = float(self.hparams["label_learning_rate"])
-        return {"head.label_embeddings": rate} if rate > 0 else {}
+        return [ParamGroup("label_embeddings", [model.head.label_embeddings], rate)] if rate > 0 else []
 
     # head_features (the pooled embedding) and predict_logits (model.head on it, i.e.
     # cos(g(x), L) / temperature, Eq. 8) are the base class's.
@@ -193,33 +193,6 @@ class LaConFusion(LaCon):
         """Eq. 9's fused vector ``z`` (what the projection head ``g`` reads)."""
         out = model.encoder(**inputs)
         return model.head.fuse(out.token_embeddings, out.attention_mask)
-
-
-class ProjectionClassifierHead(nn.Module):
-    """"BERT w/ g" (Zhang et al., Table 3): LaCon's projection head ``g`` and then a linear classifier.
-
-    ``projection`` is built exactly as :class:`~contrastfit.heads.LabelMatchingHead`'s (``depth``
-    linear layers ``hidden_size -> dim -> ... -> dim``, ReLU after each hidden layer, none on the
-    output, no dropout); ``classifier`` is BERT's head (:class:`~contrastfit.heads.LinearHead`:
-    dropout 0.1, one linear layer) on ``g``'s output. ``forward(features)`` returns the logits.
-    """
-
-    def __init__(self, hidden_size: int, num_outputs: int, dim: int | None = None, depth: int = 3,
-                 dropout: float = 0.1):
-        super().__init__()
-        if depth < 1:
-            raise ValueError(f"projection depth must be >= 1, got {depth}")
-        dim = dim or hidden_size
-        self.dim = dim
-        self.projection = MLPHead(hidden_size, dim, depth=depth, inner_size=dim, dropout=0.0, activation="relu")
-        self.classifier = LinearHead(dim, num_outputs, dropout=dropout)
-
-    def project(self, features: torch.Tensor) -> torch.Tensor:
-        """``g(features)``."""
-        return self.projection(features)
-
-    def forward(self, features: torch.Tensor) -> torch.Tensor:
-        return self.classifier(self.projection(features))
 
 
 @register_method

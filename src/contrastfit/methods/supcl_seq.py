@@ -28,6 +28,7 @@ import torch
 
 from ..encoders import set_dropout
 from ..errors import ConfigError
+from ..distributed import gather_views
 from ..losses import supcon
 from .base import HEAD_STAGE_DEFAULTS, LossOutput, Method, register_method
 
@@ -72,8 +73,8 @@ class SupCLSeq(_DropoutViewsMethod):
 
     def training_loss(self, model, inputs, labels) -> LossOutput:
         views = dropout_views(model, inputs, self.hparams["view_dropouts"])
-        y = contrastive_labels(self, labels).repeat(len(views))
-        loss = supcon(torch.cat(views), y, self.hparams["temperature"])
+        views, y = gather_views(views, contrastive_labels(self, labels))  # global batch under DDP
+        loss = supcon(torch.cat(views), y.repeat(len(views)), self.hparams["temperature"])
         return LossOutput(loss=loss, parts={"supcon": loss})
 
 
@@ -93,7 +94,8 @@ class SelfSupervisedCL(_DropoutViewsMethod):
 
     def training_loss(self, model, inputs, labels) -> LossOutput:
         views = dropout_views(model, inputs, self.hparams["view_dropouts"])
-        instance = torch.arange(labels.shape[0], device=labels.device).repeat(len(views))
+        views, _ = gather_views(views)  # global batch under DDP: rows in rank order
+        instance = torch.arange(views[0].shape[0], device=labels.device).repeat(len(views))
         loss = supcon(torch.cat(views), instance, self.hparams["temperature"])
         return LossOutput(loss=loss, parts={"selfcl": loss})
 
