@@ -188,3 +188,158 @@ def test_console_errors_are_one_line_from_a_real_process(trained_run):
     run, _ = trained_run
     _one_line_error(_cli("predict", str(run)), "no texts")  # empty standard input
     _one_line_error(_cli("evaluate", str(run), "--data", "bbc-news"), "labels")  # labels differ from the model's
+
+
+# -- train's options are TrainConfig's fields ---------------------------------------------------
+
+def _train_fields():
+    from contrastfit.cli import config_option_fields
+
+    return config_option_fields()
+
+
+def _readme_train_options() -> dict[str, list[str]]:
+    """README "Command line": the table of `train` options, {group: [flags]}."""
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    table = text.split("`train` options, grouped as in `contrastfit train --help`:", 1)[1].split("\n\n", 2)[1]
+    rows = [line.split("|") for line in table.splitlines() if line.startswith("| ") and "---" not in line]
+    return {cells[1].strip(): re.findall(r"`(--[a-z0-9-]+)", cells[2]) for cells in rows[1:]}
+
+
+def test_train_options_and_their_defaults_are_trainconfig_s(capsys):
+    from contrastfit.cli import build_parser
+    from contrastfit.training import OPTION_GROUPS
+
+    args = build_parser().parse_args(["train", "--data", "d.csv", "--output", "out"])
+    fields = _train_fields()
+    assert len(fields) >= 40
+    for f in fields:
+        if f.name not in ("data", "output"):
+            assert getattr(args, f.name) == f.default, f.name  # the default lives in TrainConfig only
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "_" not in "".join(w for w in text.split() if w.startswith("--"))  # --dashes only, no --under_scores
+    for f in fields:
+        assert " ".join(f.metadata["help"].split())[:40] in text or " ".join(f.metadata["flag_help"].split())[:40] in text
+    positions = [text.index(f" {g}: --") for g in OPTION_GROUPS if g != "options"]
+    assert positions == sorted(positions)  # groups in OPTION_GROUPS order
+
+
+def test_every_documented_train_flag_exists_in_its_group():
+    from contrastfit.cli import build_parser
+
+    parser = build_parser()
+    train = next(a for a in parser._subparsers._group_actions[0].choices.items() if a[0] == "train")[1]
+    groups = {g.title: {s for a in g._group_actions for s in a.option_strings} for g in train._action_groups}
+    documented = _readme_train_options()
+    assert set(documented) == {"data", "sampling", "method", "model and optimisation", "model selection"}
+    for group, flags in documented.items():
+        assert flags and set(flags) <= groups[group], (group, set(flags) - groups[group])
+    for flag in ("--method", "--shots", "--sample-seed", "--metric-for-best", "--early-stopping-patience",
+                 "--head-init", "--refit-head", "--quiet", "--cpu", "--no-select-best", "--lambda", "--param"):
+        assert any(flag in flags for flags in groups.values()), flag
+
+
+def _value_for(f):
+    """A valid command-line value for field ``f`` that is not its default, and what it parses to."""
+    import typing
+
+    from contrastfit.cli import _option_type
+    from contrastfit.training import TrainConfig
+
+    kind = _option_type(typing.get_type_hints(TrainConfig)[f.name], f.name)
+    meta = f.metadata
+    if kind is bool:
+        return None, not f.default
+    if meta["choices"]:
+        choice = next(c for c in meta["choices"] if c != f.default)
+        return choice, choice
+    if kind is str:
+        return f"value-of-{f.name}", f"value-of-{f.name}"
+    bounds = meta["bounds"]
+    low = bounds.get("ge", bounds.get("gt", 0))
+    value = kind(low + 1) if f.default != kind(low + 1) else kind(low + 2)
+    if kind is float and ("lt" in bounds or "le" in bounds):  # a fraction
+        value = 0.25
+    return str(value), value
+
+
+def test_every_train_option_reaches_trainconfig(monkeypatch, tmp_path):
+    import contrastfit.training
+
+    seen = {}
+    monkeypatch.setattr(contrastfit.training, "train", lambda config: seen.setdefault("config", config) and {"ok": 1})
+    argv, expected = ["train"], {}
+    for f in _train_fields():
+        text, value = _value_for(f)
+        flag = f.metadata["flag"] or ("--no-" if f.default is True else "--") + f.name.replace("_", "-")
+        argv += [flag] if text is None else [flag, text]
+        expected[f.name] = value
+    argv += ["--lambda", "0.5", "--view-dropouts", "0.0,0.1", "--param", "head-epochs=3"]
+    assert main(argv) == 0
+    config = seen["config"]
+    for name, value in expected.items():
+        assert getattr(config, name) == value, name
+    assert config.hparams == {"lambda": 0.5, "view_dropouts": "0.0,0.1", "head_epochs": "3"}
+
+
+# -- bad input, each one line and exit status 2 ------------------------------------------------------
+
+def _write(path, text):
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_more_bad_inputs_get_one_line_errors(tmp_path, tiny_encoder_dir, capsys):
+    def cli(*args):
+        code = main(list(args))
+        return code, capsys.readouterr().err
+
+    common = ["--model", str(tiny_encoder_dir), "--quiet"]
+    one = _write(tmp_path / "one.csv", "text,label\n" + "".join(f"good film {i},pos\n" for i in range(30)))
+    _one_line_error(cli("train", "--data", str(one), "--output", str(tmp_path / "a"), *common),
+                    str(one), "every row has the label 'pos'", "at least two classes")
+    three = _write(tmp_path / "three.csv", "text,label\n" + "".join(f"film {i},{'abc'[i % 3]}\n" for i in range(30)))
+    _one_line_error(cli("train", "--data", str(three), "--train-size", "2", "--output", str(tmp_path / "b"), *common),
+                    "--train-size 2 leaves class", "without a training example")
+    taken = _write(tmp_path / "taken.txt", "not a folder")
+    _one_line_error(cli("train", "--data", str(three), "--output", str(taken), "--model", str(tmp_path / "nowhere")),
+                    f"output {taken} is a file", "--output takes a folder")
+    assert taken.read_text(encoding="utf-8") == "not a folder"
+    header = _write(tmp_path / "header.csv", "text,label\n")
+    _one_line_error(cli("train", "--data", str(header), "--output", str(tmp_path / "c"), *common),
+                    str(header), "has no rows")
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    _write(folder / "train.csv", "text,label\na,b\n")
+    _write(folder / "test.jsonl", '{"text": "a", "label": "b"}\n')
+    _one_line_error(cli("train", "--data", str(folder), "--output", str(tmp_path / "d"), *common),
+                    str(folder), "a data file", "a built-in name", "Hugging Face data set name")
+    mixed = _write(tmp_path / "mixed.csv", "text,kind;label\ngood film,a;pos\nbad film,b;neg\n")
+    _one_line_error(cli("train", "--data", str(mixed), "--output", str(tmp_path / "e"), *common),
+                    str(mixed), "cannot tell its column separator")
+    _one_line_error(cli("train", "--data", str(three), "--validation-size", "0", "--output", str(tmp_path / "f"),
+                        *common), "validation_size must be >= 1, got 0")
+    assert not any((tmp_path / name).exists() for name in "abcdef")  # nothing was trained or written
+
+
+@pytest.mark.parametrize("delimiter", [";", "\t"])
+def test_semicolon_or_tab_separated_csv_is_read_correctly(trained_run, tmp_path, capsys, delimiter):
+    import csv
+
+    from conftest import sentiment_rows
+
+    out, _ = trained_run
+    path = tmp_path / "reviews.csv"
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        writer = csv.DictWriter(fh, fieldnames=["sentence", "sentiment"], delimiter=delimiter)
+        writer.writeheader()
+        writer.writerows(sentiment_rows())
+    report = tmp_path / "metrics.json"
+    assert main(["evaluate", str(out), "--data", str(path), "--json", str(report)]) == 0
+    assert "(all 24 rows)" in capsys.readouterr().out
+    assert sum(map(sum, json.loads(report.read_text())["metrics"]["confusion_matrix"])) == 24

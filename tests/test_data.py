@@ -798,3 +798,143 @@ def test_load_builtin_hands_out_fresh_objects():
     second = load_data("mr")
     assert len(second.test) == 853 and second.label_names == ["negative", "positive"]
     assert second.train.format["type"] is None and second.source["name"] == "mr"
+
+
+# ---------------------------------------------------------------------------------------------
+# Column separators, header-only files, folders, and training data a classifier cannot learn from
+# ---------------------------------------------------------------------------------------------
+
+def _refused(path, content: str, **options) -> str:
+    """Write ``content`` to ``path`` and return the one-line DataError that loading it raises."""
+    path.write_text(content, encoding="utf-8")
+    with pytest.raises(DataError) as err:
+        load_data(str(path), **options)
+    return _one_line(err)
+
+
+def _rows_with_punctuation():
+    rows = sentiment_rows(4, seed=7)
+    rows[0]["sentence"] += ", really"  # a comma inside a text of a semicolon- or tab-separated file
+    rows[1]["sentence"] += "; sadly"  # the separator itself inside a text (the writer quotes it)
+    return rows
+
+
+@pytest.mark.parametrize("delimiter", [";", "\t", "|", ","])
+def test_csv_with_another_separator_is_read_by_its_own(tmp_path, delimiter):
+    rows = _rows_with_punctuation()
+    path = _write_csv(tmp_path / "reviews.csv", rows, ["sentence", "sentiment"], delimiter=delimiter)
+    data = load_local(path, text_column="sentence", label_column="sentiment", validation_split=0)
+    assert data.train["text"] == [r["sentence"] for r in rows]
+    assert data.train["label"] == _expected_ids(rows, "sentiment", ["negative", "positive"])
+
+
+def test_tsv_with_semicolons_and_sniffing_rules(tmp_path):
+    from contrastfit.data.loading import sniff_delimiter
+
+    rows = _rows_with_punctuation()
+    assert sniff_delimiter(_write_csv(tmp_path / "a.tsv", rows, ["sentence", "sentiment"], delimiter=";"), "\t") == ";"
+    # a one-column file keeps the default; so does a comma file whose texts hold semicolons
+    (tmp_path / "one.csv").write_text("text\na film; fine\nanother; one\n", encoding="utf-8")
+    assert sniff_delimiter(tmp_path / "one.csv", ",") == ","
+    assert sniff_delimiter(_write_csv(tmp_path / "b.csv", rows, ["sentence", "sentiment"]), ",") == ","
+    # only the first rows are read (64 KiB at most): a long file is sniffed from its head
+    long = tmp_path / "long.csv"
+    long.write_text("text;label\n" + "".join(f"row {i}, with a comma;pos\n" for i in range(5000)), encoding="utf-8")
+    assert sniff_delimiter(long, ",") == ";"
+
+
+def test_ambiguous_separator_is_refused(tmp_path):
+    path = tmp_path / "mixed.csv"
+    msg = _refused(path, "text,kind;label\ngood film,a;pos\nbad film,b;neg\n")
+    assert str(path) in msg and "cannot tell its column separator" in msg and "commas and semicolons" in msg
+
+
+@pytest.mark.parametrize("content", ["text,label\n", "text,label\n\n  \n", "text;label\r\n"])
+def test_header_only_csv_says_it_has_no_rows(tmp_path, content):
+    path = tmp_path / "header.csv"
+    msg = _refused(path, content)
+    assert msg == f"data file {path} has no rows (only the header line '{content.split(chr(10))[0].strip()}')"
+    assert "Instruction" not in msg
+
+
+def test_jsonl_without_records_says_it_has_no_rows(tmp_path):
+    path = tmp_path / "blank.jsonl"
+    assert _refused(path, "\n\n") == f"data file {path} has no rows"
+
+
+@pytest.mark.parametrize("files", [
+    {},  # empty
+    {"train.csv": "text,label\na,b\n", "test.jsonl": '{"text": "a", "label": "b"}\n'},  # "split formats"
+    {"model.safetensors": "x", "config.json": "{}"},  # e.g. a model folder given as --data
+], ids=["empty", "mixed-formats", "model-folder"])
+def test_folder_that_is_no_data_set_says_what_data_takes(tmp_path, files):
+    folder = tmp_path / "stuff"
+    folder.mkdir()
+    for name, text in files.items():
+        (folder / name).write_text(text, encoding="utf-8")
+    with pytest.raises(DataError) as err:
+        load_data(str(folder))
+    msg = _one_line(err)
+    assert msg.startswith(f"{folder} is a folder that datasets.load_dataset cannot read as a data set")
+    assert "a data file (.csv, .tsv, .jsonl, .json, .parquet)" in msg and "a built-in name (mr, " in msg
+    assert "Hugging Face data set name" in msg and "split" not in msg
+
+
+def test_loadable_folder_is_loaded_as_a_data_set(tmp_path):
+    folder = _glue_sst2_folder(tmp_path / "sst2")
+    data = load_data(str(folder))
+    assert data.source["kind"] == "hub" and data.sizes() == {"train": 40, "validation": 10, "test": 10}
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".jsonl"])
+def test_training_file_with_a_single_class_is_refused(tmp_path, suffix):
+    rows = [{"text": f"good film {i}", "stars": "pos"} for i in range(30)]
+    path = tmp_path / f"one{suffix}"
+    if suffix == ".csv":
+        _write_csv(path, rows, ["text", "stars"])
+    else:
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    with pytest.raises(DataError) as err:
+        load_data(str(path), label_column="stars")
+    assert _one_line(err) == (f"{path}: every row has the label 'pos' (column 'stars'); "
+                              "a classifier needs at least two classes")
+
+
+def test_a_class_with_one_row_stays_in_training_and_the_rest_is_stratified(tmp_path):
+    labels = ["a"] * 30 + ["b"] * 30 + ["c", "d", "e", "f"]
+    path = _write_csv(tmp_path / "few.csv", [{"text": f"row {i}", "label": y} for i, y in enumerate(labels)],
+                      ["text", "label"])
+    data = load_local(path)  # 10% held out for validation
+    names = data.label_names
+    assert collections.Counter(names[i] for i in data.train["label"]) == {"a": 27, "b": 27, "c": 1, "d": 1, "e": 1,
+                                                                          "f": 1}
+    assert collections.Counter(names[i] for i in data.validation["label"]) == {"a": 3, "b": 3}
+
+
+def test_check_training_classes_names_the_missing_class():
+    from contrastfit.data.loading import check_training_classes
+
+    ds = _ds({0: 5, 1: 5})
+    check_training_classes(ds, ["a", "b"], "x.csv")
+    check_training_classes(ds, None, "x.csv")  # a regression target has no classes to miss
+    with pytest.raises(DataError) as err:
+        check_training_classes(ds, ["a", "b", "c", "d"], "x.csv")
+    assert _one_line(err) == "x.csv: class 'c' has no row in the training split (2 classes have none)"
+
+
+def test_samples_that_leave_a_class_without_a_training_example_are_refused():
+    names = ["a", "b", "c"]
+    ds = _ds({0: 50, 1: 30, 2: 20})
+    with pytest.raises(DataError) as err:
+        sample_stratified(ds, 2, seed=0, label_names=names)
+    assert _one_line(err) == ("--train-size 2 leaves class 'c' without a training example "
+                              "(3 classes: give --train-size 3 or more)")
+    assert len(sample_stratified(ds, 2, seed=0)) == 2  # a validation subset may miss a class
+    assert collections.Counter(sample_stratified(ds, 3, seed=0, label_names=names)["label"]) == {0: 1, 1: 1, 2: 1}
+    two = _ds({0: 10, 1: 10})
+    with pytest.raises(DataError, match="--train-size 5: class 'c' has no example in the training split"):
+        sample_stratified(two, 5, seed=0, label_names=names)
+    with pytest.raises(DataError, match="--train-size 500: class 'c' has no example"):
+        sample_stratified(two, 500, seed=0, label_names=names)  # even when the whole split is taken
+    with pytest.raises(DataError, match="--shots 2: class 'c' has no example in the training split"):
+        sample_per_class(two, 2, seed=0, label_names=names)

@@ -1,34 +1,106 @@
-"""Command line: ``contrastfit train | evaluate | predict | datasets | methods | experiment``.
+"""Command line: ``contrastfit train | evaluate | predict | explain | datasets | methods | experiment |
+report | compare``.
 
 Every user error (:class:`~contrastfit.errors.ContrastfitError`) is printed as one line,
 ``contrastfit: error: ...``, with exit status 2 and no traceback.
+
+``train``'s options are generated from the :class:`~contrastfit.training.TrainConfig` dataclass
+(:func:`add_config_options`): each field declares its help text, default, option group, flag and
+allowed values once, with :func:`~contrastfit.training.setting`. ``transformers.HfArgumentParser``
+reads dataclasses too, but it cannot keep this CLI's flag names (it adds an underscore spelling of
+every option and names a negated switch ``--no_x``/``--no-x`` only, so no ``--quiet`` or ``--cpu``),
+puts every field in one group, offers no way to leave a field (``hparams``, ``tags``) off the
+command line, and rewrites the dataclass's ``Field.type`` in place; hence this small generator.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
-from typing import Sequence
+from typing import Any, Sequence
 
 from .errors import ContrastfitError
 
-# Method hyper-parameters with a CLI flag of their own (others go through --param NAME=VALUE).
-# Flags for the most used method hyper-parameters (any other: --param NAME=VALUE).
-_HPARAM_FLAGS = {"lambda": "--lambda", "temperature": "--temperature", "beta": "--beta",
-                 "view_dropouts": "--view-dropouts", "dml_on": "--dml-on",
-                 "hard_negative_weight": "--hard-negative-weight"}
+#: Method hyper-parameters with a flag of their own in the ``method`` group (any other:
+#: ``--param NAME=VALUE``); the method checks the values (``contrastfit methods`` lists them).
+_HPARAM_FLAGS: dict[str, dict[str, Any]] = {
+    "lambda": {"type": float, "metavar": "LAMBDA", "help": "weight of the contrastive term (ce-scl)"},
+    "temperature": {"type": float, "metavar": "T", "help": "contrastive temperature"},
+    "beta": {"type": float, "metavar": "BETA", "help": "weight of CE in beta CE + (1-beta) DML (ce-supcon, ce-softtriple)"},
+    "view_dropouts": {"metavar": "P,P,...",
+                      "help": "dropout probability of each view (supcl-seq and its baselines), e.g. 0.0,0.1,0.2"},
+    "dml_on": {"choices": ["pooled", "tokens"],
+               "help": "apply the metric-learning loss to the pooled embedding or every token (ce-softtriple)"},
+    "hard_negative_weight": {"type": float, "metavar": "W",
+                             "help": "log-weight added to each anchor's own hard negative (simcse-sup)"},
+}
+#: The ``TrainConfig`` settings that ``evaluate`` shares with ``train``.
+_DATA_OPTIONS = ("data", "text_column", "text_pair_column", "label_column")
 
 
-def _add_data_args(p: argparse.ArgumentParser, required: bool = True) -> None:
-    g = p.add_argument_group("data")
-    g.add_argument("--data", required=required,
-                   help="built-in name (mr, imdb, bbc-news), a local .csv/.tsv/.jsonl/.parquet file, "
-                        "or a Hugging Face data set name (e.g. glue/sst2, owner/name:config)")
-    g.add_argument("--text-column", help="column with the text (default: text, sentence, ...)")
-    g.add_argument("--text-pair-column", help="column with the second text of a sentence pair")
-    g.add_argument("--label-column", help="column with the label (default: label)")
+def config_option_fields(names: Sequence[str] | None = None) -> list:
+    """The :class:`~contrastfit.training.TrainConfig` fields that are command-line options (those
+    with a ``group``), in declaration order; only ``names`` if given."""
+    from dataclasses import fields
+
+    from .training import TrainConfig
+
+    return [f for f in fields(TrainConfig) if f.metadata.get("group") and (names is None or f.name in names)]
+
+
+def _option_type(annotation: Any, name: str) -> type:
+    """``int``, ``float``, ``str`` or ``bool`` from a field's annotation (``X | None`` -> ``X``)."""
+    import typing
+
+    kinds = [k for k in (typing.get_args(annotation) or (annotation,)) if k is not type(None)]
+    if len(kinds) != 1 or kinds[0] not in (int, float, str, bool):
+        raise TypeError(f"TrainConfig.{name}: a command-line option needs an int, float, str or bool field, "
+                        f"not {annotation}")
+    return kinds[0]
+
+
+def add_config_options(parser: argparse.ArgumentParser, names: Sequence[str] | None = None,
+                       required: Sequence[str] = ()) -> dict[str, Any]:
+    """Add the options of :class:`~contrastfit.training.TrainConfig`'s fields (every field with a
+    ``group``, or ``names``) to ``parser``, in argument groups ordered as
+    :data:`~contrastfit.training.OPTION_GROUPS`; returns the groups by name.
+
+    An option is ``--name-with-dashes`` (or the field's ``flag``), stores into ``dest=name`` and has
+    the field's default, type and choices; a boolean is a switch (``store_true``, or ``store_false``
+    for one that is on by default). ``required`` options get no default. Each help text is the
+    field's, with its default appended when it has one that is not None.
+    """
+    import typing
+
+    from .training import OPTION_GROUPS, TrainConfig
+
+    hints = typing.get_type_hints(TrainConfig)
+    chosen = config_option_fields(names)
+    present = {f.metadata["group"] for f in chosen}
+    groups: dict[str, Any] = {}
+    for name in [*OPTION_GROUPS, *sorted(present - set(OPTION_GROUPS))]:
+        if name in present:
+            groups[name] = parser if name == "options" else parser.add_argument_group(name)
+    for f in chosen:
+        meta, kind = f.metadata, _option_type(hints[f.name], f.name)
+        help_text = (meta.get("flag_help") or meta["help"]).replace("%", "%%")
+        kwargs: dict[str, Any] = {"dest": f.name, "default": f.default}
+        if kind is bool:
+            on_by_default = f.default is True
+            flag = meta.get("flag") or ("--no-" if on_by_default else "--") + f.name.replace("_", "-")
+            kwargs["action"] = "store_false" if on_by_default else "store_true"
+        else:
+            flag = meta.get("flag") or "--" + f.name.replace("_", "-")
+            kwargs.update(type=kind, choices=meta.get("choices"), metavar=meta.get("metavar"))
+            if f.name in required:
+                kwargs.update(required=True, default=None)
+            elif f.default is not None:
+                help_text += f" (default: {f.default})"
+        groups[meta["group"]].add_argument(flag, help=help_text, **kwargs)
+    return groups
 
 
 def _add_text_input_args(p: argparse.ArgumentParser, verb: str) -> None:
@@ -47,72 +119,20 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"contrastfit {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    # -- train ---------------------------------------------------------------------------------
+    # -- train: every option is a TrainConfig field (add_config_options) but the method's own ------
     p = sub.add_parser("train", help="fine-tune an encoder with one method",
                        description="Fine-tune an encoder with one method; writes the model and results.json to --output.")
-    p.add_argument("--method", help="training method (see `contrastfit methods`; default: ce-scl-lr, the default "
-                   "recipe; ce for a regression target)")
-    p.add_argument("--output", required=True, help="output folder (model, config, results.json)")
-    p.add_argument("--model", default="minilm-l6", help="built-in name, local Hugging Face folder or Hub name (default: minilm-l6)")
-    _add_data_args(p)
-    g = p.add_argument_group("data options")
-    g.add_argument("--validation-data", help="local file with validation rows (default: hold out 10%% of --data)")
-    g.add_argument("--test-data", help="local file with test rows")
-    g.add_argument("--validation-split", type=float, default=0.1,
-                   help="fraction of a local --data file held out for validation when no --validation-data is given")
-    g.add_argument("--task", choices=["classification", "regression"], help="force the task (default: from the labels)")
-    g.add_argument("--shots", type=int, help="sample K training examples per class")
-    g.add_argument("--train-size", type=int, help="sample N training examples in total, stratified")
-    g.add_argument("--validation-size", type=int, help="stratified subset of the validation split of this size")
-    g.add_argument("--seed", type=int, default=0, help="seed for initialisation and batches, and for sampling unless --sample-seed (default: 0)")
-    g.add_argument("--sample-seed", type=int, help="seed of the --shots/--train-size/--validation-size draws (default: --seed)")
-    g.add_argument("--sample-index", type=int, default=0,
-                   help="which sample of that seed: an experiment's sample s of protocol seed S is --sample-seed S --sample-index s")
-    g = p.add_argument_group("method")
-    g.add_argument("--lambda", dest="hp_lambda", type=float, help="weight of the contrastive term (ce-scl)")
-    g.add_argument("--temperature", dest="hp_temperature", type=float, help="contrastive temperature")
-    g.add_argument("--beta", dest="hp_beta", type=float, help="weight of CE in beta CE + (1-beta) DML (ce-supcon, ce-softtriple)")
-    g.add_argument("--view-dropouts", dest="hp_view_dropouts", metavar="P,P,...",
-                   help="dropout probability of each view (supcl-seq and its baselines), e.g. 0.0,0.1,0.2")
-    g.add_argument("--dml-on", dest="hp_dml_on", choices=["pooled", "tokens"],
-                   help="apply the metric-learning loss to the pooled embedding or every token (ce-softtriple)")
-    g.add_argument("--hard-negative-weight", dest="hp_hard_negative_weight", type=float,
-                   help="log-weight added to each anchor's own hard negative (simcse-sup)")
-    g.add_argument("--param", action="append", default=[], metavar="NAME=VALUE", help="any other method hyper-parameter")
-    g = p.add_argument_group("model and optimisation")
-    g.add_argument("--pooling", choices=["cls", "pooler", "mean"], help="default: the encoder's own (mean for minilm-l6), else cls")
-    g.add_argument("--max-length", type=int, default=128)
-    g.add_argument("--epochs", type=float, help="default: the method's step rule, else 3, or more to reach --min-steps steps")
-    g.add_argument("--min-steps", type=int, help="fewest optimisation steps without --epochs (default: the method's, else 60)")
-    g.add_argument("--batch-size", type=int, default=16)
-    g.add_argument("--learning-rate", type=float, help="default: the method's, else 5e-5")
-    g.add_argument("--weight-decay", type=float, default=0.01)
-    g.add_argument("--warmup-ratio", type=float, default=0.1)
-    g.add_argument("--gradient-accumulation-steps", type=int, default=1)
-    g.add_argument("--fp16", action="store_true", help="mixed precision (CUDA)")
-    g.add_argument("--bf16", action="store_true", help="bfloat16 mixed precision")
-    g.add_argument("--no-select-best", dest="select_best", action="store_false",
-                   help="keep the last step instead of the best on validation (default: evaluate during training, keep the best)")
-    g.add_argument("--metric-for-best", help="validation metric that picks the kept step (default: accuracy; mse for regression)")
-    g.add_argument("--eval-steps", type=int, help="evaluate every N steps (default: about five evaluations per run)")
-    g.add_argument("--early-stopping-patience", type=int, help="stop after N evaluations without improvement")
-    g.add_argument("--sampler", choices=["balanced", "random"], default="balanced",
-                   help="training batches: balanced (the data's class mix, >= 2 rows of every class present; default) or random")
-    g.add_argument("--head-init", choices=["random", "probe"], default="random",
-                   help="probe: fit the head as a logistic-regression probe before fine-tuning (LP-FT)")
-    g.add_argument("--refit-head", action="store_true",
-                   help="after training, refit the head as a logistic regression on the frozen encoder")
-    g.add_argument("--cpu", action="store_true", help="train on the CPU even if a GPU is present")
-    g.add_argument("--resume", action="store_true", help="continue an interrupted run from its last checkpoint")
-    g.add_argument("--report-to", default="none", help="Trainer logging integrations (e.g. tensorboard, wandb)")
-    g.add_argument("--trust-remote-code", action="store_true", help="allow a Hub model's own code (off by default)")
-    g.add_argument("--quiet", action="store_true", help="no progress bars")
+    groups = add_config_options(p, required=("data", "output"))
+    for name, spec in _HPARAM_FLAGS.items():
+        groups["method"].add_argument("--" + name.replace("_", "-"), dest=f"hp_{name}", **spec)
+    groups["method"].add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
+                                  help="any other method hyper-parameter")
 
     # -- evaluate ------------------------------------------------------------------------------
     p = sub.add_parser("evaluate", help="evaluate a trained model",
                        description="Evaluate a trained model: a built-in data set on its test split (or --split), a local file whole.")
     p.add_argument("run", help="output folder of `contrastfit train`")
-    _add_data_args(p)
+    add_config_options(p, names=_DATA_OPTIONS, required=("data",))
     p.add_argument("--split", default=None, choices=["train", "validation", "test"], help="split of a built-in or Hub data set (default: test)")
     p.add_argument("--json", dest="json_out", help="also write all metrics (per class, confusion matrix) to this JSON file")
     p.add_argument("--batch-size", type=int, default=64)
@@ -192,24 +212,12 @@ def cmd_train(args: argparse.Namespace) -> int:
         value = getattr(args, f"hp_{name}")
         if value is not None:
             hparams[name] = value
-    config = TrainConfig(
-        method=args.method, data=args.data, output=args.output, model=args.model, hparams=hparams,
-        text_column=args.text_column, text_pair_column=args.text_pair_column, label_column=args.label_column,
-        validation_data=args.validation_data, test_data=args.test_data, validation_split=args.validation_split,
-        task=args.task,
-        shots=args.shots, train_size=args.train_size, validation_size=args.validation_size, seed=args.seed,
-        sample_seed=args.sample_seed, sample_index=args.sample_index, sampler=args.sampler,
-        select_best=args.select_best, metric_for_best=args.metric_for_best, eval_steps=args.eval_steps,
-        early_stopping_patience=args.early_stopping_patience,
-        pooling=args.pooling, max_length=args.max_length, epochs=args.epochs, min_steps=args.min_steps,
-        batch_size=args.batch_size, head_init=args.head_init, refit_head=args.refit_head,
-        learning_rate=args.learning_rate, weight_decay=args.weight_decay, warmup_ratio=args.warmup_ratio,
-        gradient_accumulation_steps=args.gradient_accumulation_steps, fp16=args.fp16, bf16=args.bf16,
-        use_cpu=args.cpu, resume=args.resume, report_to=args.report_to, progress=not args.quiet,
-        trust_remote_code=args.trust_remote_code,
-    )
+    config = TrainConfig(hparams=hparams, **{f.name: getattr(args, f.name) for f in config_option_fields()})
+    from .distributed import world
+
     result = train(config)
-    print(f"saved to {args.output}")
+    if world()[0] == 0:  # under torchrun only the first process wrote the model
+        print(f"saved to {args.output}")
     return 0 if result else 1
 
 
@@ -241,7 +249,8 @@ def _load_eval_split(args: argparse.Namespace, model) -> tuple[object, str]:
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from .evaluation import evaluate_model, headline
-    from .modeling import ContrastiveClassifier, write_json_atomic
+    from .atomic import write_json_atomic
+    from .modeling import ContrastiveClassifier
 
     model = ContrastiveClassifier.from_pretrained(args.run)
     ds, what = _load_eval_split(args, model)
@@ -299,8 +308,9 @@ def cmd_predict(args: argparse.Namespace) -> int:
     if pairs is None and model.info.get("data", {}).get("text_pair"):
         raise ContrastfitError(f"{args.run} classifies text pairs: give two tab-separated texts per line")
     scores = model.predict_proba(texts, pairs, batch_size=args.batch_size)
-    out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout
-    try:
+    from .atomic import atomic_open
+
+    with atomic_open(args.output) if args.output else contextlib.nullcontext(sys.stdout) as out:
         for i, text in enumerate(texts):
             row: dict = {"text": text}
             if pairs is not None:
@@ -311,9 +321,6 @@ def cmd_predict(args: argparse.Namespace) -> int:
                 row["label"] = model.label_names[int(scores[i].argmax())]
                 row["probabilities"] = {name: round(float(p), 6) for name, p in zip(model.label_names, scores[i])}
             out.write(json.dumps(row, ensure_ascii=False) + "\n")
-    finally:
-        if out is not sys.stdout:
-            out.close()
     return 0
 
 

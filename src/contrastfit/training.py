@@ -7,8 +7,9 @@ logging integrations, progress bars):
 * for contrastive methods, the training batches come from
   :class:`~contrastfit.data.ClassBalancedBatchSampler` (pitfall 2); the sampler is built in
   :meth:`get_train_dataloader`, so it is what the trainer really feeds (pitfall 5);
-* the parts of a composite loss (``ce``, ``scl``, ...) are logged next to the total;
-* parameters a method owns can have their own learning rate (``Method.learning_rates``).
+* the parts of a composite loss (``ce``, ``scl``, ...), which the model returns in its output
+  (``ClassifierOutput.loss_parts``), are logged next to the total;
+* parameters a method owns can have their own learning rate (``Method.param_groups``).
 
 :func:`train` runs one whole job: load and sample the data, build the model, train, evaluate on
 validation and test, save the model and write ``results.json`` (atomically) with everything that
@@ -17,28 +18,34 @@ made the result.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+import os
+import pickle
 import shutil
 import time
 import warnings
 from dataclasses import asdict, dataclass, field, replace
+from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import datasets
 import torch
 from torch.utils.data import DataLoader
-from transformers import DataCollatorWithPadding, Trainer, TrainerCallback, TrainingArguments
+from transformers import DataCollatorWithPadding, PrinterCallback, Trainer, TrainerCallback, TrainingArguments
 
 from .data import ClassBalancedBatchSampler, TextData, data_hash, load_data, sample_per_class, sample_stratified
 from .data.sampling import derive_seed
 from .data.loading import LABEL, TEXT, TEXT_PAIR
+from .distributed import world
 from .encoders import DEFAULT_MODEL, default_pooling
-from .errors import ConfigError
+from .errors import ConfigError, ModelError
 from .evaluation import evaluate_model, headline
 from .methods import get_method
-from .modeling import ContrastiveClassifier, write_json_atomic
+from .atomic import write_json_atomic
+from .modeling import ContrastiveClassifier
 from .versions import library_versions
 
 #: The default recipe: what `contrastfit train --data FILE` trains with no --method (README, Benchmarks).
@@ -51,109 +58,254 @@ CHECKPOINT_DIR = "checkpoints"
 MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids", "labels")
 
 
+#: Seeds go to NumPy's legacy seeding (``transformers.set_seed``), which takes 0 .. 2**32 - 1.
+SEED_MAX = 2**32 - 1
+#: Groups of ``contrastfit train``'s options, in the order ``--help`` shows them ("options" is
+#: argparse's own section, next to ``--help``). A field without a group has no command-line option.
+OPTION_GROUPS = ("options", "data", "sampling", "method", "model and optimisation", "model selection")
+#: Validation metrics that can pick the kept checkpoint (``metric_for_best``).
+SELECTION_METRICS = ("accuracy", "f1", "macro_f1", "mcc", "loss", "mse", "pearson", "spearman")
+
+
+def setting(default: Any = None, help: str = "", *, factory: Any = None, group: str | None = None,
+            flag: str | None = None, flag_help: str | None = None, metavar: str | None = None,
+            choices: tuple[str, ...] | None = None, ge: float | None = None, gt: float | None = None,
+            le: float | None = None, lt: float | None = None, check: Any = None) -> Any:
+    """A :class:`TrainConfig` field with everything about it in one place (``dataclasses.field``
+    metadata), read by :meth:`TrainConfig.validate` and by the CLI, which generates ``contrastfit
+    train``'s options from it:
+
+    * ``help``: what the setting does (the ``--help`` text; the CLI appends a non-None default);
+    * ``group``: its group of command-line options (:data:`OPTION_GROUPS`; None: no option) and
+      ``flag`` when the option is not ``--name-with-dashes``; a boolean is a switch that turns it on,
+      or, for one that is on by default, off (``flag``, default ``--no-name``; ``flag_help`` says what
+      that switch does); ``metavar`` names the value in ``--help``;
+    * the values it takes, besides the annotation's type: ``choices``, bounds ``ge``/``gt``/``le``/
+      ``lt`` (>=, >, <=, <), and ``check``, a function that raises :class:`ConfigError` for a
+      value the others cannot describe (called on values that are not None).
+    """
+    meta = {"help": help, "group": group, "flag": flag, "flag_help": flag_help, "metavar": metavar,
+            "choices": tuple(choices) if choices else None, "check": check,
+            "bounds": {k: v for k, v in (("ge", ge), ("gt", gt), ("le", le), ("lt", lt)) if v is not None}}
+    if factory is not None:
+        return field(default_factory=factory, metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+def _check_output(value: str) -> None:
+    """``--output`` is a folder (or will be): refuse a path that is, or lies under, an existing file."""
+    path = Path(value).expanduser()
+    for part in (path, *path.parents):
+        if part.exists():
+            if not part.is_dir():
+                what = "is a file" if part == path else f"lies under {part}, which is a file"
+                raise ConfigError(f"output {value} {what}; --output takes a folder (for the model and {RESULTS_NAME})")
+            return
+
+
+_OPT, _SELECT = "model and optimisation", "model selection"
+
+
 @dataclass
 class TrainConfig:
-    """Everything one training job needs. Field names match the CLI flags."""
+    """Everything one training job needs. Field names match the CLI flags (``--name-with-dashes``;
+    ``--cpu`` is ``use_cpu``, ``--quiet`` turns ``progress`` off, ``--gradient-cache`` is
+    ``gradient_cache_chunk``).
 
-    method: str | None = None  # None: the default recipe, DEFAULT_METHOD (ce for a regression target)
-    data: str = "mr"
-    output: str = "runs/run"
-    model: str = DEFAULT_MODEL
-    hparams: dict[str, Any] = field(default_factory=dict)
-    # data
-    text_column: str | None = None
-    text_pair_column: str | None = None
-    label_column: str | None = None
-    validation_data: str | None = None
-    test_data: str | None = None
-    validation_split: float = 0.1  # held out of a local file when no validation file is given
-    task: str | None = None
-    shots: int | None = None
-    train_size: int | None = None
-    validation_size: int | None = None
-    seed: int = 0  # training seed (initialisation, dropout, batch order); also the sampling seed by default
-    sample_seed: int | None = None  # None: seed. Training sample = derive_seed(sample_seed, "train", sample_index)
-    sample_index: int = 0  # which sample of that seed (an experiment's sample s)
-    sampler: str = "balanced"  # training batches: "balanced" (class-mix-keeping, positives) or "random"
-    # model
-    pooling: str | None = None  # None: the encoder's own (mean for sentence-transformers models), else cls
-    max_length: int = 128
-    # optimisation
-    epochs: float | None = None  # None: the method's step rule, else 3 epochs or more to reach min_steps steps
-    min_steps: int | None = None  # None: the method's, else DEFAULT_MIN_STEPS
-    batch_size: int = 16
-    learning_rate: float | None = None  # None: the method's, else DEFAULT_LEARNING_RATE
-    weight_decay: float = 0.01
-    warmup_ratio: float = 0.1
-    gradient_accumulation_steps: int = 1
-    fp16: bool = False
-    bf16: bool = False
-    use_cpu: bool = False
-    # model selection on the validation split (Trainer evaluation, best checkpoint, early stopping)
-    select_best: bool = True  # evaluate during training and keep the best step (when there is a validation split)
-    metric_for_best: str | None = None  # None: accuracy (classification) or mse (regression)
-    eval_steps: int | None = None  # None: about five evaluations per run, at least one epoch apart
-    early_stopping_patience: int | None = None  # stop after this many evaluations without improvement
-    # head
-    head_init: str = "random"  # "probe": fit the head as a logistic-regression probe first (LP-FT)
-    refit_head: bool = False  # after training, refit the head as a logistic regression on the frozen encoder
-    # bookkeeping
-    save_model: bool = True
-    save_checkpoints: bool = True
-    save_steps: int = 50
-    keep_checkpoints: bool = False
-    resume: bool = False
-    evaluate_test: bool = True
-    logging_steps: int = 10
-    report_to: str = "none"
-    progress: bool = True
-    trust_remote_code: bool = False
-    tags: dict[str, Any] = field(default_factory=dict)  # stored as-is in results.json (e.g. experiment labels)
+    Each field is declared once, with :func:`setting`: its type (the annotation), default, help
+    text, command-line option and allowed values. ``contrastfit train``'s options are generated from
+    these declarations (:func:`contrastfit.cli.add_config_options`) and :meth:`validate` checks every
+    field against them, so a new setting is one line here.
+    """
+
+    # -- where, and what (the method's hyper-parameters: --param NAME=VALUE and the method flags)
+    output: str = setting("runs/run", f"output folder (the model, {RESULTS_NAME}, checkpoints while training)",
+                          group="options", metavar="FOLDER", check=_check_output)
+    method: str | None = setting(None, f"training method (see `contrastfit methods`); default: {DEFAULT_METHOD}, the "
+                                 f"default recipe ({DEFAULT_REGRESSION_METHOD} for a regression target)",
+                                 group="method", check=get_method)
+    hparams: dict[str, Any] = setting(factory=dict, help="method hyper-parameters by name, checked by the method")
+    # -- data
+    data: str = setting("mr", "built-in name (see `contrastfit datasets`), a local .csv/.tsv/.jsonl/.json/.parquet "
+                        "file, or a Hugging Face data set name (e.g. glue/sst2, owner/name:config)", group="data",
+                        metavar="NAME|FILE")
+    text_column: str | None = setting(None, "column with the text (default: text, sentence, ...)", group="data",
+                                      metavar="COLUMN")
+    text_pair_column: str | None = setting(None, "column with the second text of a sentence pair (default: "
+                                           "sentence2 next to sentence1, hypothesis next to premise)", group="data",
+                                           metavar="COLUMN")
+    label_column: str | None = setting(None, "column with the label (default: label)", group="data", metavar="COLUMN")
+    validation_data: str | None = setting(None, "local file with validation rows (default: hold out "
+                                          "--validation-split of a local --data file)", group="data", metavar="FILE")
+    test_data: str | None = setting(None, "local file with test rows", group="data", metavar="FILE")
+    validation_split: float = setting(0.1, "fraction of a local --data file held out (stratified) for validation "
+                                      "when no --validation-data is given; 0 keeps every row", group="data",
+                                      metavar="FRACTION", ge=0, lt=1)
+    task: str | None = setting(None, "force the task (default: from the labels; numbers that are not all whole "
+                               "make a regression target)", group="data", choices=("classification", "regression"))
+    # -- sampling (every draw has its own seed: derive_seed(sample_seed, "train", sample_index))
+    shots: int | None = setting(None, "sample K training examples per class", group="sampling", metavar="K", ge=1)
+    train_size: int | None = setting(None, "sample N training examples in total, stratified by class",
+                                     group="sampling", metavar="N", ge=1)
+    validation_size: int | None = setting(None, "use a stratified subset of N rows of the validation split",
+                                          group="sampling", metavar="N", ge=1)
+    seed: int = setting(0, "training seed (initialisation, dropout, batch order); also the sampling seed unless "
+                        "--sample-seed", group="sampling", metavar="SEED", ge=0, le=SEED_MAX)
+    sample_seed: int | None = setting(None, "seed of the --shots/--train-size/--validation-size draws (default: "
+                                      "--seed)", group="sampling", metavar="S", ge=0, le=SEED_MAX)
+    sample_index: int = setting(0, "which sample of that seed: an experiment's sample s of protocol seed S is "
+                                "--sample-seed S --sample-index s", group="sampling", metavar="s", ge=0)
+    # -- model and optimisation
+    model: str = setting(DEFAULT_MODEL, "encoder: built-in name, local Hugging Face folder or Hub name", group=_OPT,
+                         metavar="NAME|FOLDER")
+    pooling: str | None = setting(None, "sentence embedding (default: the encoder's own, mean for minilm-l6; else "
+                                  "cls)", group=_OPT, choices=("cls", "pooler", "mean"))
+    max_length: int = setting(128, "longest input in tokens, clipped to what the encoder allows", group=_OPT,
+                              metavar="TOKENS", ge=1)
+    epochs: float | None = setting(None, "training epochs (default: the method's step rule, else 3, or more to reach "
+                                   "--min-steps steps)", group=_OPT, metavar="E", gt=0)
+    min_steps: int | None = setting(None, "fewest optimisation steps without --epochs (default: the method's, else "
+                                    f"{DEFAULT_MIN_STEPS})", group=_OPT, metavar="N", ge=0)
+    batch_size: int = setting(16, "training batch size", group=_OPT, metavar="B", ge=1)
+    learning_rate: float | None = setting(None, f"peak learning rate (default: the method's, else "
+                                          f"{DEFAULT_LEARNING_RATE:g})".replace("e-0", "e-"), group=_OPT,
+                                          metavar="LR", gt=0)
+    weight_decay: float = setting(0.01, "AdamW weight decay", group=_OPT, metavar="WD", ge=0)
+    warmup_ratio: float = setting(0.1, "linear warm-up, as a fraction of the training steps", group=_OPT,
+                                  metavar="FRACTION", ge=0, lt=1)
+    gradient_accumulation_steps: int = setting(1, "batches whose gradients add up to one optimisation step",
+                                               group=_OPT, metavar="N", ge=1)
+    gradient_cache_chunk: int | None = setting(None, (
+        "gradient caching: embed each batch in chunks of N sentences without a graph, compute the loss on the "
+        "whole batch, then re-encode chunk by chunk with the cached gradients (exact gradients, the encoder "
+        "memory of N sentences; README, Scale)"), group=_OPT, flag="--gradient-cache", metavar="N", ge=1)
+    sampler: str = setting("balanced", "training batches: balanced (the data's class mix, >= 2 rows of every class "
+                           "present) or random, the library's shuffle", group=_OPT, choices=("balanced", "random"))
+    head_init: str = setting("random", "probe: fit the head as a logistic-regression probe before fine-tuning, "
+                             "LP-FT (Kumar et al. 2022)", group=_OPT, choices=("random", "probe"))
+    refit_head: bool = setting(False, "after training, refit the head as a logistic regression on the frozen "
+                               "encoder", group=_OPT)
+    fp16: bool = setting(False, "float16 mixed precision (CUDA)", group=_OPT)
+    bf16: bool = setting(False, "bfloat16 mixed precision", group=_OPT)
+    use_cpu: bool = setting(False, "train on the CPU even if a GPU is present", group=_OPT, flag="--cpu")
+    resume: bool = setting(False, "continue an interrupted run from its last checkpoint", group=_OPT)
+    report_to: str = setting("none", "Trainer logging integrations, e.g. tensorboard or wandb", group=_OPT,
+                             metavar="NAMES")
+    trust_remote_code: bool = setting(False, "allow a Hub model's own code (off by default)", group=_OPT)
+    progress: bool = setting(True, "progress bars and the closing summary line", group=_OPT, flag="--quiet",
+                             flag_help="no progress bars")
+    # -- model selection on the validation split (Trainer evaluation, best checkpoint, early stopping)
+    select_best: bool = setting(True, "evaluate on the validation split during training and keep the best step",
+                                group=_SELECT, flag="--no-select-best",
+                                flag_help="keep the last step instead of the best on validation (default: "
+                                          "evaluate during training, keep the best)")
+    metric_for_best: str | None = setting(None, "validation metric that picks the kept step (default: accuracy; "
+                                          "mse for regression)", group=_SELECT, choices=SELECTION_METRICS)
+    eval_steps: int | None = setting(None, "evaluate every N steps (default: about five evaluations per run)",
+                                     group=_SELECT, metavar="N", ge=1)
+    early_stopping_patience: int | None = setting(None, "stop after N evaluations without improvement (default: "
+                                                  "never)", group=_SELECT, metavar="N", ge=1)
+    # -- bookkeeping (Python and experiment configs only)
+    save_model: bool = setting(True, "save the trained model to the output folder")
+    save_checkpoints: bool = setting(True, "write resumable Trainer checkpoints while training")
+    save_steps: int = setting(50, "steps between checkpoints without validation selection (with it, checkpoints "
+                              "are written at each evaluation)", ge=1)
+    keep_checkpoints: bool = setting(False, "keep the checkpoints folder once the run has finished")
+    evaluate_test: bool = setting(True, "evaluate the trained model on the test split")
+    logging_steps: int = setting(10, "steps between logged losses", ge=1)
+    tags: dict[str, Any] = setting(factory=dict, help="stored as-is in results.json (e.g. experiment labels)")
 
     def validate(self) -> None:
-        self._check_types()
-        if self.method is not None:
-            get_method(self.method)
+        """Check every field against its :func:`setting` (:meth:`_check_fields`), then the settings
+        that exclude each other; the first problem is a one-line :class:`ConfigError`."""
+        self._check_fields()
         if self.shots is not None and self.train_size is not None:
             raise ConfigError("give either --shots (per class) or --train-size (total), not both")
-        for name in ("batch_size", "max_length", "gradient_accumulation_steps"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.learning_rate is not None and self.learning_rate <= 0:
-            raise ConfigError(f"learning_rate must be > 0, got {self.learning_rate}")
-        if self.epochs is not None and self.epochs <= 0:
-            raise ConfigError(f"epochs must be > 0, got {self.epochs}")
         if self.fp16 and self.bf16:
             raise ConfigError("choose one of fp16 and bf16")
-        if not 0 <= self.warmup_ratio < 1:
-            raise ConfigError(f"warmup_ratio is a fraction of the training steps in [0, 1), got {self.warmup_ratio}")
-        if self.eval_steps is not None and self.eval_steps < 1:
-            raise ConfigError(f"eval_steps must be >= 1, got {self.eval_steps}")
-        if self.early_stopping_patience is not None and self.early_stopping_patience < 1:
-            raise ConfigError(f"early_stopping_patience must be >= 1, got {self.early_stopping_patience}")
-        if self.sampler not in ("balanced", "random"):
-            raise ConfigError(f"sampler must be 'balanced' or 'random', got {self.sampler!r}")
         if self.sampler == "balanced" and self.batch_size < 2:
             raise ConfigError("the balanced sampler needs --batch-size >= 2 (or use --sampler random)")
-        if self.head_init not in ("random", "probe"):
-            raise ConfigError(f"head_init must be 'random' or 'probe', got {self.head_init!r}")
 
-
-    def _check_types(self) -> None:
-        """One line naming the field for a value of the wrong type (e.g. YAML reads ``2e-5`` as text)."""
+    def _check_fields(self) -> None:
+        """Every field's value: its type from the annotation (strict: ``"3"`` is not an int, ``1`` is
+        not true, NaN is not a number; an int is a float), then its choices and bounds, then its
+        ``check``. The message names the field and the value, e.g. ``batch_size must be >= 1, got 0``."""
         from dataclasses import fields
 
+        from pydantic import ValidationError
+
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        try:
+            _field_schema().model_validate(values)
+        except ValidationError as exc:
+            error = exc.errors(include_url=False)[0]
+            name = str(error["loc"][0])
+            raise ConfigError(_field_error(name, error["type"], values[name])) from None
         for f in fields(self):
-            value, kind = getattr(self, f.name), str(f.type)
-            if value is None and "None" in kind:
-                continue
-            if kind.startswith(("float", "int", "bool")):
-                ok = (isinstance(value, bool) if kind.startswith("bool") else
-                      isinstance(value, (int, float)) and not isinstance(value, bool) and
-                      (kind.startswith("float") or float(value).is_integer()))
-                if not ok:
-                    hint = " (YAML reads 2e-5 as text: write 2.0e-5)" if isinstance(value, str) and kind.startswith("float") else ""
-                    raise ConfigError(f"{f.name} must be {kind.split(' |')[0].replace('bool', 'true or false')}, got {value!r}{hint}")
+            if f.metadata.get("check") is not None and values[f.name] is not None:
+                f.metadata["check"](values[f.name])
+
+
+@lru_cache(maxsize=None)
+def _field_schema():
+    """A strict pydantic model of :class:`TrainConfig`'s values: each field's annotated type, its
+    ``choices`` as a ``Literal`` and its bounds as constraints."""
+    import typing
+
+    from pydantic import ConfigDict, Field, create_model
+
+    hints = typing.get_type_hints(TrainConfig)
+    spec = {}
+    for f in _fields():
+        kind = hints[f.name]
+        if f.metadata.get("choices"):
+            literal = typing.Literal[f.metadata["choices"]]
+            kind = literal | None if type(None) in typing.get_args(kind) else literal
+        spec[f.name] = (typing.Annotated[kind, Field(**f.metadata.get("bounds", {}))], ...)
+    return create_model("TrainConfigValues", __config__=ConfigDict(strict=True, allow_inf_nan=False), **spec)
+
+
+def _fields() -> tuple:
+    from dataclasses import fields
+
+    return fields(TrainConfig)
+
+
+def _field_error(name: str, error: str, value: Any) -> str:
+    """The one-line message for pydantic's ``error`` type on field ``name``."""
+    import typing
+
+    meta = next(f.metadata for f in _fields() if f.name == name)
+    if error == "literal_error":
+        return f"{name} must be one of {', '.join(meta['choices'])}, got {value!r}"
+    if error == "finite_number":
+        return f"{name} must be a finite number, got {value!r}"
+    if error in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
+        return f"{name} must be {_bounds_text(meta['bounds'])}, got {value!r}"
+    words = {bool: "true or false", int: "int", float: "float", str: "a string", dict: "a mapping with text keys"}
+    kind = typing.get_type_hints(TrainConfig)[name]
+    kinds = [k for k in (typing.get_args(kind) if typing.get_origin(kind) is not dict else ()) or (kind,)
+             if k is not type(None)]
+    expected = " or ".join(words.get(typing.get_origin(k) or k, str(k)) for k in kinds)
+    hint = ""
+    if float in kinds and isinstance(value, str) and "e" in value.lower():  # PyYAML wants a dot in a float
+        try:
+            float(value)
+            hint = " (YAML reads 2e-5 as text: write 2.0e-5)"
+        except ValueError:
+            pass
+    return f"{name} must be {expected}, got {value!r}{hint}"
+
+
+def _bounds_text(bounds: dict[str, float]) -> str:
+    """``{"ge": 0, "lt": 1}`` -> ``in [0, 1)``; ``{"ge": 1}`` -> ``>= 1``."""
+    low = ("[", bounds["ge"]) if "ge" in bounds else ("(", bounds["gt"]) if "gt" in bounds else None
+    high = (bounds["le"], "]") if "le" in bounds else (bounds["lt"], ")") if "lt" in bounds else None
+    if low and high:
+        return f"in {low[0]}{low[1]}, {high[0]}{high[1]}"
+    if low:
+        return f"{'>=' if low[0] == '[' else '>'} {low[1]}"
+    return f"{'<=' if high[1] == ']' else '<'} {high[0]}"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -164,14 +316,37 @@ class ContrastfitTrainer(Trainer):
     """``transformers.Trainer`` with the class-balanced sampler, loss-part logging and per-part
     learning rates for a :class:`~contrastfit.modeling.ContrastiveClassifier`."""
 
-    def __init__(self, *args, balanced_batches: bool = False, **kwargs):
+    def __init__(self, *args, balanced_batches: bool = False, gradient_cache_chunk: int | None = None, **kwargs):
         super().__init__(*args, **kwargs)
         self.balanced_batches = balanced_batches
-        self._part_sums: dict[str, float] = {}
-        self._part_count = 0
+        self.gradient_cache_chunk = gradient_cache_chunk
+        if gradient_cache_chunk is not None:
+            from .gradcache import check_gradient_cache
+
+            check_gradient_cache(self._classifier().method, gradient_cache_chunk)
+            if self.args.world_size > 1:
+                raise ConfigError("--gradient-cache runs on one process only for now (issue 11, section 2: "
+                                  "caching combined with gathering across processes is not built)")
+        self._part_sums: dict[str, tuple[torch.Tensor, int]] = {}  # loss part -> (sum since the last log, count)
 
     def _classifier(self) -> ContrastiveClassifier:
         return self.accelerator.unwrap_model(self.model)
+
+    def training_step(self, model, inputs, num_items_in_batch=None):
+        """With ``gradient_cache_chunk`` set: the library's step (loss on the whole batch, scaled for
+        gradient accumulation, ``accelerator.backward`` with its mixed-precision scaling) runs with the
+        encoder's calls embedded in chunks without a graph; then each chunk is re-encoded with the
+        same random state and autocast and back-propagated with its cached gradient, which already
+        carries those scalings (:mod:`contrastfit.gradcache`). Without it: the library's step."""
+        if self.gradient_cache_chunk is None:
+            return super().training_step(model, inputs, num_items_in_batch)
+        from .gradcache import GradientCache
+
+        cache = GradientCache(self._classifier().encoder, self.gradient_cache_chunk)
+        with cache.caching():
+            loss = super().training_step(model, inputs, num_items_in_batch)
+        cache.backward()
+        return loss
 
     def get_train_dataloader(self) -> DataLoader:
         if not self.balanced_batches:
@@ -188,51 +363,62 @@ class ContrastfitTrainer(Trainer):
         return self.accelerator.prepare(loader)
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        result = super().compute_loss(model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch)
-        if model.training:
-            for key, value in self._classifier().last_loss_parts.items():
-                self._part_sums[key] = self._part_sums.get(key, 0.0) + value
-            self._part_count += 1
-        return result
+        """The library's loss. In training, the method's terms that the model returns in its output
+        (``loss_parts``) are added up, detached and where they are (no device synchronisation per
+        step), until :meth:`log` reports their means since the last log as ``loss_<name>``."""
+        loss, outputs = super().compute_loss(model, inputs, return_outputs=True, num_items_in_batch=num_items_in_batch)
+        parts = outputs.get("loss_parts") if isinstance(outputs, dict) else None
+        if model.training and parts:
+            for key, value in parts.items():
+                value = value.detach().float().mean()  # the mean: DataParallel gathers one value per device
+                total, count = self._part_sums.get(key, (0.0, 0))
+                self._part_sums[key] = (total + value, count + 1)
+        return (loss, outputs) if return_outputs else loss
 
     def log(self, logs: dict[str, float], *args, **kwargs) -> None:
-        if self._part_count and "loss" in logs:
-            for key, total in self._part_sums.items():
-                logs[f"loss_{key}"] = round(total / self._part_count, 6)
-            self._part_sums, self._part_count = {}, 0
+        if self._part_sums and "loss" in logs:
+            for key, (total, count) in self._part_sums.items():
+                logs[f"loss_{key}"] = round(float(total) / count, 6)
+            self._part_sums = {}
         super().log(logs, *args, **kwargs)
 
     def create_optimizer(self, model=None):
+        """The Trainer's optimiser (AdamW and its settings) over one parameter group per (name, learning
+        rate, weight decay): each of the method's own groups (:meth:`Method.param_groups`, e.g.
+        SoftTriple's centres at their learning rate, pitfall 3), and the main learning rate for every
+        other trainable parameter, with the Trainer's weight-decay rule (weights decay, biases and
+        LayerNorm do not) wherever a group sets none."""
         if self.optimizer is not None:
             return self.optimizer
         model = self._classifier()
-        special = model.method.learning_rates()  # {parameter name prefix: learning rate}
+        trainable = {id(p) for p in model.parameters() if p.requires_grad}
+        own = {}  # id(parameter) -> its ParamGroup
+        for group in model.method.param_groups(model):
+            for param in group.params:
+                if id(param) not in trainable:
+                    raise ValueError(f"{model.method.name}: parameter group '{group.name}' holds a parameter that is "
+                                     "not a trainable parameter of the model")
+                if id(param) in own:
+                    raise ValueError(f"{model.method.name}: a parameter is in two parameter groups, "
+                                     f"'{own[id(param)].name}' and '{group.name}'")
+                own[id(param)] = group
         decay = set(self.get_decay_parameter_names(model))
-        groups: dict[tuple[float, float], list[torch.nn.Parameter]] = {}
+        groups: dict[tuple[str, float, float], list[torch.nn.Parameter]] = {}
         for name, param in model.named_parameters():
             if not param.requires_grad:
                 continue
-            lr = next((rate for prefix, rate in special.items() if name.startswith(prefix)), self.args.learning_rate)
             wd = self.args.weight_decay if name in decay else 0.0
-            groups.setdefault((lr, wd), []).append(param)
-        param_groups = [{"params": ps, "lr": lr, "weight_decay": wd} for (lr, wd), ps in groups.items()]
+            group = own.get(id(param))
+            if group is None:
+                key = ("main", self.args.learning_rate, wd)
+            else:
+                key = (group.name, group.lr, wd if group.weight_decay is None else group.weight_decay)
+            groups.setdefault(key, []).append(param)
+        param_groups = [{"params": ps, "lr": lr, "weight_decay": wd, "name": name} for (name, lr, wd), ps in groups.items()]
         optimizer_cls, optimizer_kwargs = self.get_optimizer_cls_and_kwargs(self.args, model)
         optimizer_kwargs.pop("lr", None)
         self.optimizer = optimizer_cls(param_groups, lr=self.args.learning_rate, **optimizer_kwargs)
         return self.optimizer
-
-
-class _StopFlag(TrainerCallback):
-    """Lets tests and callers interrupt training after a number of steps (simulating a crash)."""
-
-    def __init__(self, stop_after: int | None):
-        self.stop_after = stop_after
-
-    def on_step_end(self, args, state, control, **kwargs):
-        if self.stop_after is not None and state.global_step >= self.stop_after:
-            control.should_training_stop = True
-            control.should_save = True
-        return control
 
 
 # ---------------------------------------------------------------------------------------------
@@ -286,7 +472,7 @@ def prepare_data(config: TrainConfig, data: TextData | None = None) -> PreparedD
             raise ConfigError("--shots needs class labels; use --train-size for a regression target")
         train = sample_per_class(train, config.shots, train_seed, data.label_names)
     elif config.train_size is not None:
-        train = sample_stratified(train, config.train_size, train_seed)
+        train = sample_stratified(train, config.train_size, train_seed, data.label_names)
     validation = data.validation
     if validation is not None and config.validation_size is not None:
         validation = sample_stratified(validation, config.validation_size, derive_seed(seed, "validation"))
@@ -392,17 +578,20 @@ def _selection_args(config: TrainConfig, task: str, eval_ds: datasets.Dataset | 
 
 
 def build_trainer(config: TrainConfig, model: ContrastiveClassifier, train_ds: datasets.Dataset,
-                  epochs: float, stop_after: int | None = None, max_steps: int = -1,
-                  eval_ds: datasets.Dataset | None = None) -> ContrastfitTrainer:
+                  epochs: float, *, max_steps: int = -1, eval_ds: datasets.Dataset | None = None,
+                  callbacks: list[TrainerCallback] | None = None) -> ContrastfitTrainer:
+    """The Trainer of one run. ``callbacks`` (``transformers.TrainerCallback`` objects) are added to
+    the library's own and ours (early stopping). With ``config.progress`` off, nothing is printed while
+    training: no progress bars (``disable_tqdm``) and no log dicts (the library then prints each log
+    with its ``PrinterCallback``, which is removed; the logs still reach ``log_history`` and
+    ``--report-to`` integrations)."""
     config = with_method_defaults(config)
     output = Path(config.output)
     n_train = len(train_ds) if train_ds is not None else 0
     steps_per_epoch = max(1, math.ceil(n_train / (config.batch_size * config.gradient_accumulation_steps)))
     total_steps = max_steps if max_steps > 0 else math.ceil(epochs * steps_per_epoch)
     selection = _selection_args(config, model.task, eval_ds, total_steps)
-    callbacks: list[TrainerCallback] = []
-    if stop_after is not None:
-        callbacks.append(_StopFlag(stop_after))
+    callbacks = list(callbacks or [])
     if eval_ds is not None and config.early_stopping_patience:
         from transformers import EarlyStoppingCallback
 
@@ -432,7 +621,7 @@ def build_trainer(config: TrainConfig, model: ContrastiveClassifier, train_ds: d
         dataloader_pin_memory=torch.cuda.is_available(),
     )
     collator = DataCollatorWithPadding(model.tokenizer)
-    return ContrastfitTrainer(
+    trainer = ContrastfitTrainer(
         model=model,
         args=args,
         train_dataset=train_ds,
@@ -440,8 +629,12 @@ def build_trainer(config: TrainConfig, model: ContrastiveClassifier, train_ds: d
         data_collator=collator,
         compute_metrics=_compute_metrics(model.label_names, selection_metric(config, model.task)) if eval_ds is not None else None,
         balanced_batches=config.sampler == "balanced" and model.task == "classification",
+        gradient_cache_chunk=config.gradient_cache_chunk,
         callbacks=callbacks or None,
     )
+    if not config.progress:
+        trainer.remove_callback(PrinterCallback)
+    return trainer
 
 
 def train_head(model: ContrastiveClassifier, train_ds: datasets.Dataset, collator, *, seed: int = 0,
@@ -564,12 +757,57 @@ def last_checkpoint(output: str | Path) -> str | None:
     return get_last_checkpoint(str(folder)) if folder.is_dir() else None
 
 
-def train(config: TrainConfig | None = None, *, text_data: TextData | None = None, stop_after: int | None = None,
-          **overrides: Any) -> "TrainResult":
+@contextlib.contextmanager
+def _weights_only_loading(checkpoint: str | None) -> Iterator[None]:
+    """While resuming from ``checkpoint``: every ``torch.load`` is weights-only (tensors, numbers,
+    strings and containers of them, plus the NumPy types the Trainer allow-lists for its RNG state;
+    no other Python object is unpickled), whatever the caller or ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD``
+    asks, through torch's ``TORCH_FORCE_WEIGHTS_ONLY_LOAD``; a file that needs more is refused with a
+    :class:`~contrastfit.errors.ModelError` naming the checkpoint. transformers 5 already passes
+    ``weights_only=True`` for the optimizer, scheduler, scaler and RNG states; this keeps it so."""
+    if checkpoint is None:
+        yield
+        return
+    saved = {k: os.environ.get(k) for k in ("TORCH_FORCE_WEIGHTS_ONLY_LOAD", "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD")}
+    os.environ["TORCH_FORCE_WEIGHTS_ONLY_LOAD"] = "1"
+    os.environ.pop("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", None)
+    try:
+        yield
+    except pickle.UnpicklingError as exc:
+        lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+        reason = next((line for line in lines if "Unsupported global" in line or "WeightsUnpickler" in line),
+                      lines[0] if lines else type(exc).__name__)
+        reason = reason.split(" was not an allowed global")[0].removeprefix("WeightsUnpickler error: ")
+        raise ModelError(f"{checkpoint}: refused to resume: a file there holds pickled Python objects that "
+                         f"weights-only loading does not allow ({reason}); delete that checkpoint to resume "
+                         "from an earlier one, or the run's folder to start over") from None
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def _stopped_early(trainer: Trainer) -> bool:
+    """True when early stopping on validation (``EarlyStoppingCallback``) ended the run."""
+    from transformers import EarlyStoppingCallback
+
+    return any(isinstance(cb, EarlyStoppingCallback) and cb.early_stopping_patience_counter >= cb.early_stopping_patience
+               for cb in trainer.callback_handler.callbacks)
+
+
+def train(config: TrainConfig | None = None, *, text_data: TextData | None = None,
+          callbacks: list[TrainerCallback] | None = None, **overrides: Any) -> "TrainResult":
     """Train one model and return its result (also written to ``<output>/results.json``).
 
-    ``stop_after`` stops training after that many optimisation steps, leaving a checkpoint but no
-    result (for testing ``resume``).
+    ``callbacks``: ``transformers.TrainerCallback`` objects added to the Trainer's. A callback that
+    stops training (``control.should_training_stop``) before the planned number of steps, other than
+    early stopping on validation, leaves the run **unfinished**, as a crash would: no model and no
+    ``results.json`` are written, the checkpoints are kept (set ``control.should_save`` too for one at
+    that step), and the returned record is ``{"interrupted_at_step": N, "checkpoint": PATH or None}``;
+    ``resume=True`` continues the run from that checkpoint. Resuming loads the checkpoint with
+    weights-only unpickling (:func:`_weights_only_loading`).
     """
     from transformers import set_seed
 
@@ -608,7 +846,7 @@ def train(config: TrainConfig | None = None, *, text_data: TextData | None = Non
     selecting = (config.select_best and prepared.validation is not None and len(prepared.validation) > 0
                  and model.method.trains_encoder and not model.method.frozen_head_stage)
     eval_ds = tokenize_dataset(prepared.validation, model.tokenizer, model.max_length) if selecting else None
-    trainer = build_trainer(config, model, train_ds, epochs, stop_after, max_steps, eval_ds)
+    trainer = build_trainer(config, model, train_ds, epochs, max_steps=max_steps, eval_ds=eval_ds, callbacks=callbacks)
     t_setup = time.perf_counter()
     resume_from = last_checkpoint(output) if config.resume else None
     head_init = None
@@ -617,10 +855,12 @@ def train(config: TrainConfig | None = None, *, text_data: TextData | None = Non
         head_init = train_head(model, train_ds, trainer.data_collator, seed=config.seed, solver="logistic")
     train_loss = None
     if model.method.trains_encoder:
-        train_output = trainer.train(resume_from_checkpoint=resume_from)
+        with _weights_only_loading(resume_from):
+            train_output = trainer.train(resume_from_checkpoint=resume_from)
         train_loss = float(train_output.training_loss)
-        if stop_after is not None and trainer.state.global_step < trainer.state.max_steps:
-            return TrainResult({"interrupted_at_step": trainer.state.global_step}, model)
+        if trainer.state.global_step < trainer.state.max_steps and not _stopped_early(trainer):
+            return TrainResult({"interrupted_at_step": trainer.state.global_step,
+                                "checkpoint": last_checkpoint(output)}, model)
     head_stage = None
     if model.method.frozen_head_stage or config.refit_head:
         solver = "logistic" if config.refit_head and not model.method.frozen_head_stage else None
@@ -640,7 +880,7 @@ def train(config: TrainConfig | None = None, *, text_data: TextData | None = Non
 
     training = {k: getattr(config, k) for k in (
         "batch_size", "learning_rate", "weight_decay", "warmup_ratio", "gradient_accumulation_steps",
-        "max_length", "fp16", "bf16", "min_steps", "refit_head", "head_init", "sampler")}
+        "max_length", "fp16", "bf16", "min_steps", "refit_head", "head_init", "sampler", "gradient_cache_chunk")}
     selection = None
     if selecting:
         state = trainer.state
@@ -658,7 +898,7 @@ def train(config: TrainConfig | None = None, *, text_data: TextData | None = Non
                              "loss, is kept (Trainer load_best_model_at_end)"}
     training.update(epochs=epochs if model.method.trains_encoder else 0, steps=trainer.state.global_step, selection=selection,
                     pooling=pooling, train_loss=train_loss, resumed_from=resume_from, head_init=head_init,
-                    head_stage=head_stage)
+                    head_stage=head_stage, world_size=world()[1])
     result = {
         "method": config.method,
         "hparams": model.method.hparams,
@@ -674,6 +914,8 @@ def train(config: TrainConfig | None = None, *, text_data: TextData | None = Non
     }
     model.info.update({k: result[k] for k in ("model", "seed", "data", "training", "versions")})
     model.info["base_model"] = config.model
+    if world()[0] != 0:  # multi-process: every process trained and evaluated, the first one writes
+        return TrainResult(result, model)
     if config.save_model:
         model.save_pretrained(output)
     write_json_atomic(results_path, result)

@@ -45,6 +45,7 @@ happens with the data sets above; the smallest class, Orthopaedics, has 20 examp
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import importlib.metadata
 import io
@@ -53,7 +54,6 @@ import os
 import shlex
 import tarfile
 from dataclasses import dataclass
-import copy
 from functools import lru_cache
 from pathlib import Path
 from typing import Callable, NamedTuple
@@ -62,7 +62,7 @@ import datasets
 import numpy as np
 
 from ..errors import DataError
-from .loading import LABEL, TEXT, TEXT_PAIR, TextData
+from .types import LABEL, TEXT, TEXT_PAIR, TextData
 
 SPLIT_SEED = 20211
 SPLIT_FRACTIONS = (0.8, 0.1, 0.1)

@@ -8,10 +8,11 @@ line naming the file, column or value.
 
 from __future__ import annotations
 
+import csv
 import hashlib
+import io
 import json
 import math
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -19,47 +20,16 @@ import datasets
 import numpy as np
 
 from ..errors import DataError
+from .builtin import BUILTIN_DATASETS, load_builtin
+from .types import LABEL, TEXT, TEXT_PAIR, TextData
 
-TEXT = "text"
-TEXT_PAIR = "text_pair"
-LABEL = "label"
+__all__ = ["LABEL", "SUFFIX_BUILDERS", "TEXT", "TEXT_PAIR", "TextData", "check_training_classes", "check_utf8",
+           "data_hash", "load_data", "load_hub", "load_local", "normalise_columns", "parse_hub_name", "read_table",
+           "sniff_delimiter", "stratified_split"]
+
 SUFFIX_BUILDERS = {".csv": "csv", ".tsv": "csv", ".jsonl": "json", ".json": "json", ".parquet": "parquet"}
 _TEXT_GUESSES = ("text", "sentence", "sentence1", "premise", "question", "question1", "review", "content", "document")
 _PAIR_GUESSES = {"sentence1": "sentence2", "premise": "hypothesis", "question": "sentence", "question1": "question2"}
-
-
-@dataclass
-class TextData:
-    """A labelled text data set split into train / validation / test."""
-
-    name: str
-    train: datasets.Dataset
-    validation: datasets.Dataset | None
-    test: datasets.Dataset | None
-    label_names: list[str] | None  # None for a regression target
-    source: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def task(self) -> str:
-        return "regression" if self.label_names is None else "classification"
-
-    @property
-    def num_labels(self) -> int:
-        return 1 if self.label_names is None else len(self.label_names)
-
-    @property
-    def has_pairs(self) -> bool:
-        return TEXT_PAIR in self.train.column_names
-
-    def split(self, name: str) -> datasets.Dataset:
-        ds = getattr(self, name, None) if name in ("train", "validation", "test") else None
-        if ds is None:
-            have = [s for s in ("train", "validation", "test") if getattr(self, s) is not None]
-            raise DataError(f"data set '{self.name}' has no '{name}' split (it has: {', '.join(have)})")
-        return ds
-
-    def sizes(self) -> dict[str, int]:
-        return {s: len(getattr(self, s)) for s in ("train", "validation", "test") if getattr(self, s) is not None}
 
 
 def data_hash(ds: datasets.Dataset) -> str:
@@ -228,6 +198,54 @@ def check_utf8(path: Path) -> None:
             raise DataError(f"{path}: not valid UTF-8 at the end of the file; re-save the file as UTF-8") from None
 
 
+#: Column separators a delimited text file may use, and their names for messages.
+DELIMITERS = {",": "commas", ";": "semicolons", "\t": "tabs", "|": "vertical bars"}
+_SNIFF_CHARS = 1 << 16  # the first 64 KiB of text ...
+_SNIFF_ROWS = 100  # ... and at most this many rows of it
+
+
+def sniff_delimiter(path: str | Path, default: str) -> str:
+    """The column separator of a CSV/TSV file (one of :data:`DELIMITERS`), read from its first lines.
+
+    Each separator is tried with Python's ``csv`` reader (quotes honoured) on the first rows: one
+    that splits the header and every row into the same number (>= 2) of columns wins. Where two
+    do, the file is ambiguous and refused (:class:`DataError` naming both). Where none does (ragged
+    rows, or one column), ``csv.Sniffer``'s guess is taken if it splits the header into two or more
+    columns, else ``default`` (``,`` for .csv, tab for .tsv); the reader or the column checks then
+    report what is wrong. A file whose only line is its header has no rows (:class:`DataError`).
+    """
+    path = Path(path)
+    with open(path, encoding="utf-8", newline="") as fh:
+        sample = fh.read(_SNIFF_CHARS)
+        whole = not fh.read(1)
+    if not whole:  # keep whole lines; the last row may still be cut inside a quoted field: dropped below
+        sample = sample[: sample.rfind("\n") + 1] or sample
+
+    def rows(delimiter: str) -> list[list[str]]:
+        try:
+            out = [r for r in csv.reader(io.StringIO(sample), delimiter=delimiter) if any(c.strip() for c in r)]
+        except csv.Error:
+            return []
+        return (out if whole else out[:-1])[:_SNIFF_ROWS]
+
+    parsed = {d: rows(d) for d in DELIMITERS}
+    if whole and max(map(len, parsed.values())) <= 1:
+        header = sample.strip().splitlines()[0][:60] if sample.strip() else ""
+        raise DataError(f"data file {path} has no rows" + (f" (only the header line '{header}')" if header else ""))
+    consistent = [d for d, r in parsed.items() if r and len(r[0]) >= 2 and all(len(x) == len(r[0]) for x in r)]
+    if len(consistent) == 1:
+        return consistent[0]
+    if len(consistent) > 1:
+        names = " and ".join(DELIMITERS[d] for d in consistent)
+        raise DataError(f"data file {path}: cannot tell its column separator ({names} each split every line into "
+                        f"the same number of columns); save it with one kind of separator")
+    try:
+        guess = csv.Sniffer().sniff(sample, delimiters="".join(DELIMITERS)).delimiter
+    except csv.Error:
+        return default
+    return guess if parsed[guess] and len(parsed[guess][0]) >= 2 else default
+
+
 def read_table(path: str | Path) -> datasets.Dataset:
     """Read a CSV / TSV / JSONL / JSON / Parquet file into a ``datasets.Dataset`` (all its rows)."""
     path = Path(path).expanduser()
@@ -243,12 +261,16 @@ def read_table(path: str | Path) -> datasets.Dataset:
     if builder != "parquet":
         check_utf8(path)
     kwargs: dict[str, Any] = {}
-    if path.suffix.lower() == ".tsv":
-        kwargs["delimiter"] = "\t"
+    if builder == "csv":
+        delimiter = sniff_delimiter(path, "\t" if path.suffix.lower() == ".tsv" else ",")
+        if delimiter != ",":
+            kwargs["delimiter"] = delimiter
     try:
         ds = datasets.load_dataset(builder, data_files=str(path), split="train", **kwargs)
     except Exception as exc:  # the libraries' parse errors are long and deep: keep their first line
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if "corresponds to no data" in first:  # datasets' words for a file without a single record
+            raise DataError(f"data file {path} has no rows") from None
         raise DataError(f"data file {path} could not be read as {path.suffix.lstrip('.').upper()}: {first}") from None
     if len(ds) == 0:
         raise DataError(f"data file {path} has no rows")
@@ -274,6 +296,7 @@ def load_local(
     """
     raw = read_table(path)
     train, names = normalise_columns(raw, str(path), text_column, text_pair_column, label_column, task=task)
+    check_training_classes(train, names, str(path), label_column or LABEL)
     splits: dict[str, datasets.Dataset | None] = {"validation": None, "test": None}
     for split, file in (("validation", validation_data), ("test", test_data)):
         if file is not None:
@@ -300,15 +323,44 @@ def load_local(
 
 
 def stratified_split(ds: datasets.Dataset, fraction: float, seed: int, stratify: bool = True):
-    """Split ``ds`` into (rest, held-out) with ``fraction`` of the rows held out, stratified by label."""
+    """Split ``ds`` into (rest, held-out) with ``fraction`` of the rows held out, stratified by label.
+
+    A class with a single row cannot be stratified: that row stays in ``rest`` (the training side,
+    so that every class can be learnt) and the other classes are stratified."""
     from sklearn.model_selection import train_test_split
 
     idx = np.arange(len(ds))
     labels = np.asarray(ds[LABEL]) if (stratify and LABEL in ds.column_names) else None
-    if labels is not None and np.min(np.unique(labels, return_counts=True)[1]) < 2:
-        labels = None  # a class with one row cannot be stratified; fall back to a plain split
-    rest, held = train_test_split(idx, test_size=fraction, random_state=seed, stratify=labels)
-    return ds.select(np.sort(rest)), ds.select(np.sort(held))
+    keep = np.zeros(len(ds), dtype=bool)
+    if labels is not None:
+        classes, counts = np.unique(labels, return_counts=True)
+        keep = np.isin(labels, classes[counts < 2])
+    pool = idx[~keep]
+    if len(pool) < 2:
+        return ds, ds.select([])
+    strata = labels[pool] if labels is not None else None
+    if strata is not None:
+        n_classes, n_held = len(np.unique(strata)), math.ceil(fraction * len(pool))
+        if min(n_held, len(pool) - n_held) < n_classes:
+            strata = None  # too few rows to put every class on both sides: a plain split
+    rest, held = train_test_split(pool, test_size=fraction, random_state=seed, stratify=strata)
+    return ds.select(np.sort(np.concatenate([rest, idx[keep]]))), ds.select(np.sort(held))
+
+
+def check_training_classes(train: datasets.Dataset, label_names: list[str] | None, where: str,
+                           label_column: str = LABEL) -> None:
+    """Refuse training data a classifier cannot learn from: a single class (it would answer every
+    text with probability 1.0), or a class with no training row. Regression targets pass."""
+    if label_names is None:
+        return
+    if len(label_names) < 2:
+        raise DataError(f"{where}: every row has the label '{label_names[0]}' (column '{label_column}'); "
+                        "a classifier needs at least two classes")
+    present = set(np.unique(np.asarray(train[LABEL])).tolist())
+    missing = [name for i, name in enumerate(label_names) if i not in present]
+    if missing:
+        raise DataError(f"{where}: class '{missing[0]}' has no row in the training split"
+                        + (f" ({len(missing)} classes have none)" if len(missing) > 1 else ""))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -350,14 +402,21 @@ def load_hub(
         dd = datasets.load_dataset(repo, config, revision=revision)
     except Exception as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if Path(repo).expanduser().is_dir():
+            raise DataError(
+                f"{name} is a folder that datasets.load_dataset cannot read as a data set; give a data file "
+                f"({', '.join(SUFFIX_BUILDERS)}), a built-in name ({', '.join(BUILTIN_DATASETS)}) or a Hugging Face "
+                "data set name (e.g. glue/sst2)"
+            ) from None
         raise DataError(
-            f"data set '{name}' is not built in ({', '.join(_builtin_names())}), not a local file, "
+            f"data set '{name}' is not built in ({', '.join(BUILTIN_DATASETS)}), not a local file, "
             f"and could not be loaded from the Hugging Face Hub: {first}"
         ) from None
     if not isinstance(dd, datasets.DatasetDict) or "train" not in dd:
         raise DataError(f"data set '{name}' has no 'train' split (splits: {', '.join(dd.keys())})")
     where = f"data set '{name}'"
     train, names = normalise_columns(dd["train"], f"{where} (train)", text_column, text_pair_column, label_column)
+    check_training_classes(train, names, f"{where} (train)", label_column or LABEL)
     parts: dict[str, datasets.Dataset | None] = {}
     for split in ("validation", "test"):
         raw = dd.get(split) if split in dd else (dd.get("dev") if split == "validation" and "dev" in dd else None)
@@ -384,12 +443,6 @@ def load_hub(
     )
 
 
-def _builtin_names() -> list[str]:
-    from .builtin import BUILTIN_DATASETS
-
-    return list(BUILTIN_DATASETS)
-
-
 def load_data(
     name_or_path: str,
     *,
@@ -401,9 +454,8 @@ def load_data(
     validation_split: float = 0.1,
     task: str | None = None,
 ) -> TextData:
-    """Load a built-in data set by name, a local file by path, or a Hub data set by name."""
-    from .builtin import BUILTIN_DATASETS, load_builtin
-
+    """Load a built-in data set by name, a local file by path, or a Hub data set by name (or a local
+    folder laid out like one, see :func:`load_hub`)."""
     if name_or_path in BUILTIN_DATASETS:
         return load_builtin(name_or_path)
     path = Path(name_or_path).expanduser()

@@ -6,7 +6,8 @@
   rounded by largest remainder, with at least one example per class when N allows it.
 
 Both depend only on the data and the seed (NumPy ``default_rng(seed)``), and return the rows in
-their original order.
+their original order. Given the data set's ``label_names``, both refuse a training sample that
+leaves a class without an example (the classifier would have a class it never saw).
 
 Every random draw of a protocol takes its own seed from :func:`derive_seed` (``SeedSequence([seed,
 stream, index])``): training sample ``s`` of sampling seed ``seed`` is drawn with ``derive_seed(seed,
@@ -21,7 +22,7 @@ import datasets
 import numpy as np
 
 from ..errors import DataError
-from .loading import LABEL
+from .types import LABEL
 
 
 #: Streams of :func:`derive_seed`, one per kind of random draw.
@@ -48,12 +49,21 @@ def per_class_indices(labels: np.ndarray, quotas: dict[int, int], seed: int) -> 
     return np.sort(np.concatenate(chosen)) if chosen else np.array([], dtype=int)
 
 
+def _missing_class(label_names: list[str] | None, present) -> str | None:
+    """The first of ``label_names`` whose id is not in ``present``."""
+    present = {int(c) for c in present}
+    return next((name for i, name in enumerate(label_names or ()) if i not in present), None)
+
+
 def sample_per_class(ds: datasets.Dataset, shots: int, seed: int, label_names: list[str] | None = None) -> datasets.Dataset:
-    """``shots`` examples of every class present in ``ds``."""
+    """``shots`` examples of every class present in ``ds`` (of every class of ``label_names``, if given)."""
     if shots < 1:
         raise DataError(f"--shots must be >= 1, got {shots}")
     labels = _labels(ds)
     classes, counts = np.unique(labels, return_counts=True)
+    missing = _missing_class(label_names, classes)
+    if missing is not None:
+        raise DataError(f"--shots {shots}: class '{missing}' has no example in the training split to sample")
     for cls, count in zip(classes, counts):
         if count < shots:
             name = label_names[cls] if label_names else str(cls)
@@ -83,16 +93,28 @@ def stratified_quotas(counts: dict[int, int], n: int) -> dict[int, int]:
     return {c: int(q) for c, q in zip(classes, quota)}
 
 
-def sample_stratified(ds: datasets.Dataset, n: int, seed: int) -> datasets.Dataset:
-    """``n`` rows following the label distribution of ``ds`` (all rows if ``n >= len(ds)``)."""
+def sample_stratified(ds: datasets.Dataset, n: int, seed: int, label_names: list[str] | None = None) -> datasets.Dataset:
+    """``n`` rows following the label distribution of ``ds`` (all rows if ``n >= len(ds)``).
+
+    With ``label_names`` (a training sample: ``--train-size``), a sample that would leave one of
+    those classes without an example is refused; without (a validation subset), it is allowed."""
     if n < 1:
         raise DataError(f"sample size must be >= 1, got {n}")
-    if n >= len(ds):
-        return ds
     if LABEL not in ds.column_names or ds.features[LABEL].dtype.startswith("float"):
+        if n >= len(ds):
+            return ds
         rng = np.random.default_rng(seed)
         return ds.select(np.sort(rng.choice(len(ds), size=n, replace=False)))
     labels = _labels(ds)
     classes, counts = np.unique(labels, return_counts=True)
+    missing = _missing_class(label_names, classes)
+    if missing is not None:
+        raise DataError(f"--train-size {n}: class '{missing}' has no example in the training split to sample")
+    if n >= len(ds):
+        return ds
     quotas = stratified_quotas({int(c): int(k) for c, k in zip(classes, counts)}, n)
+    missing = _missing_class(label_names, [c for c, q in quotas.items() if q > 0])
+    if missing is not None:
+        raise DataError(f"--train-size {n} leaves class '{missing}' without a training example "
+                        f"({len(classes)} classes: give --train-size {len(classes)} or more)")
     return ds.select(per_class_indices(labels, quotas, seed))

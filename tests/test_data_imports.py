@@ -1,0 +1,137 @@
+"""The modules of ``contrastfit.data`` import without a cycle: every import statement (also those
+inside functions) is an edge of the graph, and each module imports in a fresh interpreter on its own."""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import contrastfit.data
+
+PACKAGE = "contrastfit.data"
+FOLDER = Path(contrastfit.data.__file__).parent
+MODULES = sorted(p.stem for p in FOLDER.glob("*.py") if p.stem != "__init__")
+
+
+def _module_name(path: Path, package: str) -> str:
+    return package if path.stem == "__init__" else f"{package}.{path.stem}"
+
+
+def import_graph(folder: Path, package: str) -> dict[str, set[str]]:
+    """``{module: modules of package it imports}`` from the source (ast), with relative imports
+    resolved; ``from package import name`` is an edge to the submodule ``name`` if there is one,
+    else to the package itself (its ``__init__``)."""
+    names = {_module_name(p, package) for p in folder.glob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for path in sorted(folder.glob("*.py")):
+        module = _module_name(path, package)
+        here = module if path.stem == "__init__" else module.rpartition(".")[0]
+        edges: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = importlib.util.resolve_name("." * node.level + (node.module or ""), here) if node.level \
+                    else node.module
+                targets = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in names else base for alias in node.names]
+            else:
+                continue
+            edges |= {t for t in targets if t in names and t != module}
+        graph[module] = edges
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One cycle of ``graph`` as a path ``[a, b, ..., a]``, or None (depth-first search)."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return path[path.index(nxt):] + [nxt]
+            if nxt not in state and (cycle := visit(nxt)):
+                return cycle
+        path.pop()
+        state[node] = 2
+        return None
+
+    for start in sorted(graph):
+        if start not in state and (cycle := visit(start)):
+            return cycle
+    return None
+
+
+def test_cycle_finder_on_small_graphs():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": set()}) is None
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b", "d"}, "b": {"d"}, "d": set()}) is None  # a diamond is no cycle
+
+
+def test_graph_reads_relative_imports_inside_functions_too(tmp_path):
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("from .a import x\n")
+    (pkg / "a.py").write_text("from .types import T\nx = 1\n")
+    (pkg / "b.py").write_text("def f():\n    from .a import x\n    from . import types\n    import os\n")
+    (pkg / "types.py").write_text("def g():\n    from pkg.b import f\nT = 1\n")
+    graph = import_graph(pkg, "pkg")
+    assert graph == {"pkg": {"pkg.a"}, "pkg.a": {"pkg.types"}, "pkg.b": {"pkg.a", "pkg.types"},
+                     "pkg.types": {"pkg.b"}}
+    assert find_cycle(graph) == ["pkg.a", "pkg.types", "pkg.b", "pkg.a"]
+
+
+def test_no_import_cycle_in_contrastfit_data():
+    graph = import_graph(FOLDER, PACKAGE)
+    assert f"{PACKAGE}.types" in graph and f"{PACKAGE}.builtin" in graph[f"{PACKAGE}.loading"]
+    assert graph[f"{PACKAGE}.types"] == set(), "types.py is the bottom of the graph"
+    assert find_cycle(graph) is None, " -> ".join(find_cycle(graph))
+
+
+#: Run in a fresh interpreter: ``contrastfit`` and ``contrastfit.data`` are registered as bare
+#: packages (their ``__init__`` not run, since it would import the modules in an order of its own that
+#: can hide a cycle), then the one module is imported, and with it only what it imports itself.
+ALONE = """
+import importlib, sys, types
+for name, path in (("contrastfit", {root!r}), ("contrastfit.data", {data!r})):
+    package = types.ModuleType(name)
+    package.__path__ = [path]
+    sys.modules[name] = package
+importlib.import_module("contrastfit.data.{module}")
+"""
+
+
+def test_each_data_module_imports_alone_in_a_fresh_interpreter():
+    """One interpreter per module, two at a time."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONWARNINGS": "ignore"}
+    failures, pending = [], list(MODULES)
+    running: list[tuple[str, subprocess.Popen]] = []
+    while pending or running:
+        while pending and len(running) < 2:
+            name = pending.pop(0)
+            code = ALONE.format(root=str(FOLDER.parent), data=str(FOLDER), module=name)
+            running.append((name, subprocess.Popen([sys.executable, "-c", code], env=env,
+                                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE)))
+        name, proc = running.pop(0)
+        _, err = proc.communicate(timeout=300)
+        if proc.returncode:
+            failures.append(f"{name}: {err.decode(errors='replace').strip().splitlines()[-1]}")
+    assert not failures, failures
+    assert {"types", "loading", "builtin", "sampling"} <= set(MODULES)
+
+
+@pytest.mark.parametrize("name", ["TextData", "TEXT", "TEXT_PAIR", "LABEL"])
+def test_shared_types_are_the_same_objects_everywhere(name):
+    from contrastfit.data import builtin, loading, types
+
+    assert getattr(loading, name) is getattr(types, name) is getattr(contrastfit.data, name)
+    if hasattr(builtin, name):
+        assert getattr(builtin, name) is getattr(types, name)
