@@ -145,6 +145,12 @@ def test_slow_tokenizer_players_are_tokens_and_unknown_words_count():
 def test_plot_attributions_writes_a_png(model, tmp_path):
     a = token_attributions(model, "great film but boring plot", target=1, n_samples=3)
     b = token_attributions(model, "good story", "awful actor", target=0, n_samples=3)
-    path = plot_attributions([("ce", a), ("ce-scl", b.to_dict())], tmp_path / "attr.png", title="example")
+    path = tmp_path / "attr.png"
+    fig = plot_attributions([("ce", a), ("ce-scl", b.to_dict())], path, title="example")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert path.stat().st_size > 2000
+    # a TokenAttribution and its dict draw alike: a header line, then one box per word
+    drawn = [t.get_text() for t in fig.axes[0].texts]
+    assert drawn == [f"ce: p({a.target_name}) = {a.probability:.2f} (all words removed: {a.base_probability:.2f})",
+                     *a.words, f"ce-scl: p({b.target_name}) = {b.probability:.2f} (all words removed: "
+                               f"{b.base_probability:.2f})", *b.words]

@@ -278,8 +278,8 @@ def test_augmentation_options_and_config(toy):
 
     raw = {"data": "mr", "methods": ["ce"], "output": "x",
            "protocol": {"kind": "augmentation", "ratio": 3, "augmenter": "insertion", "rate": 0.1, "train_size": 100}}
-    assert parse_config(raw).protocol["augmenter"] == "insertion"
-    with pytest.raises(ValueError, match="has no option.*ratios"):
+    assert parse_config(raw).protocol.augmenter == "insertion"
+    with pytest.raises(ValueError, match="protocol: unknown key 'ratios'"):
         parse_config({**raw, "protocol": {"kind": "augmentation", "ratios": 3}})
 
 

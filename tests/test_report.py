@@ -329,17 +329,37 @@ def test_write_report(experiment, report):
     assert "analysis.npz" not in text  # nothing was missing
 
 
-def test_alignment_uniformity_numbers(experiment, report):
-    from contrastfit.evaluation.embedding import alignment_uniformity_by_label
+def _alignment_uniformity_by_hand(embeddings: np.ndarray, labels: np.ndarray) -> tuple[float, float]:
+    """Wang & Isola (2020) written out pair by pair: on L2-normalised rows, alignment = mean of
+    ||x_i - x_j||^2 over same-label pairs i < j, uniformity = log mean exp(-2 ||x_i - x_j||^2) over all
+    pairs i < j."""
+    import itertools
+    import math
 
+    x = [row / math.sqrt(sum(float(v) ** 2 for v in row)) for row in embeddings.astype(float)]
+    same, every = [], []
+    for i, j in itertools.combinations(range(len(x)), 2):
+        d2 = sum((float(a) - float(b)) ** 2 for a, b in zip(x[i], x[j]))
+        every.append(math.exp(-2 * d2))
+        if labels[i] == labels[j]:
+            same.append(d2)
+    return sum(same) / len(same), math.log(sum(every) / len(every))
+
+
+def test_alignment_uniformity_numbers(experiment, report):
     folder, results = experiment
     text = report["markdown"].read_text(encoding="utf-8")
     runs = sorted(_runs(results, "shots=4", "ce"), key=lambda r: r["seed"])
-    values = []
+    alignment, uniformity = [], []
     for r in runs:
         with np.load(folder / "runs" / r["tags"]["run_id"] / "analysis.npz") as z:
-            values.append(alignment_uniformity_by_label(z["embeddings"], z["labels"])["uniformity"])
-    assert f"{np.mean(values):.4f} ± {np.std(values, ddof=1):.4f}" in text
+            a, u = _alignment_uniformity_by_hand(z["embeddings"], z["labels"])
+        alignment.append(a)
+        uniformity.append(u)
+    line = next(line for line in text.splitlines() if line.startswith("| shots=4 ") and "| ce " in line)
+    cells = [c.strip() for c in line.strip("|").split("|")]
+    assert cells == ["shots=4", "ce", "3", f"{np.mean(alignment):.4f} ± {np.std(alignment, ddof=1):.4f}",
+                     f"{np.mean(uniformity):.4f} ± {np.std(uniformity, ddof=1):.4f}"]
 
 
 def test_main_table_text(experiment):

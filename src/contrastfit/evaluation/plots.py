@@ -2,9 +2,10 @@
 
 Figures are drawn on :class:`matplotlib.figure.Figure` objects with the Agg canvas directly, never
 through :mod:`matplotlib.pyplot`, so no global backend is switched, nothing needs a display and
-figures are never left open. Each function writes its PNG atomically (to a temporary file in the
-same folder, then :func:`os.replace`), so a crash never leaves a half-written image, and returns
-the path it wrote.
+figures are never left open. Each function returns its :class:`~matplotlib.figure.Figure` (what
+was drawn can be read back from ``fig.axes``: scatter offsets, bar heights, line data, labels,
+legend entries) and, given a ``path``, also writes it as a PNG atomically
+(:func:`contrastfit.atomic.atomic_open`: a crash never leaves a half-written image).
 
 * :func:`plot_tsne` -- t-SNE of test embeddings coloured by label, optional anchors (LaCon's
   label embeddings) as stars in the same projection.
@@ -23,11 +24,14 @@ import math
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..atomic import atomic_open
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 __all__ = ["plot_attributions", "plot_confusion", "plot_distance_groups", "plot_learning_curves", "plot_metric_vs_setting", "plot_tsne"]
 
@@ -41,11 +45,12 @@ def _figure(width: float = 6.4, height: float = 4.8):
     return fig
 
 
-def _save(fig, path: str | os.PathLike) -> Path:
-    """Save ``fig`` as PNG to ``path`` atomically and return the path."""
-    with atomic_open(path, "wb") as fh:
-        fig.savefig(fh, format="png", bbox_inches="tight")
-    return Path(path)
+def _save(fig: Figure, path: str | os.PathLike | None) -> Figure:
+    """Save ``fig`` as PNG to ``path`` atomically (nothing when ``path`` is None); return ``fig``."""
+    if path is not None:
+        with atomic_open(Path(path), "wb") as fh:
+            fig.savefig(fh, format="png", bbox_inches="tight")
+    return fig
 
 
 def _colors(n: int) -> list:
@@ -74,14 +79,15 @@ def _label_indices(labels: Sequence, label_names: Sequence[str]) -> np.ndarray:
 _TSNE_SERIAL_MAX = 5000
 
 
-def plot_tsne(embeddings: Any, labels: Sequence, label_names: Sequence[str], path: str | os.PathLike,
-              title: str, anchors: Any = None, seed: int = 0) -> Path:
-    """t-SNE (:class:`sklearn.manifold.TSNE`) of ``embeddings`` (n x d), one colour per label.
+def plot_tsne(embeddings: Any, labels: Sequence, label_names: Sequence[str], path: str | os.PathLike | None = None,
+              title: str = "", anchors: Any = None, seed: int = 0) -> Figure:
+    """t-SNE (:class:`sklearn.manifold.TSNE`) of ``embeddings`` (n x d), one colour per label: one
+    scatter per label present (labelled with its name, in ``label_names`` order).
 
     ``labels`` are indices into ``label_names`` (or the names themselves). ``anchors`` (m x d, e.g.
     LaCon's label embeddings, row ``i`` belonging to label ``i``) are projected together with the
-    embeddings -- t-SNE is fitted on the concatenation -- and drawn as large stars in their label's
-    colour. The perplexity is ``min(30, n_points - 1)`` so that it stays below the number of
+    embeddings -- t-SNE is fitted on the concatenation -- and drawn as one more scatter of large
+    stars in their labels' colours (legend entry "label embedding"). The perplexity is ``min(30, n_points - 1)`` so that it stays below the number of
     points; at least 3 points are needed. ``seed`` fixes t-SNE's random state; up to 5000 points
     t-SNE runs on one OpenMP thread, which is faster than contended threads at that size.
     """
@@ -120,10 +126,8 @@ def plot_tsne(embeddings: Any, labels: Sequence, label_names: Sequence[str], pat
         if mask.any():
             ax.scatter(emb[mask, 0], emb[mask, 1], s=12, alpha=0.7, color=colors[i], label=name)
     if a is not None:
-        for j, (px, py) in enumerate(anc):
-            color = colors[j] if j < len(colors) else "black"
-            ax.scatter([px], [py], marker="*", s=400, color=color, edgecolors="black", linewidths=1.2,
-                       zorder=3, label="label embedding" if j == 0 else None)
+        ax.scatter(anc[:, 0], anc[:, 1], marker="*", s=400, zorder=3, edgecolors="black", linewidths=1.2,
+                   color=[colors[j] if j < len(colors) else "black" for j in range(len(anc))], label="label embedding")
     ax.set_title(title)
     ax.set_xticks([])
     ax.set_yticks([])
@@ -131,7 +135,8 @@ def plot_tsne(embeddings: Any, labels: Sequence, label_names: Sequence[str], pat
     return _save(fig, path)
 
 
-def plot_confusion(matrix: Any, label_names: Sequence[str], path: str | os.PathLike, title: str) -> Path:
+def plot_confusion(matrix: Any, label_names: Sequence[str], path: str | os.PathLike | None = None,
+                   title: str = "") -> Figure:
     """A confusion matrix (rows = true labels, columns = predictions) with counts in the cells,
     drawn by :class:`sklearn.metrics.ConfusionMatrixDisplay`."""
     from sklearn.metrics import ConfusionMatrixDisplay
@@ -149,10 +154,11 @@ def plot_confusion(matrix: Any, label_names: Sequence[str], path: str | os.PathL
     return _save(fig, path)
 
 
-def plot_learning_curves(log_history_by_run: Mapping[str, Sequence[Mapping[str, Any]]], path: str | os.PathLike,
-                         title: str = "Learning curves") -> Path:
+def plot_learning_curves(log_history_by_run: Mapping[str, Sequence[Mapping[str, Any]]],
+                         path: str | os.PathLike | None = None, title: str = "Learning curves") -> Figure:
     """Loss against step, one colour per run: training ``loss`` as a solid line, ``eval_loss`` as a
-    dashed line with markers. Input: ``{run name: trainer.state.log_history}`` (lists of dicts with
+    dashed line with markers (legend entries ``"RUN (train)"`` / ``"RUN (eval)"``, points in step
+    order). Input: ``{run name: trainer.state.log_history}`` (lists of dicts with
     ``"step"`` and ``"loss"`` or ``"eval_loss"``); other entries are ignored."""
     fig = _figure(8, 5)
     ax = fig.add_subplot()
@@ -178,8 +184,9 @@ def plot_learning_curves(log_history_by_run: Mapping[str, Sequence[Mapping[str, 
     return _save(fig, path)
 
 
-def plot_distance_groups(groups_by_method: Mapping[str, Sequence[Mapping[str, Any]]], path: str | os.PathLike,
-                         title: str = "Accuracy by distance to the class mean", kind: str = "bar") -> Path:
+def plot_distance_groups(groups_by_method: Mapping[str, Sequence[Mapping[str, Any]]],
+                         path: str | os.PathLike | None = None, title: str = "Accuracy by distance to the class mean",
+                         kind: str = "bar") -> Figure:
     """Accuracy per distance-to-mean group, one series per method, as grouped bars
     (``kind="bar"``) or lines (``kind="line"``). Input: ``{method: [{"group", "accuracy"}, ...]}``;
     groups are shown in the order they first appear."""
@@ -216,8 +223,8 @@ def _numeric(value: Any) -> bool:
     return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
 
 
-def plot_metric_vs_setting(rows: Any, x: str, y: str, hue: str, path: str | os.PathLike,
-                           title: str | None = None) -> Path:
+def plot_metric_vs_setting(rows: Any, x: str, y: str, hue: str, path: str | os.PathLike | None = None,
+                           title: str | None = None) -> Figure:
     """A metric (``y``) against a setting (``x``: K shots, imbalance ratio, ...), one line per
     ``hue`` (method), mean with std error bars.
 
@@ -277,8 +284,8 @@ def plot_metric_vs_setting(rows: Any, x: str, y: str, hue: str, path: str | os.P
     return _save(fig, path)
 
 
-def plot_attributions(rows: Sequence[tuple[str, Any]], path: str | os.PathLike, title: str | None = None,
-                      line_chars: int = 90) -> Path:
+def plot_attributions(rows: Sequence[tuple[str, Any]], path: str | os.PathLike | None = None, title: str | None = None,
+                      line_chars: int = 90) -> Figure:
     """Word attributions as highlighted text, one block per ``(label, attribution)`` row (e.g. one
     per method for the same sentence): red words raise the target's probability, blue words lower
     it, with one colour scale shared by all rows. ``attribution`` is a

@@ -26,24 +26,26 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..atomic import write_text_atomic
+from ..atomic import atomic_open, write_json_atomic, write_text_atomic
 from ..data import load_data
+from ..distributed import launched_processes
 from ..errors import ConfigError, ContrastfitError
-from ..modeling import write_json_atomic
 from ..training import RESULTS_NAME, TrainConfig, train
 from .config import ExperimentConfig, MethodVariant
 from .plan import Job, jobs, protocol_runs
-from .report import ANALYSIS_NAME, ATTRIBUTIONS_NAME, write_report
+from .records import ANALYSIS_FILE as ANALYSIS_NAME
+from .records import ATTRIBUTIONS_FILE as ATTRIBUTIONS_NAME
+from .report import format_summary, summarise, write_report
 from .store import STORE_NAME, ResultsStore
 
 
 def variant_training(config: ExperimentConfig, variant: MethodVariant) -> dict[str, Any]:
     """The training settings of ``variant``'s runs: the experiment's ``training:``, then the
     variant's own (its method entry's ``training:``) on top."""
-    # Trainer checkpoints inside a run are off by default (few-shot runs take a minute; a killed run
-    # is simply redone); `training: {save_checkpoints: true, save_steps: N}` turns them on, and a
-    # restarted runner then resumes the interrupted run from its last checkpoint (resume=True).
-    return {"save_checkpoints": False, **config.training, **dict(variant.training)}
+    # Trainer checkpoints inside a run are off by default (schema.EXPERIMENT_TRAINING_DEFAULTS: a
+    # killed few-shot run is simply redone); `training: {save_checkpoints: true, save_steps: N}` turns
+    # them on, and a restarted runner then resumes the interrupted run from its last checkpoint.
+    return {**config.training.settings(), **dict(variant.training)}
 
 
 def _train_config(config: ExperimentConfig, job: Job, folder: Path, progress: bool, model: str,
@@ -86,9 +88,8 @@ def save_analysis(model, test, folder: Path, max_rows: int = 2000) -> None:
     anchors = model.method.anchors(model)
     if anchors is not None:  # e.g. LaCon's label embeddings, in the same space as the embeddings
         arrays["label_embeddings"] = torch.nn.functional.normalize(anchors.detach().float(), dim=-1).cpu().numpy()
-    tmp = folder / (ANALYSIS_NAME + ".tmp.npz")
-    np.savez_compressed(tmp, **arrays)
-    tmp.replace(folder / ANALYSIS_NAME)
+    with atomic_open(folder / ANALYSIS_NAME, "wb") as fh:
+        np.savez_compressed(fh, **arrays)
 
 
 def pick_examples(word_counts: list[int], examples: int | list[int], max_words: int) -> list[int]:
@@ -162,30 +163,30 @@ class TransferSources:
 
     def __init__(self, config: ExperimentConfig, out: Path, progress: bool = True):
         self.config = config
-        self.source = dict(config.protocol["source"])
+        self.source = config.protocol.source  # a schema.TransferSource
         self.out = out
         self.progress = progress
         self._done: dict[str, dict[str, Any]] = {}
 
     @property
     def shared(self) -> bool:
-        return self.source.get("method") is not None
+        return self.source.method is not None
 
     def spec(self, variant: MethodVariant) -> dict[str, Any]:
         """What the source model of ``variant``'s runs is trained with (JSON-ready)."""
         src = self.source
         if self.shared:
-            hparams = dict(src.get("hparams") or {})
-            key = MethodVariant(str(src["method"]), tuple(sorted(hparams.items()))).label
-            method, own_training = str(src["method"]), {}
+            hparams = dict(src.hparams or {})
+            key = MethodVariant(src.method, tuple(sorted(hparams.items()))).label
+            method, own_training = src.method, {}
         else:
             key, method, hparams, own_training = variant.label, variant.method, dict(variant.hparams), dict(variant.training)
-        training = {"save_checkpoints": False, **self.config.training, **own_training}
-        if src.get("epochs") is not None:
-            training["epochs"] = src["epochs"]
+        training = {**self.config.training.settings(), **own_training}
+        if src.epochs is not None:
+            training["epochs"] = src.epochs
         spec = {"key": key, "shared": self.shared, "method": method, "hparams": hparams, "training": training,
-                "data": src["data"], "shots": src.get("shots"), "train_size": src.get("train_size"),
-                "seed": int(src.get("seed", 0)), "base_model": self.config.model}
+                "data": src.data, "shots": src.shots, "train_size": src.train_size,
+                "seed": src.seed, "base_model": self.config.model}
         return json.loads(json.dumps(spec))  # as it reads back from results.json
 
     def folder(self, spec: dict[str, Any]) -> Path:
@@ -229,10 +230,14 @@ class TransferSources:
 def run_experiment(config: ExperimentConfig, progress: bool = True) -> dict[str, Any]:
     """Run (or continue) ``config``; return the summary rows. Also writes the report unless
     ``report: false``."""
+    if launched_processes() > 1:
+        raise ConfigError(f"experiments run in one process (one results store, one writer); launched with "
+                          f"{launched_processes()} processes: run `contrastfit experiment` without torchrun, or "
+                          f"launch single runs with `torchrun ... -m contrastfit train`")
     out = Path(config.output)
     out.mkdir(parents=True, exist_ok=True)
     write_json_atomic(out / "experiment.json", config.raw)
-    data = load_data(config.data, **config.data_options)
+    data = load_data(config.data, **config.data_options.settings())
     sources = TransferSources(config, out, progress) if config.protocol_kind == "transfer" else None
     plan = jobs(config, protocol_runs(config, data))
     started = time.perf_counter()
@@ -270,16 +275,15 @@ def run_experiment(config: ExperimentConfig, progress: bool = True) -> dict[str,
                     save_analysis(result.model, job.run.data.test, folder)
                 if ("attributions" in config.analyses and job.run.setting == plan[0].run.setting
                         and job.run.sample == 0 and job.seed == config.seeds[0]):  # what the report draws
-                    save_attributions(result.model, job.run.data.test, folder, config.attributions)
+                    save_attributions(result.model, job.run.data.test, folder, config.attributions.model_dump())
             except BaseException as exc:
                 store.fail(job.run_id, f"{type(exc).__name__}: {exc}")
                 raise
             store.finish(job.run_id, dict(result))
             ran += 1
-        results = store.done()
-    summary = summarise(results, config)
+    summary = summarise(out)  # the report's summary: its metrics (regression ones for a regression task)
     write_json_atomic(out / "summary.json", summary)
-    table = format_table(summary, config.metrics)
+    table = format_summary(summary)
     write_text_atomic(out / "summary.md", table + "\n")
     print()
     print(table)
@@ -293,42 +297,3 @@ def run_experiment(config: ExperimentConfig, progress: bool = True) -> dict[str,
         except ContrastfitError as exc:
             print(f"report not written: {exc}")
     return summary
-
-
-def summarise(results: list[dict[str, Any]], config: ExperimentConfig) -> dict[str, Any]:
-    """Mean ± std per (setting, variant) of every metric (test and validation)."""
-    from ..evaluation.statistics import summarize
-
-    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    for r in results:
-        tags = r.get("tags", {})
-        groups.setdefault((tags.get("setting", "?"), tags.get("variant", r["method"])), []).append(r)
-    rows = []
-    for (setting, variant), runs in groups.items():
-        row: dict[str, Any] = {"setting": setting, "method": variant, "runs": len(runs),
-                               "seeds": [r["seed"] for r in runs]}
-        for split in ("test", "validation"):
-            for metric in config.metrics:
-                values = [r["metrics"][split][metric] for r in runs
-                          if split in r["metrics"] and metric in r["metrics"][split]]
-                if values:
-                    row[f"{split}_{metric}"] = {**summarize(values), "values": values}
-        row["train_s_mean"] = float(np.mean([r["timings"]["train_s"] for r in runs]))
-        rows.append(row)
-    return {"name": config.name, "data": config.data, "model": config.model, "rows": rows}
-
-
-def format_table(summary: dict[str, Any], metrics: list[str]) -> str:
-    """Markdown table: one row per (setting, method), test metrics as mean ± std (in %)."""
-
-    def cell(stat: dict | None) -> str:
-        return f"{100 * stat['mean']:.1f} ± {100 * stat['std']:.1f}" if stat else "-"
-
-    header = ["setting", "method", "runs", *(f"test {m}" for m in metrics), "val accuracy", "train s"]
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    for row in summary["rows"]:
-        cells = [row["setting"], row["method"], str(row["runs"])]
-        cells += [cell(row.get(f"test_{m}")) for m in metrics]
-        cells += [cell(row.get("validation_accuracy")), f"{row['train_s_mean']:.0f}"]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)

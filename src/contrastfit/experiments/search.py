@@ -20,6 +20,8 @@ Each trial trains the method with the sampled hyper-parameters on the first run 
 (its first setting and training sample) for every seed, and its value is the mean validation
 metric. Trials are stored by Optuna in its own storage (SQLite by default), so an interrupted
 search continues where it stopped and several machines can share one study through a database URL.
+The block's schema is :class:`contrastfit.experiments.schema.Search`; trials train with the
+experiment's ``training:`` settings, as its runs do.
 """
 
 from __future__ import annotations
@@ -29,40 +31,17 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..methods import get_method
-
-SEARCH_KEYS = {"method", "space", "trials", "metric", "storage", "study", "direction"}
-
-
-def check_search(search: Any, where: str) -> None:
-    if not isinstance(search, dict):
-        raise ConfigError(f"{where}: search must be a mapping")
-    bad = sorted(set(search) - SEARCH_KEYS)
-    if bad:
-        raise ConfigError(f"{where}: search has unknown key(s) {', '.join(bad)} (allowed: {', '.join(sorted(SEARCH_KEYS))})")
-    if "method" not in search or "space" not in search:
-        raise ConfigError(f"{where}: search needs 'method' and 'space'")
-    spec = get_method(search["method"])
-    space = search["space"]
-    if not isinstance(space, dict) or not space:
-        raise ConfigError(f"{where}: search space must be a non-empty mapping of hyper-parameters")
-    unknown = sorted(set(space) - set(spec.defaults))
-    if unknown:
-        raise ConfigError(f"{where}: method '{search['method']}' has no hyper-parameter {', '.join(unknown)}")
-    for name, dist in space.items():
-        if isinstance(dist, dict):
-            if not {"low", "high"} <= set(dist) or set(dist) - {"low", "high", "log", "step"}:
-                raise ConfigError(f"{where}: search space '{name}' needs low and high (optional log, step)")
-        elif not isinstance(dist, list) or not dist:
-            raise ConfigError(f"{where}: search space '{name}' must be a list of choices or {{low, high}}")
+from .schema import SearchDimension
 
 
-def _suggest(trial, name: str, dist: Any, default: Any):
-    if isinstance(dist, list):
-        return trial.suggest_categorical(name, dist)
-    if isinstance(default, int) and not isinstance(default, bool) and isinstance(dist["low"], int) and isinstance(dist["high"], int):
-        return trial.suggest_int(name, dist["low"], dist["high"], log=bool(dist.get("log", False)), step=dist.get("step", 1))
-    return trial.suggest_float(name, float(dist["low"]), float(dist["high"]), log=bool(dist.get("log", False)),
-                               step=dist.get("step"))
+def _suggest(trial, name: str, dim: SearchDimension, default: Any):
+    """Optuna's suggestion for one dimension: categorical for choices; an int range where the
+    method's default and both bounds are ints; else a float range."""
+    if dim.choices is not None:
+        return trial.suggest_categorical(name, dim.choices)
+    if isinstance(default, int) and not isinstance(default, bool) and isinstance(dim.low, int) and isinstance(dim.high, int):
+        return trial.suggest_int(name, dim.low, dim.high, log=dim.log, step=int(dim.step or 1))
+    return trial.suggest_float(name, float(dim.low), float(dim.high), log=dim.log, step=dim.step)
 
 
 def run_search(config, progress: bool = True) -> dict[str, Any]:
@@ -72,45 +51,45 @@ def run_search(config, progress: bool = True) -> dict[str, Any]:
     except ImportError:
         raise ConfigError("--search optuna needs optuna: pip install 'contrastfit[search]'") from None
     from ..data import load_data
-    from ..modeling import write_json_atomic
+    from ..atomic import write_json_atomic
     from ..training import TrainConfig, train
     from .plan import protocol_runs
 
     search = config.search
-    if not search:
+    if search is None:
         raise ConfigError("the config has no 'search' block")
     out = Path(config.output)
     out.mkdir(parents=True, exist_ok=True)
-    storage = search.get("storage") or f"sqlite:///{(out / 'optuna.sqlite3').resolve()}"
-    metric = search.get("metric", "accuracy")
-    spec = get_method(search["method"])
-    data = load_data(config.data, **config.data_options)
+    storage = search.storage or f"sqlite:///{(out / 'optuna.sqlite3').resolve()}"
+    metric = search.metric
+    spec = get_method(search.method)
+    data = load_data(config.data, **config.data_options.settings())
     first = protocol_runs(config, data)[0]
-    study = optuna.create_study(study_name=search.get("study") or config.name, storage=storage, load_if_exists=True,
-                                direction=search.get("direction", "maximize"))
+    study = optuna.create_study(study_name=search.study or config.name, storage=storage, load_if_exists=True,
+                                direction=search.direction)
     done = len([t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE])
 
     def objective(trial) -> float:
-        hparams = {n: _suggest(trial, n, d, spec.defaults[n]) for n, d in search["space"].items()}
+        hparams = {n: _suggest(trial, n, d, spec.defaults[n]) for n, d in search.space.items()}
         scores = []
         for seed in config.seeds:
             folder = out / "search" / f"trial{trial.number}-seed{seed}"
-            result = train(TrainConfig(method=search["method"], data=config.data, output=str(folder), model=config.model,
+            result = train(TrainConfig(method=search.method, data=config.data, output=str(folder), model=config.model,
                                        hparams=hparams, seed=seed, save_model=False, resume=True, progress=progress,
                                        evaluate_test=False, tags={"experiment": config.name, "trial": trial.number},
-                                       **config.training), text_data=first.data)
+                                       **config.training.settings()), text_data=first.data)
             if "validation" not in result.metrics or metric not in result.metrics["validation"]:
                 raise ConfigError(f"search: no validation {metric} (the data need a validation split)")
             scores.append(result.metrics["validation"][metric])
         return float(sum(scores) / len(scores))
 
-    remaining = max(0, int(search.get("trials", 20)) - done)
+    remaining = max(0, search.trials - done)
     if remaining:
         study.optimize(objective, n_trials=remaining, show_progress_bar=progress)
-    best = {"method": search["method"], "params": study.best_params, "value": study.best_value,
+    best = {"method": search.method, "params": study.best_params, "value": study.best_value,
             "metric": f"validation {metric}", "trials": len(study.trials), "storage": storage,
             "setting": first.setting}
     write_json_atomic(out / "search.json", best)
-    print(f"best {search['method']} on validation {metric}: {study.best_value:.4f} with {study.best_params} "
+    print(f"best {search.method} on validation {metric}: {study.best_value:.4f} with {study.best_params} "
           f"({len(study.trials)} trials; storage {storage})")
     return best

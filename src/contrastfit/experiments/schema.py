@@ -1,0 +1,538 @@
+"""The experiment configuration schema, declared once (pydantic models on :class:`contrastfit.schema.Schema`).
+
+Every mapping of an experiment config is one model here: the top level (:class:`Experiment`), its
+``protocol:`` (one model per ``kind``, a union discriminated on ``kind``), ``training:`` (exactly the
+fields of :class:`contrastfit.training.TrainConfig` an experiment may set, derived from that
+dataclass), the ``methods`` entries, ``data_options``, ``attributions`` and ``search``. Unknown keys
+are refused, types are not coerced (``validation_size: "500"`` is an error, not 500), and
+:func:`parse_experiment` reports the first problem in one line naming the file and the key, relative
+to the innermost mapping that holds it::
+
+    exp.yaml: protocol: unknown key 'shotz' (allowed: kind, samples, seed, shots, train_size)
+    exp.yaml: methods[1]: training: batch_size.0: Input should be a valid integer (got '16')
+
+Conventions:
+
+* A value that may be "one or a list" (``shots``, ``ratios``, ``seeds``, grid values, ...) is parsed
+  as a list.
+* Numbers are kept as written: an int given for a float field stays an int, so the labels of
+  method variants (``ce[epochs=3]``) and the run ids built from them do not change.
+* What other modules already validate is asked of them, not repeated: method names
+  (:func:`contrastfit.methods.get_method`), hyper-parameter names and values
+  (:func:`contrastfit.methods.base.resolve_hparams`, the methods' own schema), augmenters
+  (:func:`contrastfit.data.augment.check_augmenter`). The values of ``training:`` settings are
+  checked by ``TrainConfig.validate`` when the variants are built (:mod:`.config`), because a
+  method entry's own settings are merged over the experiment's first.
+
+The protocol models' options are the keyword arguments of the protocol functions (the runner calls
+``function(data, **protocol.options())``); ``tests/test_experiment_schema.py`` checks that names
+and defaults agree.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from typing import Annotated, Any, Literal, Optional, Union
+
+from pydantic import (BaseModel, BeforeValidator, Field, NonNegativeInt, PositiveInt, ValidationError,
+                      ValidationInfo, WrapValidator, create_model, field_validator, model_validator)
+from pydantic_core import PydanticCustomError
+
+from ..data.augment import check_augmenter, check_temperature
+from ..data.noise import TEXT_NOISE_KINDS
+from ..errors import ConfigError
+from ..evaluation.attributions import BASELINES
+from ..methods import get_method
+from ..methods.base import resolve_hparams
+from ..schema import Schema, describe_error
+from ..training import TrainConfig
+from .analyses import available_analyses
+
+__all__ = [
+    "PROTOCOLS", "RUN_FIELDS", "TRAINING_KEYS", "Attributions", "DataOptions", "Experiment",
+    "MethodEntry", "Protocol", "Search", "SearchDimension", "Training", "TrainingGrid", "TransferSource",
+    "as_list", "parse_experiment",
+]
+
+
+# ---------------------------------------------------------------------------------------------
+# Value types
+# ---------------------------------------------------------------------------------------------
+
+def as_list(value: Any) -> list:
+    """``value`` if it is a list, else ``[value]`` (a list value in a config is a list of settings)."""
+    return value if isinstance(value, list) else [value]
+
+
+def one_or_more(item: Any) -> Any:
+    """A list of ``item`` (at least one); a single value is read as a one-element list."""
+    return Annotated[list[item], BeforeValidator(as_list), Field(min_length=1)]
+
+
+def _as_written(value: Any, handler: Any) -> Any:
+    """Validate as a float, but keep an int as the int it was (``3``, not ``3.0``)."""
+    out = handler(value)
+    return value if type(value) is int else out
+
+
+Number = Annotated[float, WrapValidator(_as_written)]
+PositiveNumber = Annotated[float, Field(gt=0), WrapValidator(_as_written)]
+Rate = Annotated[float, Field(ge=0, le=1), WrapValidator(_as_written)]
+Counts = one_or_more(PositiveInt)
+
+
+def explained(message: str) -> WrapValidator:
+    """A validator that reports any problem of the value it wraps as ``message`` (one line, instead of
+    one error per member of a union)."""
+    def validate(value: Any, handler: Any) -> Any:
+        try:
+            return handler(value)
+        except ValidationError:
+            raise _invalid(message) from None
+
+    return WrapValidator(validate)
+
+
+def _invalid(message: str) -> PydanticCustomError:
+    """A schema error with ``message`` as it is (no template fields)."""
+    return PydanticCustomError("invalid", message)
+
+
+def _asked(check: Any, *args: Any) -> Any:
+    """``check(*args)``, another module's own validation; its ConfigError becomes a schema error."""
+    try:
+        return check(*args)
+    except ConfigError as exc:
+        raise _invalid(str(exc)) from None
+
+
+def _method_name(name: str) -> str:
+    _asked(get_method, name)
+    return name
+
+
+def _one_sample_size(shots: Any, train_size: Any) -> None:
+    if shots is not None and train_size is not None:
+        raise _invalid("give either shots (per class) or train_size (in total), not both")
+
+
+def _hparams_of(method: str, given: dict[str, Any]) -> None:
+    """Names and values of ``given`` checked by the method's own schema (``resolve_hparams``)."""
+    _asked(resolve_hparams, method, get_method(method).defaults, given)
+
+
+# ---------------------------------------------------------------------------------------------
+# training: TrainConfig's experiment-settable fields
+# ---------------------------------------------------------------------------------------------
+
+#: TrainConfig fields an experiment does not set under ``training:``: the runner sets them for each
+#: run from the experiment's other keys (``methods``, ``model``, ``seeds``, ``output``,
+#: ``save_models``, ...) or from the data the protocol drew (``data``, ``data_options``, the sample),
+#: and its tables need every run's test metrics (``evaluate_test``). Every other TrainConfig field
+#: is a ``training:`` key.
+RUN_FIELDS = frozenset({
+    "method", "hparams", "data", "model", "output", "seed", "tags", "save_model", "resume", "progress",
+    "evaluate_test",
+    "text_column", "text_pair_column", "label_column", "validation_data", "test_data", "validation_split", "task",
+    "shots", "train_size", "validation_size", "sample_seed", "sample_index",
+})
+#: Where an experiment's default differs from TrainConfig's: its runs keep no Trainer checkpoints
+#: unless asked (a killed few-shot run is simply redone).
+EXPERIMENT_TRAINING_DEFAULTS: dict[str, Any] = {"save_checkpoints": False}
+
+
+def _setting_type(hint: Any) -> Any:
+    """The schema type of a TrainConfig field: its own type, with numbers kept as written."""
+    if typing.get_origin(hint) in (Union, types.UnionType):
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        inner = _setting_type(args[0]) if len(args) == 1 else Union[tuple(_setting_type(a) for a in args)]
+        return Optional[inner] if len(args) < len(typing.get_args(hint)) else inner
+    return Number if hint is float else hint
+
+
+class _Settings(Schema):
+    def settings(self) -> dict[str, Any]:
+        """The keys given, as keyword arguments (what was not given keeps its default where it is used)."""
+        return self.model_dump(exclude_unset=True)
+
+
+class _TrainingBase(_Settings):
+    def settings(self) -> dict[str, Any]:
+        """The settings given, over the experiment's defaults (:data:`EXPERIMENT_TRAINING_DEFAULTS`):
+        the keyword arguments of every run's TrainConfig."""
+        return {**EXPERIMENT_TRAINING_DEFAULTS, **super().settings()}
+
+
+def _default(f: dataclasses.Field) -> Any:
+    if f.name in EXPERIMENT_TRAINING_DEFAULTS:
+        return EXPERIMENT_TRAINING_DEFAULTS[f.name]
+    return Field(default_factory=f.default_factory) if f.default is dataclasses.MISSING else f.default
+
+
+def _training_models() -> tuple[type[_Settings], type[_Settings]]:
+    """``Training`` and ``TrainingGrid``, from TrainConfig's fields (their types; ``Training`` with their defaults)."""
+    hints = typing.get_type_hints(TrainConfig)
+    fields = [f for f in dataclasses.fields(TrainConfig) if f.name not in RUN_FIELDS]
+    training = create_model(
+        "Training", __base__=_TrainingBase, __module__=__name__,
+        __doc__="``training:``: TrainConfig's experiment-settable fields, with TrainConfig's defaults.",
+        **{f.name: (_setting_type(hints[f.name]), _default(f)) for f in fields})
+    grid = create_model(
+        "TrainingGrid", __base__=_Settings, __module__=__name__,
+        __doc__="A method entry's own ``training:``: the same keys, each value one setting or a list (a grid).",
+        **{f.name: (one_or_more(_setting_type(hints[f.name])), None) for f in fields})
+    return training, grid
+
+
+Training, TrainingGrid = _training_models()
+#: The keys of ``training:`` (TrainConfig's fields but :data:`RUN_FIELDS`).
+TRAINING_KEYS = tuple(Training.model_fields)
+
+
+# ---------------------------------------------------------------------------------------------
+# methods, data_options, attributions
+# ---------------------------------------------------------------------------------------------
+
+class MethodEntry(Schema):
+    """One ``methods:`` entry: a method name, or a mapping with ``name``, hyper-parameters at the
+    top level of the mapping (a list value is a grid) and ``training`` (settings for this entry's
+    variants only, over the experiment's ``training:``; a list value is a grid). Hyper-parameter
+    names and values are checked against the method's own schema when the variants are built."""
+
+    name: str
+    hparams: dict[str, Any] = Field(default_factory=dict)
+    training: TrainingGrid = Field(default_factory=TrainingGrid)  # type: ignore[valid-type]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _hparams_at_top_level(cls, data: Any) -> Any:
+        if isinstance(data, str):
+            return {"name": data}
+        if isinstance(data, dict):
+            own = {k: data[k] for k in ("name", "training") if k in data}
+            return {**own, "hparams": {k: v for k, v in data.items() if k not in own}}
+        return data
+
+    _name = field_validator("name")(_method_name)
+
+
+class DataOptions(_Settings):
+    """``data_options:``: how to read a local file or Hub data set (``load_data``'s keyword arguments)."""
+
+    text_column: str | None = None
+    text_pair_column: str | None = None
+    label_column: str | None = None
+    validation_data: str | None = None
+    test_data: str | None = None
+    validation_split: Annotated[float, Field(ge=0, lt=1)] = 0.1
+    task: Literal["classification", "regression"] | None = None
+
+
+class Attributions(Schema):
+    """``attributions:``: the token-attribution analysis. ``examples``: a count N (the first N test
+    examples of at most ``max_words`` words, then the shortest others) or a list of test indices;
+    ``samples``: Shapley orderings per example; ``baseline``: how an absent word is removed."""
+
+    examples: Annotated[Union[NonNegativeInt, list[NonNegativeInt]],
+                        explained("must be a count or a list of test-set indices (integers >= 0)")] = 3
+    samples: PositiveInt = 25
+    baseline: Literal[BASELINES] = "remove"  # type: ignore[valid-type]
+    max_words: PositiveInt = 50
+
+
+# ---------------------------------------------------------------------------------------------
+# protocol: one model per kind
+# ---------------------------------------------------------------------------------------------
+
+class _Protocol(Schema):
+    seed: NonNegativeInt = 0
+
+    def options(self) -> dict[str, Any]:
+        """The options given, as keyword arguments of the protocol's function."""
+        return self.model_dump(exclude_unset=True, exclude={"kind", "source"})
+
+
+class _Sampled(_Protocol):
+    """Few-shot training sets: ``shots`` per class or ``train_size`` in total (one value or a list),
+    ``samples`` of each; neither: the whole training split."""
+
+    shots: Counts | None = None
+    train_size: Counts | None = None
+    samples: PositiveInt = 1
+
+    @model_validator(mode="after")
+    def _shots_or_train_size(self):
+        _one_sample_size(self.shots, self.train_size)
+        return self
+
+
+class FewShot(_Sampled):
+    kind: Literal["few-shot"]
+
+
+class Full(_Protocol):
+    kind: Literal["full"]
+
+
+class CrossValidation(_Protocol):
+    kind: Literal["cross-validation"]
+    folds: Annotated[int, Field(ge=2)] = 5
+    train_size: PositiveInt | None = None
+    repeats: PositiveInt = 1
+    test: Literal["fold", "split"] = "fold"
+    fold_train_size: PositiveInt | None = None
+
+
+class Imbalance(_Protocol):
+    kind: Literal["imbalance"]
+    ratios: one_or_more(Annotated[float, Field(ge=1), WrapValidator(_as_written)]) = [1, 3, 5, 10, 20]
+    minority_size: PositiveInt = 32
+    minority_classes: Annotated[one_or_more(Union[str, NonNegativeInt]) | None,
+                                explained("must be class names or class ids (integers >= 0)")] = None
+    samples: PositiveInt = 1
+
+
+class Noise(_Sampled):
+    kind: Literal["noise"]
+    label_noise: one_or_more(Rate) = [0.0]
+    text_noise: one_or_more(Rate) | None = None
+    text_noise_kind: Literal[TEXT_NOISE_KINDS] = "deletion"  # type: ignore[valid-type]
+
+
+class Classes(_Sampled):
+    kind: Literal["classes"]
+    num_classes: one_or_more(Annotated[int, Field(ge=2)]) = [2, 3, 4, 5]
+
+
+class TransferSource(Schema):
+    """A transfer protocol's ``source:``: the data (and sample) the source models train on. Without
+    ``method``, each method variant's source trains with that variant's method, hyper-parameters and
+    training settings; with it (and ``hparams``), one source model serves every variant."""
+
+    data: str
+    method: str | None = None
+    hparams: dict[str, Any] | None = None
+    shots: PositiveInt | None = None
+    train_size: PositiveInt | None = None
+    epochs: PositiveNumber | None = None
+    seed: NonNegativeInt = 0
+
+    _method = field_validator("method")(lambda v: v if v is None else _method_name(v))
+
+    @model_validator(mode="after")
+    def _consistent(self):
+        _one_sample_size(self.shots, self.train_size)
+        if self.method is None:
+            if self.hparams:
+                raise _invalid("hparams needs method (without it, each method variant's source is trained with "
+                               "that variant's own hyper-parameters)")
+        elif self.hparams:
+            _hparams_of(self.method, self.hparams)
+        return self
+
+
+class Transfer(_Sampled):
+    kind: Literal["transfer"]
+    source: TransferSource
+
+
+class Augmentation(_Sampled):
+    kind: Literal["augmentation"]
+    ratio: one_or_more(NonNegativeInt) = [3]
+    augmenter: str = "deletion"
+    rate: one_or_more(Rate) = [0.1]
+    temperature: PositiveNumber | None = None
+
+    _augmenter = field_validator("augmenter")(lambda v: _asked(check_augmenter, v))
+
+    @model_validator(mode="after")
+    def _temperature_for_hub(self):
+        _asked(check_temperature, self.temperature, self.augmenter)
+        return self
+
+
+#: The protocol model of each ``kind``.
+PROTOCOLS: dict[str, type[_Protocol]] = {
+    typing.get_args(m.model_fields["kind"].annotation)[0]: m
+    for m in (FewShot, Full, CrossValidation, Imbalance, Noise, Classes, Transfer, Augmentation)
+}
+Protocol = Annotated[Union[FewShot, Full, CrossValidation, Imbalance, Noise, Classes, Transfer, Augmentation],
+                     Field(discriminator="kind")]
+
+
+def _protocol_shorthands(value: Any) -> Any:
+    """No ``protocol`` (or an empty one): ``full``; a string: that kind; a mapping without ``kind``: ``few-shot``."""
+    if value is None or value == {}:
+        value = {"kind": "full"}
+    elif isinstance(value, str):
+        value = {"kind": value}
+    elif isinstance(value, dict) and "kind" not in value:
+        value = {"kind": "few-shot", **value}
+    if isinstance(value, dict) and value["kind"] not in PROTOCOLS:
+        raise _invalid(f"unknown protocol kind {value['kind']!r} (available: {', '.join(PROTOCOLS)})")
+    return value
+
+
+# ---------------------------------------------------------------------------------------------
+# search
+# ---------------------------------------------------------------------------------------------
+
+class SearchDimension(Schema):
+    """One hyper-parameter of a search space: a list of choices, or ``{low, high}`` (optional
+    ``log``, ``step``); an int range where the method's default and both bounds are ints."""
+
+    choices: Annotated[list[Any], Field(min_length=1)] | None = None
+    low: Number | None = None
+    high: Number | None = None
+    log: bool = False
+    step: PositiveNumber | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _list_is_choices(cls, data: Any) -> Any:
+        return {"choices": data} if isinstance(data, list) else data
+
+    @model_validator(mode="after")
+    def _choices_or_range(self):
+        if (self.choices is None) == (self.low is None or self.high is None) or (
+                self.choices is not None and (self.low, self.high, self.step) != (None, None, None)):
+            raise _invalid("give a list of choices or {low, high} (optional log, step)")
+        if self.choices is None and not self.low <= self.high:
+            raise _invalid(f"low ({self.low}) is above high ({self.high})")
+        return self
+
+
+class Search(Schema):
+    """``search:``: an Optuna study over ``method``'s hyper-parameters (``space``), scored on the
+    validation ``metric`` (see :mod:`.search`)."""
+
+    method: str
+    space: Annotated[dict[str, SearchDimension], Field(min_length=1)]
+    trials: PositiveInt = 20
+    metric: str = "accuracy"
+    storage: str | None = None
+    study: str | None = None
+    direction: Literal["maximize", "minimize"] = "maximize"
+
+    _method = field_validator("method")(_method_name)
+
+    @field_validator("space")
+    @classmethod
+    def _space_of_the_method(cls, space: dict[str, SearchDimension], info: ValidationInfo):
+        if "method" in info.data:  # else the method is refused already
+            for name, dim in space.items():
+                for value in dim.choices if dim.choices is not None else (dim.low, dim.high):
+                    _hparams_of(info.data["method"], {name: value})
+        return space
+
+
+# ---------------------------------------------------------------------------------------------
+# The experiment
+# ---------------------------------------------------------------------------------------------
+
+class Experiment(Schema):
+    """An experiment config: what ``contrastfit experiment CONFIG.yaml`` runs (README, Experiments)."""
+
+    name: str = "experiment"
+    data: str
+    model: str = "minilm-l6"
+    methods: one_or_more(MethodEntry)
+    protocol: Annotated[Protocol, BeforeValidator(_protocol_shorthands)] = Field(
+        default_factory=lambda: Full(kind="full"))
+    seeds: one_or_more(NonNegativeInt) = [0]
+    validation_size: PositiveInt | None = None
+    training: Training = Field(default_factory=Training)  # type: ignore[valid-type]
+    data_options: DataOptions = Field(default_factory=DataOptions)
+    save_models: bool = False
+    metrics: one_or_more(str) = ["accuracy", "f1", "macro_f1", "mcc"]
+    baseline: str | None = None
+    top_k: PositiveInt | None = None
+    analyses: Annotated[list[str], BeforeValidator(as_list)] = Field(default_factory=available_analyses)
+    attributions: Attributions = Field(default_factory=Attributions)
+    report: bool = True
+    search: Search | None = None
+    output: str
+
+    @field_validator("analyses")
+    @classmethod
+    def _registered(cls, names: list[str]) -> list[str]:
+        unknown = [n for n in names if n not in available_analyses()]
+        if unknown:
+            raise _invalid(f"unknown analysis {unknown[0]!r} (available: {', '.join(available_analyses())})")
+        return names
+
+
+# ---------------------------------------------------------------------------------------------
+# Parsing
+# ---------------------------------------------------------------------------------------------
+
+def _schemas_in(annotation: Any) -> tuple[str | None, list[type[BaseModel]]]:
+    """(container, models) of a field's type: ``"list"`` or ``"dict"`` where the models sit inside one."""
+    container, models, stack = None, [], [annotation]
+    while stack:
+        hint = stack.pop()
+        origin = typing.get_origin(hint)
+        if origin is Annotated:
+            stack.append(typing.get_args(hint)[0])
+        elif origin is list:
+            container = "list"
+            stack.extend(typing.get_args(hint))
+        elif origin is dict:
+            container = "dict"
+            stack.append(typing.get_args(hint)[1])
+        elif origin in (Union, types.UnionType):
+            stack.extend(typing.get_args(hint))
+        elif isinstance(hint, type) and issubclass(hint, BaseModel):
+            models.append(hint)
+    return container, models
+
+
+def _innermost(model: type[BaseModel], data: Any, loc: tuple, where: str) -> tuple[type[BaseModel], Any, str]:
+    """The innermost mapping on the error path ``loc`` that a schema of its own validates: (its model,
+    its data, its name such as ``exp.yaml: methods[1]: training``). The union tag pydantic puts in
+    the path of a protocol (its ``kind``) is skipped."""
+    path = list(loc)
+    while path and isinstance(data, dict) and path[0] in model.model_fields and path[0] in data:
+        name = path.pop(0)
+        container, members = _schemas_in(model.model_fields[name].annotation)
+        if not members:
+            break
+        value, label = data[name], f"{where}: {name}"
+        if container == "list":
+            items = as_list(value)
+            if not path or not isinstance(path[0], int) or path[0] >= len(items):
+                break
+            value, label = items[path[0]], f"{label}[{path.pop(0)}]"
+        elif container == "dict":
+            if not path or not isinstance(value, dict) or path[0] not in value:
+                break
+            value, label = value[path[0]], f"{label}.{path.pop(0)}"
+        if len(members) > 1:  # a union discriminated on `kind`: the tag comes next in the path
+            tag = path.pop(0) if path else None
+            members = [m for m in members if "kind" in m.model_fields
+                       and tag in typing.get_args(m.model_fields["kind"].annotation)]
+            if len(members) != 1:
+                break
+            value = _protocol_shorthands(value)
+        model, data, where = members[0], value, label
+    return model, data, where
+
+
+def parse_experiment(raw: Any, where: str) -> Experiment:
+    """``raw`` (the YAML mapping) as an :class:`Experiment`, or a one-line ConfigError that names
+    ``where`` (the file) and the key, relative to the innermost mapping that holds it (so an unknown
+    key is listed with the allowed ones of that mapping)."""
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}: expected a mapping at the top level, got {type(raw).__name__}")
+    try:
+        return Experiment.model_validate(raw)
+    except ValidationError as exc:
+        model, data, at = _innermost(Experiment, raw, exc.errors()[0]["loc"], where)
+        if model is not Experiment:
+            try:
+                model.model_validate(data)
+            except ValidationError as inner:
+                raise ConfigError(describe_error(inner, at, model)) from None
+        raise ConfigError(describe_error(exc, where, Experiment)) from None

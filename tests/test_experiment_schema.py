@@ -1,0 +1,281 @@
+"""The experiment configuration schema (experiments/schema.py): one-line errors naming the file and
+the key, types not coerced, training keys derived from TrainConfig, protocol models in step with the
+protocol functions, the parsed objects as what the plan reads, and no import cycle in experiments/."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import inspect
+from pathlib import Path
+
+import datasets
+import pytest
+
+from contrastfit.data import TextData
+from contrastfit.errors import ConfigError
+from contrastfit.experiments import parse_config
+from contrastfit.experiments import schema
+from contrastfit.training import TrainConfig
+
+BASE = {"data": "mr", "methods": ["ce", {"name": "ce-scl", "temperature": [0.1, 0.3]}], "output": "runs/x",
+        "protocol": {"kind": "few-shot", "shots": 4}}
+
+
+def _error(**changes) -> str:
+    with pytest.raises(ConfigError) as info:
+        parse_config({**BASE, **changes}, "exp.yaml")
+    message = str(info.value)
+    assert "\n" not in message and message.startswith("exp.yaml: ")
+    return message
+
+
+@pytest.mark.parametrize("changes, needle", [
+    # types are not coerced, values are checked when the file is read (not when a run starts)
+    ({"validation_size": "500"}, "exp.yaml: validation_size: Input should be a valid integer (got '500')"),
+    ({"validation_size": 0}, "exp.yaml: validation_size: Input should be greater than 0 (got 0)"),
+    ({"protocol": {"kind": "few-shot", "shots": 4, "samples": 1.5}},
+     "exp.yaml: protocol: samples: Input should be a valid integer (got 1.5)"),
+    ({"protocol": {"kind": "few-shot", "shots": "4"}}, "exp.yaml: protocol: shots.0: Input should be a valid integer"),
+    ({"protocol": {"kind": "few-shot", "shots": 4, "train_size": 20}},
+     "exp.yaml: protocol: give either shots (per class) or train_size (in total), not both"),
+    ({"protocol": {"kind": "noise", "label_noise": [0.1, 1.5]}},
+     "exp.yaml: protocol: label_noise.1: Input should be less than or equal to 1 (got 1.5)"),
+    ({"protocol": {"kind": "imbalance", "ratios": [0.5]}}, "exp.yaml: protocol: ratios.0: Input should be greater"),
+    ({"protocol": {"kind": "cross-validation", "folds": 1}}, "exp.yaml: protocol: folds: Input should be greater"),
+    ({"protocol": {"kind": "augmentation", "augmenter": "backtranslate"}},
+     "exp.yaml: protocol: augmenter: unknown augmenter 'backtranslate'"),
+    ({"seeds": ["1"]}, "exp.yaml: seeds.0: Input should be a valid integer (got '1')"),
+    ({"seeds": [-1]}, "exp.yaml: seeds.0: Input should be greater than or equal to 0"),
+    ({"top_k": 0}, "exp.yaml: top_k: Input should be greater than 0"),
+    ({"report": "yes"}, "exp.yaml: report: Input should be a valid boolean (got 'yes')"),
+    ({"data_options": {"validation_split": 1.5}}, "exp.yaml: data_options: validation_split: Input should be less"),
+    ({"training": {"batch_size": "16"}}, "exp.yaml: training: batch_size: Input should be a valid integer (got '16')"),
+    ({"methods": [{"name": "ce-scl", "temperature": "warm"}]},
+     "exp.yaml: methods[0]: method 'ce-scl': hyper-parameter 'temperature' must be a float, got 'warm'"),
+    ({"methods": ["ce", "nope"]}, "exp.yaml: methods[1]: name: unknown method 'nope'"),
+    ({"methods": []}, "exp.yaml: methods: Value should have at least 1 item"),
+    ({"search": {"method": "ce-scl", "space": {"temperature": {"low": 0.1}}}},
+     "exp.yaml: search: space.temperature: give a list of choices or {low, high}"),
+    ({"search": {"method": "ce-scl", "space": {"lambda": ["high"]}}},
+     "exp.yaml: search: space: method 'ce-scl': hyper-parameter 'lambda' must be a float, got 'high'"),
+    # unknown keys, named with the allowed ones of the mapping that holds them
+    ({"protocol": {"kind": "few-shot", "shotz": 4}},
+     "exp.yaml: protocol: unknown key 'shotz' (allowed: kind, samples, seed, shots, train_size)"),
+    ({"protocol": {"kind": "transfer", "source": {"data": "imdb", "shot": 4}}},
+     "exp.yaml: protocol: source: unknown key 'shot' (allowed: data, epochs, hparams, method, seed, shots, train_size)"),
+    ({"training": {"lr": 1e-5}}, "exp.yaml: training: unknown key 'lr' (allowed: batch_size, "),
+    ({"training": {"seed": 3}}, "exp.yaml: training: unknown key 'seed'"),  # the runner sets it (seeds:)
+    ({"methods": [{"name": "ce", "training": {"epoch": 3}}]}, "exp.yaml: methods[0]: training: unknown key 'epoch'"),
+    ({"methods": [{"name": "ce-scl", "temprature": 0.1}]},
+     "exp.yaml: methods[0]: method 'ce-scl' has no hyper-parameter 'temprature' (it has: lambda, temperature)"),
+    ({"attributions": {"example": 3}}, "exp.yaml: attributions: unknown key 'example' (allowed: baseline, examples"),
+    ({"search": {"method": "ce-scl", "space": {"temperature": [0.1]}, "trails": 3}}, "exp.yaml: search: unknown key 'trails'"),
+    # a wrong kind
+    ({"protocol": {"kind": "fewshot", "shots": 4}}, "exp.yaml: protocol: unknown protocol kind 'fewshot' (available: few-shot"),
+    ({"protocol": "k-fold"}, "exp.yaml: protocol: unknown protocol kind 'k-fold'"),
+])
+def test_bad_values_and_keys_are_refused_in_one_line_naming_the_key(changes, needle):
+    assert needle in _error(**changes)
+
+
+def test_values_are_parsed_and_kept_as_written():
+    config = parse_config({**BASE, "methods": [{"name": "ce", "training": {"epochs": [1, 3], "learning_rate": 1.0e-4}}],
+                           "training": {"epochs": 2}, "protocol": {"kind": "imbalance", "ratios": [1, 2.5]},
+                           "seeds": 3, "analyses": "tsne"}, "exp.yaml")
+    # an int given for a float setting stays an int: the labels (and the run ids) do not change
+    assert [v.label for v in config.methods] == ["ce[epochs=1,learning_rate=0.0001]", "ce[epochs=3,learning_rate=0.0001]"]
+    assert config.training.epochs == 2 and type(config.training.epochs) is int
+    assert config.protocol.options() == {"ratios": [1, 2.5]}  # only what was given: the function's defaults hold
+    assert config.seeds == [3] and config.analyses == ["tsne"]  # one value is a one-element list
+    assert config.training.settings() == {"save_checkpoints": False, "epochs": 2}  # the experiment's default + given
+    assert config.raw["seeds"] == 3  # experiment.json records the config as written
+
+
+def test_analyses_are_the_registered_ones(monkeypatch):
+    from contrastfit.experiments.analyses import available_analyses
+
+    assert parse_config(BASE).analyses == available_analyses() and "tsne" in available_analyses()
+    assert "exp.yaml: analyses: unknown analysis 'calibration' (available: tsne" in _error(analyses=["tsne", "calibration"])
+    monkeypatch.setattr(schema, "available_analyses", lambda: ["tsne", "calibration"])  # a newly registered one
+    assert parse_config({**BASE, "analyses": ["calibration"]}).analyses == ["calibration"]
+
+
+@pytest.mark.parametrize("protocol, kind, options", [
+    (None, "full", {}),
+    ({}, "full", {}),
+    ("full", "full", {}),
+    ({"shots": 8}, "few-shot", {"shots": [8]}),
+])
+def test_protocol_shorthands(protocol, kind, options):
+    raw = {k: v for k, v in BASE.items() if k != "protocol"}
+    if protocol is not None:
+        raw["protocol"] = protocol
+    config = parse_config(raw)
+    assert (config.protocol_kind, config.protocol.options()) == (kind, options)
+
+
+def test_training_keys_are_trainconfigs_fields_but_the_runners():
+    fields = {f.name for f in dataclasses.fields(TrainConfig)}
+    assert schema.RUN_FIELDS <= fields  # a renamed field is noticed here
+    assert set(schema.TRAINING_KEYS) == fields - schema.RUN_FIELDS
+    assert set(schema.TRAINING_KEYS) >= {"epochs", "batch_size", "learning_rate", "save_steps", "select_best"}
+    # the defaults are TrainConfig's, but for the experiment's own
+    assert schema.Training().batch_size == TrainConfig().batch_size and schema.Training().save_checkpoints is False
+
+
+def test_a_new_trainconfig_field_is_a_training_key(monkeypatch):
+    @dataclasses.dataclass
+    class Extended(TrainConfig):
+        label_smoothing: float = 0.0
+
+    monkeypatch.setattr(schema, "TrainConfig", Extended)
+    training, grid = schema._training_models()
+    assert training.model_validate({"label_smoothing": 0.1}).settings()["label_smoothing"] == 0.1
+    assert grid.model_validate({"label_smoothing": [0, 0.1]}).settings() == {"label_smoothing": [0, 0.1]}
+    with pytest.raises(Exception, match="label_smoothing"):
+        training.model_validate({"label_smoothing": "0.1"})
+
+
+def test_protocol_models_declare_their_functions_keyword_arguments():
+    from contrastfit.experiments.plan import protocol_functions
+
+    functions = protocol_functions()
+    assert set(schema.PROTOCOLS) == set(functions)
+    for kind, model in schema.PROTOCOLS.items():
+        params = {n: p.default for n, p in inspect.signature(functions[kind]).parameters.items()
+                  if n not in ("data", "validation_size")}  # validation_size is the experiment's own key
+        fields = {n: f.default for n, f in model.model_fields.items() if n not in ("kind", "source")}
+        assert set(fields) == set(params), kind
+        for name, default in params.items():
+            expected = list(default) if isinstance(default, tuple) else default
+            got = fields[name]
+            assert got == expected or got == [expected], (kind, name)
+
+
+def test_data_options_are_load_datas_keyword_arguments():
+    from contrastfit.data import load_data
+
+    params = {n: p.default for n, p in inspect.signature(load_data).parameters.items() if p.kind == p.KEYWORD_ONLY}
+    assert {n: f.default for n, f in schema.DataOptions.model_fields.items()} == params
+
+
+def _toy_data() -> TextData:
+    def split(prefix: str, n: int) -> datasets.Dataset:
+        return datasets.Dataset.from_dict({"text": [f"{prefix} {i}" for i in range(n)], "label": [i % 2 for i in range(n)]},
+                                          features=datasets.Features({"text": datasets.Value("string"),
+                                                                      "label": datasets.Value("int64")}))
+
+    return TextData("toy", split("train", 40), split("val", 20), split("test", 10), ["neg", "pos"], {"kind": "test"})
+
+
+def test_the_plan_reads_the_parsed_protocol():
+    from contrastfit.experiments.plan import jobs, protocol_runs
+
+    config = parse_config({**BASE, "protocol": {"kind": "few-shot", "shots": [2, 3], "samples": 2, "seed": 5},
+                           "validation_size": 6, "seeds": [0, 1]})
+    runs = protocol_runs(config, _toy_data())
+    assert [(r.setting, r.sample, len(r.data.train), len(r.data.validation)) for r in runs] == [
+        ("shots=2", 0, 4, 6), ("shots=2", 1, 4, 6), ("shots=3", 0, 6, 6), ("shots=3", 1, 6, 6)]
+    assert {r.sampling["seed"] for r in runs} == {5}
+    assert len(jobs(config, runs)) == 4 * 3 * 2  # runs x variants x seeds
+
+
+EXAMPLES = sorted(Path(__file__).parent.parent.joinpath("examples").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
+def test_every_example_config_parses_into_its_schema(path):
+    import yaml
+
+    raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    if "tasks" in raw:  # a multi-task config (examples/cs224n_multitask.yaml), read by contrastfit.multitask
+        pytest.skip("a multi-task config: contrastfit.multitask.comparison reads it, not the experiment schema")
+    config = parse_config(raw, str(path))
+    assert isinstance(config.protocol, tuple(schema.PROTOCOLS.values()))
+    assert isinstance(config.training, schema.Training) and config.methods
+
+
+# ---------------------------------------------------------------------------------------------
+# No import cycle among the modules of contrastfit.experiments
+# ---------------------------------------------------------------------------------------------
+
+EXPERIMENTS = Path(__file__).parent.parent / "src" / "contrastfit" / "experiments"
+
+
+def _import_graph(root: Path) -> dict[str, set[str]]:
+    """Module -> the modules under ``root`` (a package folder two levels below the source root) it
+    imports, anywhere in the file: an import inside a function closes a cycle as surely when it runs.
+    ``from .x import y`` counts as importing module ``x.y`` where that is a module, else ``x``."""
+    src = root.parent.parent
+
+    def module_name(path: Path) -> str:
+        parts = path.relative_to(src).with_suffix("").parts
+        return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+    files = {module_name(p): p for p in root.rglob("*.py")}
+    graph: dict[str, set[str]] = {name: set() for name in files}
+    for name, path in files.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    anchor = package.split(".")
+                    base = ".".join(anchor[:len(anchor) - node.level + 1] + ([node.module] if node.module else []))
+                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in files else base for a in node.names]
+            elif isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            else:
+                continue
+            graph[name].update(t for t in targets if t in files and t != name)
+    return graph
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle (as a list of modules, first repeated at the end), or None."""
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                return stack[stack.index(nxt):] + [nxt]
+            if nxt not in state:
+                found = visit(nxt)
+                if found:
+                    return found
+        stack.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state:
+            found = visit(node)
+            if found:
+                return found
+    return None
+
+
+def test_the_cycle_finder_finds_the_old_config_plan_cycle(tmp_path):
+    package = tmp_path / "contrastfit" / "experiments"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("from .config import parse\n")
+    (package / "config.py").write_text("def parse():\n    from .plan import check_protocol\n")
+    (package / "plan.py").write_text("from .config import ExperimentConfig\n")
+    (package / "runner.py").write_text("from . import plan\nfrom contrastfit.experiments.config import parse\n")
+    graph = _import_graph(package)
+    assert graph["contrastfit.experiments.runner"] == {"contrastfit.experiments.plan", "contrastfit.experiments.config"}
+    assert graph["contrastfit.experiments"] == {"contrastfit.experiments.config"}
+    cycle = _cycle(graph)
+    assert cycle is not None and set(cycle) == {"contrastfit.experiments.config", "contrastfit.experiments.plan"}
+    (package / "config.py").write_text("def parse():\n    pass\n")
+    assert _cycle(_import_graph(package)) is None
+
+
+def test_no_import_cycle_in_experiments():
+    graph = _import_graph(EXPERIMENTS)
+    assert "contrastfit.experiments.schema" in graph and "contrastfit.experiments.plan" in graph["contrastfit.experiments.runner"]
+    assert _cycle(graph) is None, " -> ".join(_cycle(graph))
