@@ -11,10 +11,13 @@ from .evaluation import evaluate_model  # noqa: E402
 from .losses import SupConLoss, supcon  # noqa: E402
 from .methods import available_methods, get_method  # noqa: E402
 from .modeling import ContrastiveClassifier  # noqa: E402
+from .multitask import MultiTaskConfig, MultiTaskModel, Task, train_multitask  # noqa: E402
+from . import pretrain  # noqa: E402  (the module: contrastfit.pretrain.pretrain(...), stage 1 on its own corpus)
 from .training import TrainConfig, train  # noqa: E402
 
 __all__ = [
-    "ConfigError", "ContrastfitError", "ContrastiveClassifier", "DataError", "ModelError", "SupConLoss",
-    "TextData", "TextEncoder", "TrainConfig", "available_methods", "evaluate_model", "get_method",
-    "load_backbone", "load_data", "set_dropout", "supcon", "train",
+    "ConfigError", "ContrastfitError", "ContrastiveClassifier", "DataError", "ModelError", "MultiTaskConfig",
+    "MultiTaskModel", "SupConLoss", "Task", "TextData", "TextEncoder", "TrainConfig", "available_methods",
+    "evaluate_model", "get_method", "load_backbone", "load_data", "pretrain", "set_dropout", "supcon", "train",
+    "train_multitask",
 ]

@@ -1,0 +1,23 @@
+"""Multi-task training: one encoder, one head per task, trained together (the CS224N report's setup,
+Behrman & Christoglou, Sec. 4.2 and 5.3.5).
+
+* :mod:`.tasks`: :class:`Task` (data, type, head, objective, weight) and its resolved :class:`TaskSpec`;
+* :mod:`.schedule`: :class:`TaskBatchSampler`, one task per batch: round-robin, the report's epoch
+  rotation, proportional to task size, or temperature-sampled;
+* :mod:`.model`: :class:`MultiTaskModel` (shared encoder, ``heads[name]``, ``predict(texts, task=NAME)``,
+  save / load);
+* :mod:`.training`: :class:`MultiTaskConfig`, :class:`MultiTaskTrainer` (on ``transformers.Trainer``) and
+  :func:`train_multitask`;
+* :mod:`.comparison`: the report-shaped comparison (single-task, multi-task, multi-task after a SimCSE
+  stage 1) run through this API.
+"""
+
+from .model import MultiTaskModel, is_multitask_folder
+from .schedule import SCHEDULES, TaskBatchSampler
+from .tasks import Task, TaskSpec
+from .training import MultiTaskConfig, MultiTaskResult, MultiTaskTrainer, evaluate_task, train_multitask
+
+__all__ = [
+    "MultiTaskConfig", "MultiTaskModel", "MultiTaskResult", "MultiTaskTrainer", "SCHEDULES", "Task", "TaskBatchSampler",
+    "TaskSpec", "evaluate_task", "is_multitask_folder", "train_multitask",
+]

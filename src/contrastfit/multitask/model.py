@@ -1,0 +1,336 @@
+"""One encoder, one head per task: the multi-task model, its losses, prediction and save / load.
+
+A batch belongs to one task (``task_ids``, one id repeated per row): :meth:`MultiTaskModel.forward`
+encodes it with the shared encoder, applies that task's head and, with labels, that task's
+objective times its weight. Only that head and the encoder take part in the graph, so the other
+tasks' heads get no gradient from the batch (``grad`` stays ``None``; the optimizer then leaves them
+alone, also their AdamW moments and weight decay).
+
+Sentence pairs: heads that compare two sentence embeddings (``concat``, ``cosine-mlp``, ``cosine``)
+get the two sentences **tokenised and encoded separately** (``input_ids`` and ``input_ids_b``, each
+truncated to the maximum length), as the CS224N report encodes ``s1`` and ``s2``; the ``joint`` head
+gets the pair tokenised together (``[CLS] a [SEP] b [SEP]``).
+
+An output folder written by :meth:`MultiTaskModel.save_pretrained` holds ``encoder/`` (the shared
+encoder and tokenizer, Hugging Face format, safetensors), ``heads.safetensors`` (every head, keys
+``heads.<task>.*``) and ``contrastfit.json`` (``"kind": "multitask"``, the tasks with their labels,
+heads and objectives, pooling, maximum length and provenance). :meth:`MultiTaskModel.from_pretrained`
+rebuilds it offline without unpickling anything.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+from ..atomic import atomic_folder, recover_folder, write_json_atomic
+from ..encoders import TextEncoder, load_backbone
+from ..errors import DataError, ModelError
+from ..heads import HEAD_DROPOUT, CosineRegressionHead, LinearHead, MLPHead, PairConcatHead
+from ..losses import supcon
+from ..modeling import CONFIG_NAME, ENCODER_DIR, ClassifierOutput, model_max_length
+from .tasks import TaskSpec
+
+HEADS_NAME = "heads.safetensors"
+KIND = "multitask"
+FORMAT_VERSION = 1
+
+
+class CosineSimilarityHead(nn.Module):
+    """No trainable parameters: ``cos(u, v)`` of the two halves of ``[u; v]``, mapped linearly from
+    [0, 1] onto the training labels' [``low``, ``high``] (buffers, saved with the model). Sentence-BERT's
+    regression head (Reimers & Gurevych 2019, Sec. 3)."""
+
+    def __init__(self, hidden_size: int, low: float = 0.0, high: float = 1.0):
+        super().__init__()
+        self.hidden_size = hidden_size
+        self.register_buffer("low", torch.tensor(float(low)))
+        self.register_buffer("high", torch.tensor(float(high)))
+
+    def similarity(self, features: torch.Tensor) -> torch.Tensor:
+        if features.dim() != 2 or features.shape[1] != 2 * self.hidden_size:
+            raise ValueError(f"pair features must be (batch, {2 * self.hidden_size}) = [u; v], got {tuple(features.shape)}")
+        u, v = features[:, :self.hidden_size], features[:, self.hidden_size:]
+        return F.cosine_similarity(u.float(), v.float(), dim=-1)
+
+    def scale(self, labels: torch.Tensor) -> torch.Tensor:
+        """Labels mapped from [low, high] onto [0, 1] (the cosine objective's targets)."""
+        return (labels.float() - self.low) / (self.high - self.low)
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        return (self.low + (self.high - self.low) * self.similarity(features)).unsqueeze(-1)
+
+
+def build_task_head(spec: TaskSpec, hidden_size: int) -> nn.Module:
+    """The head of ``spec`` (see :mod:`contrastfit.multitask.tasks` for what each is)."""
+    out = spec.num_outputs
+    if spec.head in ("linear", "joint"):
+        return LinearHead(hidden_size, out)
+    if spec.head == "mlp":
+        return MLPHead(hidden_size, out, depth=2, inner_size=max(1, hidden_size // 2), dropout=HEAD_DROPOUT,
+                       activation="relu")
+    if spec.head == "concat":
+        return PairConcatHead(hidden_size, out)
+    if spec.head == "cosine-mlp":
+        return CosineRegressionHead(hidden_size)
+    if spec.head == "cosine":
+        low, high = spec.label_range or (0.0, 1.0)
+        return CosineSimilarityHead(hidden_size, low, high)
+    raise ModelError(f"task '{spec.name}': unknown head {spec.head!r}")
+
+
+class MultiTaskModel(nn.Module):
+    """A shared encoder with one head per task (``heads[name]``)."""
+
+    def __init__(self, encoder: TextEncoder, tokenizer, tasks: Sequence[TaskSpec], max_length: int = 128,
+                 info: dict[str, Any] | None = None):
+        super().__init__()
+        if not tasks:
+            raise ModelError("a multi-task model needs at least one task")
+        names = [t.name for t in tasks]
+        if len(set(names)) != len(names):
+            raise ModelError(f"task names must be distinct, got {names}")
+        self.encoder = encoder
+        self.tokenizer = tokenizer
+        self.tasks = list(tasks)
+        self.task_index = {t.name: i for i, t in enumerate(self.tasks)}
+        self.heads = nn.ModuleDict({t.name: build_task_head(t, encoder.hidden_size) for t in self.tasks})
+        self.max_length = model_max_length(tokenizer, encoder, max_length)
+        self.info: dict[str, Any] = dict(info or {})
+
+    @classmethod
+    def from_encoder(cls, model: str, tasks: Sequence[TaskSpec], *, pooling: str = "cls", max_length: int = 128,
+                     trust_remote_code: bool = False) -> "MultiTaskModel":
+        """Fresh heads on the pretrained encoder ``model`` (built-in name, local folder or Hub name)."""
+        backbone, tokenizer = load_backbone(model, trust_remote_code=trust_remote_code)
+        return cls(TextEncoder(backbone, pooling), tokenizer, tasks, max_length, info={"base_model": model})
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.parameters()).device
+
+    @property
+    def task_names(self) -> list[str]:
+        return [t.name for t in self.tasks]
+
+    def task(self, name: str) -> TaskSpec:
+        if name not in self.task_index:
+            raise ModelError(f"this model has no task '{name}' (tasks: {', '.join(self.task_names)})")
+        return self.tasks[self.task_index[name]]
+
+    # -- forward -------------------------------------------------------------------------------
+    def features(self, spec: TaskSpec, first: dict[str, torch.Tensor],
+                 second: dict[str, torch.Tensor] | None = None) -> torch.Tensor:
+        """What the task's head reads: the pooled embedding (hidden), or ``[u; v]`` (2 hidden) of the two
+        separately encoded sentences of a pair."""
+        if spec.separate:
+            if second is None:
+                raise ValueError(f"task '{spec.name}' reads the two sentences of a pair separately: the batch has no "
+                                 "input_ids_b")
+            return torch.cat([self.encoder(**first).pooled, self.encoder(**second).pooled], dim=-1)
+        return self.encoder(**first).pooled
+
+    def _batch_task(self, task_ids: torch.Tensor | None) -> TaskSpec:
+        if task_ids is None:
+            if len(self.tasks) == 1:
+                return self.tasks[0]
+            raise ValueError("a multi-task batch needs task_ids (one task per batch)")
+        first = int(task_ids.reshape(-1)[0])
+        if bool((task_ids != first).any()):
+            raise ValueError(f"a batch mixes tasks {sorted(set(task_ids.tolist()))}: each batch must hold one task")
+        if not 0 <= first < len(self.tasks):
+            raise ValueError(f"task id {first} out of range (the model has {len(self.tasks)} tasks)")
+        return self.tasks[first]
+
+    def objective(self, spec: TaskSpec, features: torch.Tensor, logits: torch.Tensor,
+                  labels: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The task's objective (unweighted) and its parts."""
+        if spec.objective in ("ce", "ce-scl"):
+            ce = F.cross_entropy(logits.float(), labels.long())
+            if spec.objective == "ce":
+                return ce, {"ce": ce}
+            lam = spec.hparams["lambda"]
+            scl = supcon(features, labels.long(), spec.hparams["temperature"])
+            return (1 - lam) * ce + lam * scl, {"ce": ce, "scl": scl}
+        if spec.objective == "mse":
+            mse = F.mse_loss(logits.squeeze(-1).float(), labels.float())
+            return mse, {"mse": mse}
+        if spec.objective == "cosine":
+            head = self.heads[spec.name]
+            loss = F.mse_loss(head.similarity(features), head.scale(labels))
+            return loss, {"cosine": loss}
+        raise ModelError(f"task '{spec.name}': unknown objective {spec.objective!r}")
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor | None = None,
+                input_ids_b: torch.Tensor | None = None, attention_mask_b: torch.Tensor | None = None,
+                token_type_ids_b: torch.Tensor | None = None, labels: torch.Tensor | None = None,
+                task_ids: torch.Tensor | None = None) -> ClassifierOutput:
+        spec = self._batch_task(task_ids)
+        first = {"input_ids": input_ids, "attention_mask": attention_mask}
+        if token_type_ids is not None:
+            first["token_type_ids"] = token_type_ids
+        second = None
+        if input_ids_b is not None:
+            second = {"input_ids": input_ids_b, "attention_mask": attention_mask_b}
+            if token_type_ids_b is not None:
+                second["token_type_ids"] = token_type_ids_b
+        features = self.features(spec, first, second)
+        logits = self.heads[spec.name](features)
+        if labels is None:
+            return ClassifierOutput(loss=None, logits=logits)
+        loss, parts = self.objective(spec, features, logits, labels)
+        if not self.training:
+            return ClassifierOutput(loss=loss, logits=logits)
+        # the task's objective (unweighted) and its terms, which the Trainer logs as loss_<task>[_<term>]
+        loss_parts = {spec.name: loss, **({f"{spec.name}_{k}": v for k, v in parts.items()} if len(parts) > 1 else {})}
+        return ClassifierOutput(loss=spec.weight * loss, logits=logits, loss_parts=loss_parts)
+
+    # -- inference -----------------------------------------------------------------------------
+    def encode_inputs(self, spec: TaskSpec, texts: Sequence[str], pairs: Sequence[str] | None = None,
+                      padding: bool | str = False) -> dict[str, Any]:
+        """Tokenise ``texts`` (and ``pairs``) the way the task's head reads them: pairs jointly, or the two
+        sentences separately (the second's keys end in ``_b``)."""
+        if spec.pairs and pairs is None:
+            raise DataError(f"task '{spec.name}' takes sentence pairs: give the second texts too")
+        if not spec.pairs and pairs is not None:
+            raise DataError(f"task '{spec.name}' takes one text per example, not sentence pairs")
+        if pairs is not None and len(pairs) != len(texts):
+            raise DataError(f"task '{spec.name}': {len(texts)} texts but {len(pairs)} second texts")
+        kw = dict(truncation=True, max_length=self.max_length, padding=padding)
+        if spec.separate:
+            enc = dict(self.tokenizer(list(texts), **kw))
+            enc.update({f"{k}_b": v for k, v in self.tokenizer(list(pairs), **kw).items()})
+            return enc
+        return dict(self.tokenizer(list(texts), list(pairs) if pairs is not None else None, **kw))
+
+    @torch.no_grad()
+    def predict_logits(self, texts: Sequence[str], pairs: Sequence[str] | None = None, *, task: str,
+                       batch_size: int = 64, progress: bool = False) -> np.ndarray:
+        """Logits of ``task`` (n, classes), or its predicted value (n, 1) for a regression task."""
+        from tqdm.auto import tqdm
+
+        spec = self.task(task)
+        tid = self.task_index[task]
+        texts = list(texts)
+        pairs = list(pairs) if pairs is not None else None
+        was_training = self.training
+        self.eval()
+        out = []
+        order = np.argsort([-len(t) for t in texts], kind="stable")  # similar lengths batch together
+        try:
+            for start in tqdm(range(0, len(texts), batch_size), desc=f"predict {task}", disable=not progress, leave=False):
+                idx = order[start:start + batch_size]
+                enc = self.encode_inputs(spec, [texts[i] for i in idx], [pairs[i] for i in idx] if pairs is not None else None,
+                                         padding=True)
+                batch = {k: torch.as_tensor(v, device=self.device) for k, v in enc.items()}
+                batch["task_ids"] = torch.full((len(idx),), tid, dtype=torch.long, device=self.device)
+                out.append(self(**batch).logits.float().cpu())
+        finally:
+            self.train(was_training)
+        if not out:
+            return np.zeros((0, spec.num_outputs), dtype=np.float32)
+        logits = torch.cat(out).numpy()
+        result = np.empty_like(logits)
+        result[order] = logits
+        return result
+
+    def predict_proba(self, texts: Sequence[str], pairs: Sequence[str] | None = None, *, task: str,
+                      batch_size: int = 64) -> np.ndarray:
+        """Class probabilities (softmax of the logits), or the predicted values for a regression task."""
+        logits = self.predict_logits(texts, pairs, task=task, batch_size=batch_size)
+        if self.task(task).type == "regression":
+            return logits
+        return torch.softmax(torch.from_numpy(logits), dim=-1).numpy()
+
+    def predict(self, texts: Sequence[str], pairs: Sequence[str] | None = None, *, task: str,
+                batch_size: int = 64) -> list:
+        """Label names (classification) or values (regression) of ``task`` for ``texts`` (and ``pairs``)."""
+        spec = self.task(task)
+        logits = self.predict_logits(texts, pairs, task=task, batch_size=batch_size)
+        if spec.type == "regression":
+            return logits[:, 0].tolist()
+        return [spec.label_names[i] for i in logits.argmax(axis=1)]
+
+    @torch.no_grad()
+    def embed(self, texts: Sequence[str], batch_size: int = 64, normalize: bool = True) -> np.ndarray:
+        """The shared encoder's pooled sentence embeddings (L2-normalised by default)."""
+        was_training = self.training
+        self.eval()
+        chunks = []
+        try:
+            for start in range(0, len(texts), batch_size):
+                enc = self.tokenizer(list(texts[start:start + batch_size]), truncation=True, max_length=self.max_length,
+                                     padding=True)
+                emb = self.encoder(**{k: torch.as_tensor(v, device=self.device) for k, v in enc.items()}).pooled.float()
+                chunks.append(F.normalize(emb, dim=-1) if normalize else emb)
+        finally:
+            self.train(was_training)
+        return torch.cat(chunks).cpu().numpy() if chunks else np.zeros((0, self.encoder.hidden_size), np.float32)
+
+    # -- save / load ---------------------------------------------------------------------------
+    def config_dict(self) -> dict[str, Any]:
+        return {"format_version": FORMAT_VERSION, "kind": KIND, "tasks": [t.to_dict() for t in self.tasks],
+                "pooling": self.encoder.pooling, "max_length": self.max_length, **self.info}
+
+    def head_state_dict(self) -> dict[str, torch.Tensor]:
+        return {k: v.detach().cpu().contiguous() for k, v in self.state_dict().items() if not k.startswith("encoder.")}
+
+    def save_pretrained(self, directory: str | os.PathLike) -> Path:
+        """Write ``encoder/``, ``heads.safetensors`` and ``contrastfit.json`` to ``directory`` atomically
+        (:func:`contrastfit.atomic.atomic_folder`: built next to it and swapped in by renames; a failed
+        save leaves the previous model intact; other entries such as ``results.json`` are kept)."""
+        directory = Path(directory)
+        with atomic_folder(directory) as staging:
+            self.encoder.backbone.save_pretrained(staging / ENCODER_DIR, safe_serialization=True)
+            self.tokenizer.save_pretrained(staging / ENCODER_DIR)
+            save_file(self.head_state_dict(), str(staging / HEADS_NAME), metadata={"format": "pt"})
+            write_json_atomic(staging / CONFIG_NAME, self.config_dict())
+        return directory
+
+    @classmethod
+    def from_pretrained(cls, directory: str | os.PathLike, device: str | torch.device | None = None) -> "MultiTaskModel":
+        directory = Path(directory)
+        cfg_path = directory / CONFIG_NAME
+        if not cfg_path.is_file():
+            recover_folder(directory)  # a save killed between its renames: put the previous model back
+        if not cfg_path.is_file():
+            raise ModelError(f"{directory} is not a contrastfit output folder (no {CONFIG_NAME})")
+        try:
+            cfg = json.loads(cfg_path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as exc:
+            raise ModelError(f"{cfg_path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+        if cfg.get("kind") != KIND:
+            raise ModelError(f"{directory} holds a single-task model; load it with ContrastiveClassifier.from_pretrained")
+        if not (directory / HEADS_NAME).is_file() or not (directory / ENCODER_DIR / "config.json").is_file():
+            raise ModelError(f"{directory} is incomplete: {HEADS_NAME} or {ENCODER_DIR}/ is missing")
+        backbone, tokenizer = load_backbone(str(directory / ENCODER_DIR))
+        tasks = [TaskSpec.from_dict(t) for t in cfg["tasks"]]
+        info = {k: v for k, v in cfg.items() if k not in ("format_version", "kind", "tasks", "pooling", "max_length")}
+        model = cls(TextEncoder(backbone, cfg["pooling"]), tokenizer, tasks, cfg["max_length"], info=info)
+        state = load_file(str(directory / HEADS_NAME))
+        missing, unexpected = model.load_state_dict(state, strict=False)
+        missing = [k for k in missing if not k.startswith("encoder.")]
+        if missing or unexpected:
+            raise ModelError(f"{directory / HEADS_NAME} does not match the tasks in {CONFIG_NAME} "
+                             f"(missing: {missing[:3]}, unexpected: {unexpected[:3]})")
+        model.eval()
+        if device is not None:
+            model.to(device)
+        return model
+
+
+def is_multitask_folder(directory: str | os.PathLike) -> bool:
+    """True when ``directory`` holds a model saved by :meth:`MultiTaskModel.save_pretrained`."""
+    path = Path(directory) / CONFIG_NAME
+    try:
+        return json.loads(path.read_text(encoding="utf-8")).get("kind") == KIND
+    except (OSError, ValueError, AttributeError):
+        return False

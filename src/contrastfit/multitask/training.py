@@ -1,0 +1,561 @@
+"""Multi-task training on ``transformers.Trainer``: one encoder, one head per task, trained together.
+
+:func:`train_multitask` loads and samples every task's data (through :func:`contrastfit.training.prepare_data`,
+so a task's training sample is the one ``train`` would draw with the same options and seed), builds a
+:class:`~contrastfit.multitask.model.MultiTaskModel`, and trains it with :class:`MultiTaskTrainer`:
+
+* the training batches come from :class:`~contrastfit.multitask.schedule.TaskBatchSampler` (one task per
+  batch, in the order of the schedule), built in :meth:`MultiTaskTrainer.get_train_dataloader`;
+* :class:`MultiTaskCollator` pads a batch and adds its ``task_ids``; the model's forward, called by the
+  Trainer's ``compute_loss``, dispatches on them to the task's head and objective (times the task's
+  weight); each task's loss (and the parts of ``ce-scl``) is logged as ``loss_<task>``;
+* the optimiser has two learning rates: ``learning_rate`` for the encoder and ``head_learning_rate``
+  for the heads (the report's 1e-6 and 1e-3, Sec. 5.3.3; our defaults are 5e-5 and 1e-3);
+* evaluation scores **every task** on its validation split (accuracy, or Pearson's r for regression,
+  or the task's ``metric``) and their **average**; the kept checkpoint is the one with the best average
+  (``select_on="average"``) or the best value of one task (``select_on=NAME``), ties broken by the lower
+  mean validation loss; every evaluation, each task's own best step and the kept step are recorded.
+
+The output folder holds the model (``encoder/``, ``heads.safetensors``, ``contrastfit.json``) and
+``results.json``: each task's spec, data description (source, sample, sizes and hashes of the training,
+validation and test rows) and metrics, the schedule and the batches each task really got, the
+selection history, timings and library versions.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import time
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Sequence
+
+import datasets
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Dataset
+from transformers import DataCollatorWithPadding, PrinterCallback, Trainer, TrainerCallback, TrainingArguments
+
+from ..data.loading import LABEL, TEXT, TEXT_PAIR
+from ..encoders import DEFAULT_MODEL, default_pooling
+from ..errors import ConfigError
+from ..evaluation.metrics import classification_metrics, regression_metrics
+from ..atomic import write_json_atomic
+from ..training import (CHECKPOINT_DIR, DEFAULT_LEARNING_RATE, DEFAULT_MIN_STEPS, LOWER_IS_BETTER, RESULTS_NAME,
+                        TIE_BREAK, PreparedData, TrainConfig, last_checkpoint, prepare_data)
+from ..versions import library_versions
+from .model import MultiTaskModel
+from .schedule import DEFAULT_TEMPERATURE, SCHEDULES, TaskBatchSampler
+from .tasks import Task, TaskSpec, resolve_task
+
+#: The CS224N report's learning rate for the task heads (Sec. 5.3.3: heads 1e-3, BERT 1e-6).
+DEFAULT_HEAD_LEARNING_RATE = 1e-3
+SELECTION_KEY = "selection_score"
+_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+
+
+@dataclass
+class MultiTaskConfig:
+    """Everything a multi-task run needs. ``tasks``: :class:`~contrastfit.multitask.tasks.Task` objects or
+    mappings with the same keys.
+
+    Steps: ``max_steps`` if given; else ``epochs`` sampler epochs (an epoch is ``sum_t ceil(n_t / b_t)``
+    steps, see :mod:`~contrastfit.multitask.schedule`); else 3 epochs or ``min_steps``, whichever is more
+    (the rule of ``train``).
+    """
+
+    tasks: list[Any] = field(default_factory=list)
+    output: str = "runs/multitask"
+    model: str = DEFAULT_MODEL
+    pooling: str | None = None  # None: the encoder's own (mean for sentence-transformers models), else cls
+    max_length: int = 128
+    schedule: str = "round-robin"
+    temperature: float = DEFAULT_TEMPERATURE  # for schedule="temperature"
+    epochs: float | None = None
+    max_steps: int | None = None
+    min_steps: int = DEFAULT_MIN_STEPS
+    batch_size: int = 16  # a task's batch_size overrides it
+    learning_rate: float = DEFAULT_LEARNING_RATE  # the encoder's
+    head_learning_rate: float | None = DEFAULT_HEAD_LEARNING_RATE  # None: learning_rate
+    weight_decay: float = 0.01
+    warmup_ratio: float = 0.1
+    gradient_accumulation_steps: int = 1
+    seed: int = 0  # training seed; also the sampling seed unless sample_seed is given
+    sample_seed: int | None = None
+    sample_index: int = 0
+    select_best: bool = True
+    select_on: str = "average"  # or a task name
+    eval_steps: int | None = None  # None: about five evaluations per run
+    early_stopping_patience: int | None = None
+    save_model: bool = True
+    evaluate_test: bool = True
+    logging_steps: int = 10
+    report_to: str = "none"
+    progress: bool = True
+    fp16: bool = False
+    bf16: bool = False
+    use_cpu: bool = False
+    trust_remote_code: bool = False
+    tags: dict[str, Any] = field(default_factory=dict)
+
+    def task_list(self) -> list[Task]:
+        if not isinstance(self.tasks, (list, tuple)) or not self.tasks:
+            raise ConfigError("a multi-task run needs a non-empty list of tasks")
+        tasks = [Task.from_value(t, f"tasks[{i}]") for i, t in enumerate(self.tasks)]
+        for t in tasks:
+            t.check()
+        names = [t.name for t in tasks]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ConfigError(f"task names must be distinct; repeated: {', '.join(dupes)}")
+        return tasks
+
+    def validate(self) -> list[Task]:
+        """Check the settings; return the tasks (one-line :class:`ConfigError` otherwise)."""
+        for f in fields(self):
+            value, kind = getattr(self, f.name), str(f.type)
+            if value is None and "None" in kind:
+                continue
+            if kind.startswith(("float", "int", "bool")):
+                ok = (isinstance(value, bool) if kind.startswith("bool") else
+                      isinstance(value, (int, float)) and not isinstance(value, bool) and
+                      (kind.startswith("float") or float(value).is_integer()))
+                if not ok:
+                    raise ConfigError(f"{f.name} must be {kind.split(' |')[0].replace('bool', 'true or false')}, got {value!r}")
+        tasks = self.task_list()
+        if self.schedule not in SCHEDULES:
+            raise ConfigError(f"unknown schedule {self.schedule!r} (choose from {', '.join(SCHEDULES)})")
+        if not self.temperature > 0:
+            raise ConfigError(f"temperature must be > 0, got {self.temperature}")
+        for name in ("batch_size", "max_length", "gradient_accumulation_steps", "min_steps"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("learning_rate", "head_learning_rate", "epochs", "max_steps"):
+            value = getattr(self, name)
+            if value is not None and not value > 0:
+                raise ConfigError(f"{name} must be > 0, got {value}")
+        if not 0 <= self.warmup_ratio < 1:
+            raise ConfigError(f"warmup_ratio is a fraction of the training steps in [0, 1), got {self.warmup_ratio}")
+        if self.fp16 and self.bf16:
+            raise ConfigError("choose one of fp16 and bf16")
+        if self.select_on != "average" and self.select_on not in {t.name for t in tasks}:
+            raise ConfigError(f"select_on must be 'average' or a task name ({', '.join(t.name for t in tasks)}), "
+                              f"got {self.select_on!r}")
+        for name in ("eval_steps", "early_stopping_patience"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ConfigError(f"{name} must be >= 1, got {value}")
+        return tasks
+
+
+# ---------------------------------------------------------------------------------------------
+# Data: tokenised rows of every task, one data set, a collator that keeps a batch's task
+# ---------------------------------------------------------------------------------------------
+
+def tokenize_rows(model: MultiTaskModel, spec: TaskSpec, ds: datasets.Dataset) -> list[dict[str, Any]]:
+    """The task's rows tokenised (no padding) as its head reads them, with ``labels``."""
+    enc = model.encode_inputs(spec, ds[TEXT], ds[TEXT_PAIR] if spec.pairs else None)
+    labels = ds[LABEL]
+    keys = list(enc)
+    return [{**{k: enc[k][i] for k in keys}, "labels": labels[i]} for i in range(len(ds))]
+
+
+class TaskRows(Dataset):
+    """The tasks' tokenised rows, concatenated in task order (the sampler's global indices); each
+    row carries its ``task_ids``."""
+
+    def __init__(self, parts: Sequence[list[dict[str, Any]]]):
+        self.rows = [{**row, "task_ids": t} for t, part in enumerate(parts) for row in part]
+        self.sizes = [len(p) for p in parts]
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        return self.rows[index]
+
+
+class MultiTaskCollator:
+    """Pads a batch of one task's rows (both sentences of a separately encoded pair, each to its own
+    longest) and adds ``labels`` (long for classes, float for regression) and ``task_ids``."""
+
+    def __init__(self, tokenizer, tasks: Sequence[TaskSpec]):
+        self.pad = DataCollatorWithPadding(tokenizer)
+        self.tasks = list(tasks)
+
+    def __call__(self, rows: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
+        ids = {int(r["task_ids"]) for r in rows}
+        if len(ids) != 1:
+            raise ValueError(f"a batch mixes tasks {sorted(ids)}: each batch must hold one task")
+        t = ids.pop()
+        spec = self.tasks[t]
+        batch = dict(self.pad([{k: r[k] for k in _INPUTS if k in r} for r in rows]))
+        if spec.separate:
+            second = self.pad([{k: r[f"{k}_b"] for k in _INPUTS if f"{k}_b" in r} for r in rows])
+            batch.update({f"{k}_b": v for k, v in second.items()})
+        dtype = torch.float32 if spec.type == "regression" else torch.long
+        batch["labels"] = torch.tensor([r["labels"] for r in rows], dtype=dtype)
+        batch["task_ids"] = torch.full((len(rows),), t, dtype=torch.long)
+        return batch
+
+
+# ---------------------------------------------------------------------------------------------
+# Evaluation
+# ---------------------------------------------------------------------------------------------
+
+def evaluate_task(model: MultiTaskModel, task: str, ds: datasets.Dataset, batch_size: int = 64) -> dict[str, Any]:
+    """Metrics of ``task`` on a labelled split (accuracy, F1, macro-F1, MCC, per-class scores and the
+    confusion matrix; or Pearson, Spearman and MSE), plus its ``loss`` (cross-entropy or MSE)."""
+    spec = model.task(task)
+    logits = model.predict_logits(ds[TEXT], ds[TEXT_PAIR] if spec.pairs else None, task=task, batch_size=batch_size)
+    labels = np.asarray(ds[LABEL])
+    if spec.type == "regression":
+        out = regression_metrics(labels, logits[:, 0])
+        out["loss"] = out["mse"]
+        return out
+    out = classification_metrics(labels, logits.argmax(axis=1), spec.label_names)
+    z = logits.astype(np.float64) - logits.max(axis=1, keepdims=True)
+    log_p = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
+    out["loss"] = float(-log_p[np.arange(len(labels)), labels.astype(int)].mean()) if len(labels) else float("nan")
+    return out
+
+
+def selection_value(spec: TaskSpec, metrics: dict[str, Any]) -> float:
+    """The task's contribution to model selection: its metric, negated where lower is better (mse); an
+    undefined correlation (constant predictions) counts as 0."""
+    value = float(metrics[spec.metric])
+    if math.isnan(value):
+        return 0.0
+    return -value if spec.metric in LOWER_IS_BETTER else value
+
+
+def summarize(model: MultiTaskModel, per_task: dict[str, dict[str, Any]], select_on: str = "average") -> dict[str, float]:
+    """Flat scalar scores of one evaluation: ``<task>_<metric>`` for the headline metrics, ``average`` (the
+    mean of the tasks' selection values), ``loss`` (mean of the tasks' losses) and ``selection_score``."""
+    flat: dict[str, float] = {}
+    values = {}
+    for name, m in per_task.items():
+        spec = model.task(name)
+        for key, value in m.items():
+            if isinstance(value, (int, float)) and key != "n":
+                flat[f"{name}_{key}"] = float(value)
+        values[name] = selection_value(spec, m)
+    flat["average"] = float(np.mean(list(values.values())))
+    flat["loss"] = float(np.mean([per_task[n]["loss"] for n in per_task]))
+    chosen = flat["average"] if select_on == "average" else values[select_on]
+    flat[SELECTION_KEY] = chosen + TIE_BREAK * (1.0 - math.tanh(flat["loss"]))
+    return flat
+
+
+# ---------------------------------------------------------------------------------------------
+# Trainer
+# ---------------------------------------------------------------------------------------------
+
+class MultiTaskTrainer(Trainer):
+    """``transformers.Trainer`` for a :class:`MultiTaskModel`: the task schedule, per-task loss logging,
+    encoder / head learning rates, and evaluation of every task with selection on their average."""
+
+    def __init__(self, *args, batch_sampler: TaskBatchSampler, eval_sets: dict[str, datasets.Dataset] | None = None,
+                 head_learning_rate: float | None = None, select_on: str = "average", **kwargs):
+        super().__init__(*args, **kwargs)
+        self.batch_sampler = batch_sampler
+        self.eval_sets = eval_sets or {}
+        self.head_learning_rate = head_learning_rate
+        self.select_on = select_on
+        self._part_sums: dict[str, tuple[torch.Tensor, int]] = {}  # loss part -> (sum since the last log, count)
+        self.batches_per_task: dict[str, int] = {}
+
+    def _model(self) -> MultiTaskModel:
+        return self.accelerator.unwrap_model(self.model)
+
+    def get_train_dataloader(self) -> DataLoader:
+        loader = DataLoader(self.train_dataset, batch_sampler=self.batch_sampler, collate_fn=self.data_collator,
+                            num_workers=self.args.dataloader_num_workers, pin_memory=self.args.dataloader_pin_memory)
+        return self.accelerator.prepare(loader)
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        """The library's loss: the model's forward dispatches on the batch's ``task_ids`` to that task's
+        head and objective (times its weight). In training, the batches of each task are counted and its
+        unweighted objective (and terms) summed, detached, until :meth:`log` reports the means since the
+        last log as ``loss_<task>`` (each over that task's batches only)."""
+        loss, outputs = super().compute_loss(model, inputs, return_outputs=True, num_items_in_batch=num_items_in_batch)
+        if model.training:
+            name = self._model().tasks[int(inputs["task_ids"][0])].name
+            self.batches_per_task[name] = self.batches_per_task.get(name, 0) + 1
+            for key, value in (outputs.get("loss_parts") or {}).items():
+                total, count = self._part_sums.get(key, (0.0, 0))
+                self._part_sums[key] = (total + value.detach().float().mean(), count + 1)
+        return (loss, outputs) if return_outputs else loss
+
+    def log(self, logs: dict[str, float], *args, **kwargs) -> None:
+        if self._part_sums and "loss" in logs:
+            for key, (total, count) in self._part_sums.items():
+                logs[f"loss_{key}"] = round(float(total) / count, 6)
+            self._part_sums = {}
+        super().log(logs, *args, **kwargs)
+
+    def create_optimizer(self, model=None):
+        if self.optimizer is not None:
+            return self.optimizer
+        model = self._model()
+        head_lr = self.head_learning_rate or self.args.learning_rate
+        decay = set(self.get_decay_parameter_names(model))
+        groups: dict[tuple[float, float], list[torch.nn.Parameter]] = {}
+        for name, param in model.named_parameters():
+            if not param.requires_grad:
+                continue
+            lr = head_lr if name.startswith("heads.") else self.args.learning_rate
+            wd = self.args.weight_decay if name in decay else 0.0
+            groups.setdefault((lr, wd), []).append(param)
+        param_groups = [{"params": ps, "lr": lr, "weight_decay": wd} for (lr, wd), ps in groups.items()]
+        optimizer_cls, optimizer_kwargs = self.get_optimizer_cls_and_kwargs(self.args, model)
+        optimizer_kwargs.pop("lr", None)
+        self.optimizer = optimizer_cls(param_groups, lr=self.args.learning_rate, **optimizer_kwargs)
+        return self.optimizer
+
+    def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix: str = "eval") -> dict[str, float]:
+        """Score every task on its validation split; log and return ``eval_<task>_<metric>``,
+        ``eval_average`` and ``eval_selection_score`` (what the Trainer keeps the best checkpoint by)."""
+        model = self._model()
+        per_task = {name: evaluate_task(model, name, ds, batch_size=self.args.per_device_eval_batch_size)
+                    for name, ds in self.eval_sets.items()}
+        metrics = {f"{metric_key_prefix}_{k}": v for k, v in summarize(model, per_task, self.select_on).items()}
+        self.log(metrics)
+        self.control = self.callback_handler.on_evaluate(self.args, self.state, self.control, metrics)
+        return metrics
+
+
+# ---------------------------------------------------------------------------------------------
+# One multi-task job
+# ---------------------------------------------------------------------------------------------
+
+def _task_train_config(config: MultiTaskConfig, task: Task) -> TrainConfig:
+    """The single-task options of ``task`` (data, columns, sampling) as a :class:`TrainConfig`, so that its
+    data are loaded and sampled exactly as ``train`` does."""
+    data_task = None if task.type is None else ("regression" if task.type == "regression" else "classification")
+    return TrainConfig(data=task.data, text_column=task.text_column, text_pair_column=task.text_pair_column,
+                       label_column=task.label_column, validation_data=task.validation_data, test_data=task.test_data,
+                       validation_split=task.validation_split, task=data_task, shots=task.shots,
+                       train_size=task.train_size, validation_size=task.validation_size, seed=config.seed,
+                       sample_seed=config.sample_seed, sample_index=config.sample_index)
+
+
+def schedule_steps(config: MultiTaskConfig, steps_per_epoch: int) -> int:
+    """Total optimisation steps (see :class:`MultiTaskConfig`)."""
+    per_update = config.gradient_accumulation_steps
+    if config.max_steps is not None:
+        return int(config.max_steps)
+    if config.epochs is not None:
+        return max(1, math.ceil(config.epochs * steps_per_epoch / per_update))
+    return max(math.ceil(3 * steps_per_epoch / per_update), config.min_steps)
+
+
+def train_multitask(config: MultiTaskConfig | None = None, *, callbacks: list[TrainerCallback] | None = None,
+                    **overrides: Any) -> "MultiTaskResult":
+    """Train one encoder with one head per task; save the model and ``results.json`` in ``output``.
+
+    ``callbacks``: ``transformers.TrainerCallback`` objects added to the Trainer's. Returns the record
+    (the contents of ``results.json``) with the trained model as ``.model``.
+    """
+    from transformers import set_seed
+
+    config = MultiTaskConfig(**{**({f.name: getattr(config, f.name) for f in fields(config)} if config else {}),
+                                **overrides})
+    tasks = config.validate()
+    output = Path(config.output)
+    if (output / RESULTS_NAME).is_file():
+        raise ConfigError(f"{output} already holds a finished run ({RESULTS_NAME}); choose another output")
+    if last_checkpoint(output) is not None:
+        raise ConfigError(f"{output} holds an unfinished run's checkpoints; choose another output")
+
+    t0 = time.perf_counter()
+    set_seed(config.seed)
+    prepared: dict[str, PreparedData] = {}
+    specs: list[TaskSpec] = []
+    for task in tasks:
+        p = prepare_data(_task_train_config(config, task))
+        labels = p.train[LABEL]
+        label_range = [float(min(labels)), float(max(labels))] if p.data.label_names is None else None
+        specs.append(resolve_task(task, label_names=p.data.label_names, pairs=p.data.has_pairs, data_name=task.data,
+                                  label_range=label_range))
+        prepared[task.name] = p
+    pooling = config.pooling or default_pooling(config.model)
+    model = MultiTaskModel.from_encoder(config.model, specs, pooling=pooling, max_length=config.max_length,
+                                        trust_remote_code=config.trust_remote_code)
+    parts = [tokenize_rows(model, spec, prepared[spec.name].train) for spec in specs]
+    rows = TaskRows(parts)
+    sampler = TaskBatchSampler(
+        rows.sizes, [spec.batch_size or config.batch_size for spec in specs], config.schedule,
+        temperature=config.temperature, seed=config.seed,
+        labels=[prepared[s.name].train[LABEL] if s.contrastive else None for s in specs],
+        balanced=[s.contrastive for s in specs])
+    total_steps = schedule_steps(config, len(sampler))
+    eval_sets = {s.name: prepared[s.name].validation for s in specs
+                 if prepared[s.name].validation is not None and len(prepared[s.name].validation) > 0}
+    if config.select_on != "average" and config.select_on not in eval_sets:
+        raise ConfigError(f"select_on={config.select_on!r}, but that task has no validation split")
+    selecting = config.select_best and bool(eval_sets)
+    trainer = _build_trainer(config, model, rows, sampler, total_steps, eval_sets if selecting else None, callbacks)
+    t_setup = time.perf_counter()
+    train_output = trainer.train()
+    t_train = time.perf_counter()
+
+    per_task: dict[str, dict[str, Any]] = {s.name: {} for s in specs}
+    for split in ("validation", "test"):
+        if split == "test" and not config.evaluate_test:
+            continue
+        for s in specs:
+            ds = getattr(prepared[s.name], split)
+            if ds is not None and len(ds) > 0:
+                per_task[s.name][split] = evaluate_task(model, s.name, ds)
+    t_eval = time.perf_counter()
+    metrics: dict[str, Any] = {}
+    for split in ("validation", "test"):
+        scored = {name: m[split] for name, m in per_task.items() if split in m}
+        if scored:
+            summary = summarize(model, scored)
+            metrics[split] = {"average": summary["average"],
+                              **{name: _headline(model.task(name), m) for name, m in scored.items()}}
+
+    selection = _selection_record(trainer, config) if selecting else None
+    training = {
+        "steps": trainer.state.global_step, "max_steps": total_steps, "steps_per_epoch": len(sampler),
+        "batch_size": config.batch_size, "learning_rate": config.learning_rate,
+        "head_learning_rate": config.head_learning_rate or config.learning_rate, "weight_decay": config.weight_decay,
+        "warmup_ratio": config.warmup_ratio, "gradient_accumulation_steps": config.gradient_accumulation_steps,
+        "max_length": model.max_length, "pooling": pooling, "fp16": config.fp16, "bf16": config.bf16,
+        "train_loss": float(train_output.training_loss), "selection": selection,
+    }
+    schedule = {"name": config.schedule, "temperature": config.temperature if config.schedule == "temperature" else None,
+                "probabilities": dict(zip([s.name for s in specs], map(float, sampler.probabilities))),
+                "batch_sizes": dict(zip([s.name for s in specs], sampler.batch_sizes)),
+                "batches_per_task": dict(trainer.batches_per_task)}
+    task_records = {s.name: {"spec": s.to_dict(), "data": prepared[s.name].description(_task_train_config(config, t)),
+                             "metrics": per_task[s.name]} for s, t in zip(specs, tasks)}
+    result = {
+        "kind": "multitask",
+        "model": config.model,
+        "seed": config.seed,
+        "tasks": task_records,
+        "schedule": schedule,
+        "select_on": config.select_on,
+        "training": training,
+        "metrics": metrics,
+        "timings": {"setup_s": t_setup - t0, "train_s": t_train - t_setup, "eval_s": t_eval - t_train},
+        "versions": library_versions(),
+        "tags": config.tags,
+        "log_history": trainer.state.log_history,
+    }
+    model.info.update({"base_model": config.model, "seed": config.seed, "schedule": schedule, "training": training,
+                       "data": {name: rec["data"] for name, rec in task_records.items()},
+                       "versions": result["versions"]})
+    if config.save_model:
+        model.save_pretrained(output)
+    write_json_atomic(output / RESULTS_NAME, result)
+    shutil.rmtree(output / CHECKPOINT_DIR, ignore_errors=True)
+    if config.progress:
+        shown = {split: {k: (round(v, 4) if isinstance(v, float) else {kk: round(vv, 4) for kk, vv in v.items()})
+                         for k, v in m.items()} for split, m in metrics.items()}
+        print(f"multitask ({', '.join(s.name for s in specs)}): {json.dumps(shown)}  ({t_train - t_setup:.0f}s training)")
+    return MultiTaskResult(result, model)
+
+
+def _headline(spec: TaskSpec, m: dict[str, Any]) -> dict[str, float]:
+    keys = ("pearson", "spearman", "mse") if spec.type == "regression" else ("accuracy", "f1", "macro_f1", "mcc")
+    return {k: float(m[k]) for k in keys}
+
+
+def _build_trainer(config: MultiTaskConfig, model: MultiTaskModel, rows: TaskRows, sampler: TaskBatchSampler,
+                   total_steps: int, eval_sets: dict[str, datasets.Dataset] | None,
+                   callbacks: list[TrainerCallback] | None = None) -> MultiTaskTrainer:
+    output = Path(config.output)
+    if eval_sets:
+        every = config.eval_steps or max(1, math.ceil(total_steps / 5))
+        selection = {"eval_strategy": "steps", "eval_steps": every, "save_strategy": "steps", "save_steps": every,
+                     "load_best_model_at_end": True, "metric_for_best_model": SELECTION_KEY, "greater_is_better": True,
+                     "save_only_model": True, "save_total_limit": 1}
+    else:
+        selection = {"eval_strategy": "no", "save_strategy": "no"}
+    callbacks = list(callbacks or [])
+    if eval_sets and config.early_stopping_patience:
+        from transformers import EarlyStoppingCallback
+
+        callbacks.append(EarlyStoppingCallback(early_stopping_patience=config.early_stopping_patience))
+    args = TrainingArguments(
+        output_dir=str(output / CHECKPOINT_DIR),
+        max_steps=total_steps,
+        per_device_train_batch_size=max(sampler.batch_sizes),
+        per_device_eval_batch_size=max(64, config.batch_size),
+        gradient_accumulation_steps=config.gradient_accumulation_steps,
+        learning_rate=config.learning_rate,
+        weight_decay=config.weight_decay,
+        warmup_steps=config.warmup_ratio,
+        lr_scheduler_type="linear",
+        logging_steps=config.logging_steps,
+        **selection,
+        seed=config.seed,
+        data_seed=config.seed,
+        fp16=config.fp16,
+        bf16=config.bf16,
+        use_cpu=config.use_cpu,
+        report_to=config.report_to,
+        disable_tqdm=not config.progress,
+        remove_unused_columns=False,
+        dataloader_pin_memory=torch.cuda.is_available(),
+    )
+    trainer = MultiTaskTrainer(
+        model=model, args=args, train_dataset=rows, eval_dataset=eval_sets or None,
+        data_collator=MultiTaskCollator(model.tokenizer, model.tasks), callbacks=callbacks or None,
+        batch_sampler=sampler, eval_sets=eval_sets, head_learning_rate=config.head_learning_rate,
+        select_on=config.select_on)
+    if not config.progress:
+        trainer.remove_callback(PrinterCallback)
+    return trainer
+
+
+def _selection_record(trainer: MultiTaskTrainer, config: MultiTaskConfig) -> dict[str, Any]:
+    state = trainer.state
+    evals = [{"step": h["step"], **{k.removeprefix("eval_"): v for k, v in h.items() if k.startswith("eval_")}}
+             for h in state.log_history if any(k.startswith("eval_") for k in h)]
+    model = trainer._model()
+    best_step = None
+    if state.best_model_checkpoint:
+        best_step = int(Path(state.best_model_checkpoint).name.rsplit("-", 1)[-1])
+    per_task_best = {}
+    for name in trainer.eval_sets:
+        spec = model.task(name)
+        key = f"{name}_{spec.metric}"
+        scored = [e for e in evals if key in e]
+        if scored:
+            best = max(scored, key=lambda e: selection_value(spec, {spec.metric: e[key]}))
+            per_task_best[name] = {"metric": spec.metric, "best_step": best["step"], "best_value": best[key]}
+    kept = next((e for e in evals if e["step"] == best_step), None)
+    return {"select_on": config.select_on, "best_step": best_step,
+            "best_average": kept["average"] if kept else None,
+            "per_task_best": per_task_best, "evaluations": evals,
+            "stopped_early": bool(config.early_stopping_patience) and state.global_step < state.max_steps,
+            "rule": "every task is scored on its validation split at each evaluation; the checkpoint with the best "
+                    + ("average of the tasks' selection metrics" if config.select_on == "average"
+                       else f"{config.select_on} selection metric")
+                    + ", ties broken by the lower mean validation loss, is kept (Trainer load_best_model_at_end)"}
+
+
+class MultiTaskResult(dict):
+    """The run's record (the contents of ``results.json``) with the trained model as ``.model``."""
+
+    def __init__(self, record: dict[str, Any], model: MultiTaskModel | None = None, output: str | None = None):
+        super().__init__(record)
+        self._model = model
+        self._output = output
+
+    @property
+    def metrics(self) -> dict[str, Any]:
+        return self["metrics"]
+
+    @property
+    def model(self) -> MultiTaskModel:
+        if self._model is None:
+            self._model = MultiTaskModel.from_pretrained(self._output)
+        return self._model

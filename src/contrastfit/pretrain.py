@@ -1,0 +1,237 @@
+"""Stage 1 on its own corpus: train a sentence encoder with SimCSE or DiffCSE and save it as a plain
+Hugging Face encoder folder.
+
+The CS224N report (Behrman & Christoglou, Sec. 3.3-3.5, 5.1) trains the sentence embeddings once, on a
+corpus of their own (a million Wikipedia sentences for unsupervised SimCSE and DiffCSE, NLI triples for
+supervised SimCSE), and only then fits task heads. :func:`pretrain` is that stage alone: the encoder
+stage of ``simcse-unsup``, ``simcse-sup`` or ``diffcse`` (:mod:`contrastfit.methods.simcse`: the same
+losses, the same Trainer) on
+
+* an **unlabelled text file**: one text per line (``.txt``, or any file that is not a table); blank lines
+  are skipped; UTF-8;
+* a **table without labels** (CSV / TSV / JSONL / Parquet with a text column, ``text_column`` to name it;
+  a pair column is read as sentence pairs);
+* a **labelled data set** (a built-in name, a local table with a label column, a Hub name): its
+  **training split** only (the split ``train`` would use), so that no validation or test row is seen.
+
+``simcse-sup`` needs class labels (its triples are built from classes); the two others ignore labels.
+The output folder is a Hugging Face encoder folder (``config.json``, ``model.safetensors``, the tokenizer)
+that ``train(TrainConfig(model=ENC_DIR))``, ``train_multitask(model=ENC_DIR)`` and an experiment's
+``model:`` load like any local model, plus
+
+* ``1_Pooling/config.json``: the pooling the encoder was trained with, in sentence-transformers' format
+  (``mean`` or ``cls``), which :func:`contrastfit.encoders.default_pooling` reads, so later runs pool the
+  same way (``pooler`` pooling has no such entry: give ``--pooling pooler`` again downstream);
+* ``contrastfit_pretrain.json``: what made it: method and hyper-parameters, base model, pooling, the
+  Trainer settings, steps and final loss, the corpus (source, kind, number of texts, sha256 of the file,
+  hash of the rows) and library versions.
+
+Defaults per method are the report's stage-1 settings (Sec. 5.3.2-5.3.4): batch 64 / 32 / 64, learning
+rate 1e-5 / 1e-5 / 1e-6, maximum length 64 / 100 / 64 for ``simcse-unsup`` / ``simcse-sup`` / ``diffcse``,
+weight decay 0.1, one epoch; warm-up is the project's 10%. The report drops supervised pairs longer than
+100 tokens; here they are truncated. ``max_texts`` keeps the first N texts, as the report's "datascale"
+keeps the first fraction of a corpus (Sec. 5.3.1).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import datasets
+
+from .data.loading import LABEL, SUFFIX_BUILDERS, TEXT, TEXT_PAIR, check_utf8, data_hash, load_data, normalise_columns, read_table
+from .encoders import DEFAULT_MODEL, default_pooling, resolve_model
+from .atomic import atomic_folder, write_json_atomic
+from .errors import ConfigError, DataError
+from .modeling import ContrastiveClassifier
+from .versions import library_versions
+
+PRETRAIN_METHODS = ("simcse-unsup", "simcse-sup", "diffcse")
+RECORD_NAME = "contrastfit_pretrain.json"
+POOLING_CONFIG = "1_Pooling/config.json"
+#: The report's stage-1 settings (Sec. 5.3.2 batch size, 5.3.3 learning rate and weight decay, 5.3.4 length).
+PRETRAIN_DEFAULTS: dict[str, dict[str, Any]] = {
+    "simcse-unsup": {"batch_size": 64, "learning_rate": 1e-5, "max_length": 64},
+    "simcse-sup": {"batch_size": 32, "learning_rate": 1e-5, "max_length": 100},
+    "diffcse": {"batch_size": 64, "learning_rate": 1e-6, "max_length": 64},
+}
+DEFAULT_WEIGHT_DECAY = 0.1
+
+
+def _file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def read_text_lines(path: str | os.PathLike) -> list[str]:
+    """The non-blank lines of a UTF-8 text file, stripped (one text per line)."""
+    path = Path(path).expanduser()
+    if not path.is_file():
+        raise DataError(f"corpus {path}: no such file")
+    check_utf8(path)
+    with open(path, encoding="utf-8") as fh:
+        return [line.strip() for line in fh if line.strip()]
+
+
+def load_corpus(data: str, *, labelled: bool, text_column: str | None = None, text_pair_column: str | None = None,
+                label_column: str | None = None) -> tuple[datasets.Dataset, list[str] | None, dict[str, Any]]:
+    """The stage-1 rows (``text``, optional ``text_pair``, ``label`` when there are labels), their label
+    names (None: no labels or a regression target) and a description of the corpus for the record."""
+    path = Path(data).expanduser()
+    is_file = path.is_file()
+    if not is_file and (path.suffix.lower() in (".txt", *SUFFIX_BUILDERS) or data.startswith((".", "/", "~"))):
+        raise DataError(f"corpus {path}: no such file")
+    if is_file and path.suffix.lower() not in SUFFIX_BUILDERS:
+        texts = read_text_lines(path)
+        if not texts:
+            raise DataError(f"corpus {path} holds no text (it is empty or has only blank lines)")
+        if labelled:
+            raise ConfigError(f"simcse-sup needs class labels, but {path} is unlabelled text (one text per line); "
+                              "give a labelled data set (a built-in name or a table with a label column), "
+                              "or use simcse-unsup or diffcse")
+        source = {"kind": "text-lines", "path": str(path.resolve()), "sha256": _file_sha256(path)}
+        return datasets.Dataset.from_dict({TEXT: texts}), None, source
+    if is_file:
+        raw = read_table(path)
+        has_labels = (label_column or LABEL) in raw.column_names
+        if not has_labels:
+            if labelled:
+                raise ConfigError(f"simcse-sup needs class labels, but {path} has no label column "
+                                  f"'{label_column or LABEL}' (columns: {', '.join(raw.column_names)})")
+            ds, _ = normalise_columns(raw, str(path), text_column, text_pair_column, label_column, require_labels=False)
+            return ds, None, {"kind": "table", "path": str(path.resolve()), "sha256": _file_sha256(path), "labels": False}
+    text_data = load_data(data, text_column=text_column, text_pair_column=text_pair_column, label_column=label_column)
+    source = {"kind": text_data.source.get("kind", "builtin"), "name": text_data.name, "split": "train",
+              "labels": True, **({"sha256": _file_sha256(path)} if is_file else {})}
+    if labelled and text_data.label_names is None:
+        raise ConfigError(f"simcse-sup needs class labels, but '{data}' has a numeric (regression) target; "
+                          "use simcse-unsup or diffcse")
+    return text_data.train, text_data.label_names, source
+
+
+def pretrain(method: str = "simcse-unsup", data: str | None = None, output: str | None = None, *,
+             model: str = DEFAULT_MODEL, pooling: str | None = None, text_column: str | None = None,
+             text_pair_column: str | None = None, label_column: str | None = None, max_texts: int | None = None,
+             max_length: int | None = None, batch_size: int | None = None, learning_rate: float | None = None,
+             weight_decay: float = DEFAULT_WEIGHT_DECAY, warmup_ratio: float = 0.1, epochs: float = 1.0,
+             max_steps: int | None = None, seed: int = 0, hparams: dict[str, Any] | None = None,
+             logging_steps: int = 10, progress: bool = True, fp16: bool = False, bf16: bool = False,
+             use_cpu: bool = False, trust_remote_code: bool = False) -> "PretrainResult":
+    """Train the encoder ``model`` with the encoder stage of ``method`` on ``data`` and save it to ``output``
+    (see the module docstring). ``max_steps`` (if given) caps the run; ``hparams`` are the method's
+    (``temperature``, DiffCSE's ``lambda``, ``mask_ratio``, ...). Returns the record, with ``.output``."""
+    from transformers import set_seed
+
+    from .training import TrainConfig, build_trainer, tokenize_dataset
+
+    if method not in PRETRAIN_METHODS:
+        raise ConfigError(f"pretrain method must be one of {', '.join(PRETRAIN_METHODS)}, got {method!r}")
+    if not data:
+        raise ConfigError("pretrain needs a corpus: data=PATH (one text per line), a table or a data set name")
+    if not output:
+        raise ConfigError("pretrain needs an output folder: output=ENC_DIR")
+    out = Path(output)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise ConfigError(f"{out} already exists and is not an empty folder; choose another output")
+    defaults = PRETRAIN_DEFAULTS[method]
+    settings = {"batch_size": batch_size or defaults["batch_size"],
+                "learning_rate": learning_rate if learning_rate is not None else defaults["learning_rate"],
+                "max_length": max_length or defaults["max_length"]}
+    for key in ("batch_size", "max_length"):
+        if not isinstance(settings[key], int) or settings[key] < 1:
+            raise ConfigError(f"{key} must be an integer >= 1, got {settings[key]!r}")
+    if not settings["learning_rate"] > 0 or not epochs > 0 or (max_steps is not None and max_steps < 1):
+        raise ConfigError(f"learning_rate and epochs must be > 0 and max_steps >= 1 (got {settings['learning_rate']}, "
+                          f"{epochs}, {max_steps})")
+    if max_texts is not None and max_texts < 2:
+        raise ConfigError(f"max_texts must be >= 2 (a contrastive batch needs two texts), got {max_texts}")
+
+    t0 = time.perf_counter()
+    set_seed(seed)
+    labelled = method == "simcse-sup"
+    rows, label_names, source = load_corpus(data, labelled=labelled, text_column=text_column,
+                                            text_pair_column=text_pair_column, label_column=label_column)
+    if max_texts is not None and len(rows) > max_texts:
+        rows = rows.select(range(max_texts))
+    if len(rows) < 2:
+        raise DataError(f"corpus {data} holds {len(rows)} text; contrastive pre-training needs at least 2")
+    if not labelled:  # the objectives ignore labels: one placeholder class, random batches
+        rows = rows.remove_columns([c for c in rows.column_names if c == LABEL])
+        rows = rows.add_column(LABEL, [0] * len(rows))
+        label_names = ["text"]
+    source.update(n_texts=len(rows), pairs=TEXT_PAIR in rows.column_names, rows_hash=data_hash(rows),
+                  max_texts=max_texts)
+    pooling = pooling or default_pooling(model)
+    classifier = ContrastiveClassifier.from_encoder(model, method, label_names, hparams=hparams or {}, pooling=pooling,
+                                                    max_length=settings["max_length"],
+                                                    trust_remote_code=trust_remote_code)
+    train_ds = tokenize_dataset(rows, classifier.tokenizer, classifier.max_length)
+    classifier.method.prepare(classifier, train_ds)
+    with atomic_folder(out) as staging:
+        config = TrainConfig(method=method, data=str(data), output=str(staging), model=model,
+                             batch_size=settings["batch_size"], learning_rate=settings["learning_rate"],
+                             weight_decay=weight_decay, warmup_ratio=warmup_ratio, seed=seed,
+                             sampler="balanced" if labelled else "random", save_checkpoints=False,
+                             logging_steps=logging_steps, progress=progress, fp16=fp16, bf16=bf16, use_cpu=use_cpu,
+                             max_length=settings["max_length"], min_steps=1)
+        config.validate()
+        trainer = build_trainer(config, classifier, train_ds, float(epochs), max_steps=max_steps or -1)
+        t_setup = time.perf_counter()
+        train_output = trainer.train()
+        t_train = time.perf_counter()
+        shutil.rmtree(staging / "checkpoints", ignore_errors=True)
+        encoder = classifier.encoder
+        encoder.backbone.save_pretrained(staging, safe_serialization=True)
+        classifier.tokenizer.save_pretrained(staging)
+        if pooling in ("mean", "cls"):
+            write_json_atomic(staging / POOLING_CONFIG, {
+                "word_embedding_dimension": encoder.hidden_size, "pooling_mode_cls_token": pooling == "cls",
+                "pooling_mode_mean_tokens": pooling == "mean", "pooling_mode_max_tokens": False,
+                "pooling_mode_mean_sqrt_len_tokens": False})
+        base_path, _ = resolve_model(model)
+        record = {
+            "kind": "pretrain",
+            "method": method,
+            "hparams": {k: v for k, v in classifier.method.hparams.items() if not k.startswith("head_")},
+            "base_model": model,
+            "base_model_path": base_path,
+            "pooling": pooling,
+            "max_length": classifier.max_length,
+            "seed": seed,
+            "training": {"batch_size": settings["batch_size"], "learning_rate": settings["learning_rate"],
+                         "weight_decay": weight_decay, "warmup_ratio": warmup_ratio, "epochs": epochs,
+                         "max_steps": max_steps, "steps": trainer.state.global_step,
+                         "sampler": config.sampler, "train_loss": float(train_output.training_loss)},
+            "corpus": source,
+            "timings": {"setup_s": t_setup - t0, "train_s": t_train - t_setup},
+            "versions": library_versions(),
+            "log_history": trainer.state.log_history,
+        }
+        write_json_atomic(staging / RECORD_NAME, record)
+    if progress:
+        print(f"pretrain {method}: {record['training']['steps']} steps on {source['n_texts']} texts, "
+              f"loss {record['training']['train_loss']:.4f} ({t_train - t_setup:.0f}s) -> {out}")
+    return PretrainResult(record, str(out))
+
+
+class PretrainResult(dict):
+    """The record written to ``contrastfit_pretrain.json``, with the encoder folder as ``.output``."""
+
+    def __init__(self, record: dict[str, Any], output: str):
+        super().__init__(record)
+        self.output = output
+
+
+def read_pretrain_record(folder: str | os.PathLike) -> dict[str, Any] | None:
+    """The stage-1 record of an encoder folder written by :func:`pretrain`, or None."""
+    path = Path(folder) / RECORD_NAME
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
