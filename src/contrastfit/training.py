@@ -1,6 +1,6 @@
 """Training on ``transformers.Trainer``.
 
-:class:`ContrastfitTrainer` adds three things to the library's Trainer, which keeps the rest
+:class:`ContrastfitTrainer` adds these to the library's Trainer, which keeps the rest
 (optimiser and schedule, checkpoints and ``--resume``, mixed precision, torchrun / accelerate DDP,
 logging integrations, progress bars):
 
@@ -9,7 +9,9 @@ logging integrations, progress bars):
   :meth:`get_train_dataloader`, so it is what the trainer really feeds (pitfall 5);
 * the parts of a composite loss (``ce``, ``scl``, ...), which the model returns in its output
   (``ClassifierOutput.loss_parts``), are logged next to the total;
-* parameters a method owns can have their own learning rate (``Method.param_groups``).
+* parameters a method owns can have their own learning rate (``Method.param_groups``);
+* with ``gradient_cache_chunk``, gradient caching in :meth:`ContrastfitTrainer.training_step`
+  (:mod:`contrastfit.gradcache`): the whole batch in the loss, the encoder's memory of one chunk.
 
 :func:`train` runs one whole job: load and sample the data, build the model, train, evaluate on
 validation and test, save the model and write ``results.json`` (atomically) with everything that
