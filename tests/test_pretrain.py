@@ -133,3 +133,27 @@ def test_bad_input_is_a_one_line_error_and_writes_nothing(tmp_path, tiny_encoder
     with pytest.raises(ConfigError, match="simcse-unsup: temperature must be > 0"):
         _pretrain(tiny_encoder_dir, corpus_txt, tmp_path / "bad_hp", hparams={"temperature": 0})
     assert not (tmp_path / "bad_hp").exists()
+
+
+def test_cli_pretrain_writes_an_encoder_that_train_loads(tmp_path, tiny_encoder_dir, sentiment_csv, capsys):
+    """`contrastfit pretrain` on a text file, then `contrastfit train --model ENC_DIR` on it."""
+    from contrastfit.cli import main
+
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(["good film", "bad plot", "great fun story", "dull movie", "the actor was fine",
+                                 "boring and weak", "a superb story", "awful acting"]) + "\n", encoding="utf-8")
+    enc = tmp_path / "enc"
+    assert main(["pretrain", "--data", str(corpus), "--model", str(tiny_encoder_dir), "--output", str(enc),
+                 "--max-steps", "2", "--batch-size", "4", "--quiet"]) == 0
+    assert f"encoder saved to {enc}" in capsys.readouterr().out
+    assert (enc / "config.json").exists() and (enc / "model.safetensors").exists()
+    run = tmp_path / "run"
+    assert main(["train", "--data", str(sentiment_csv), "--text-column", "sentence", "--label-column", "sentiment",
+                 "--model", str(enc), "--method", "ce", "--min-steps", "2", "--epochs", "1", "--output", str(run),
+                 "--quiet"]) == 0
+    assert json.loads((run / "results.json").read_text())["model"] == str(enc)
+    # bad input: one line, exit 2
+    assert main(["pretrain", "--data", str(tmp_path / "missing.txt"), "--output", str(tmp_path / "e2"),
+                 "--model", str(tiny_encoder_dir)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("contrastfit: error:") and "\n" not in err

@@ -159,6 +159,28 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--plot", help="also draw the texts with their words coloured by value to this PNG")
     p.add_argument("--output", help="write the JSONL here instead of standard output")
 
+    # -- pretrain ------------------------------------------------------------------------------
+    p = sub.add_parser("pretrain", help="train the encoder alone on a corpus (SimCSE / DiffCSE stage 1), save an encoder folder",
+                       description="Stage 1 on its own corpus: the encoder stage of simcse-unsup, simcse-sup or diffcse on "
+                                   "DATA (a text file with one text per line, a table, or a data set name; simcse-sup needs "
+                                   "labels), saved as a plain Hugging Face encoder folder that `train --model` and an "
+                                   "experiment's `model:` load.")
+    p.add_argument("--method", default="simcse-unsup", choices=["simcse-unsup", "simcse-sup", "diffcse"])
+    p.add_argument("--data", required=True, help="corpus: .txt (one text per line), a data file, or a data set name")
+    p.add_argument("--output", required=True, help="encoder folder to write (must not exist or be empty)")
+    p.add_argument("--model", help="the encoder to start from (default: the default model)")
+    p.add_argument("--text-column")
+    p.add_argument("--label-column")
+    p.add_argument("--max-texts", type=int, help="use at most this many texts of the corpus")
+    p.add_argument("--epochs", type=float, default=1.0)
+    p.add_argument("--max-steps", type=int, help="cap the number of optimisation steps")
+    p.add_argument("--batch-size", type=int, help="default: the method's (the paper's)")
+    p.add_argument("--learning-rate", type=float, help="default: the method's (the paper's)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
+                   help="a hyper-parameter of the method (repeatable), e.g. --param temperature=0.05")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+
     # -- datasets / methods --------------------------------------------------------------------
     p = sub.add_parser("datasets", help="list the built-in data sets with sizes and labels")
     p.add_argument("--json", action="store_true", help="print JSON")
@@ -420,7 +442,21 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_pretrain(args: argparse.Namespace) -> int:
+    from .encoders import DEFAULT_MODEL
+    from .pretrain import pretrain
+
+    result = pretrain(args.method, args.data, args.output, model=args.model or DEFAULT_MODEL,
+                      text_column=args.text_column, label_column=args.label_column, max_texts=args.max_texts,
+                      epochs=args.epochs, max_steps=args.max_steps, batch_size=args.batch_size,
+                      learning_rate=args.learning_rate, seed=args.seed, hparams=_parse_params(args.param),
+                      progress=not args.quiet)
+    print(f"encoder saved to {result.output}")
+    return 0
+
+
 COMMANDS = {"train": cmd_train, "evaluate": cmd_evaluate, "predict": cmd_predict, "datasets": cmd_datasets,
+            "pretrain": cmd_pretrain,
             "methods": cmd_methods, "explain": cmd_explain, "experiment": cmd_experiment, "report": cmd_report, "compare": cmd_compare}
 
 
