@@ -26,7 +26,7 @@ LABEL_NAMES = ["negative", "positive"]
 TEXTS = ["good fun film", "awful dull plot the movie was", "superb great story", "bad weak plot",
          "the actor was very fun", "boring and dull", "a fine film but not great", "awful awful it was",
          "very good"]
-LABELS = [1, 0, 1, 0, 1, 0, 1, 0, 1]  # 9 rows: chunks of 2 and 4 do not divide the batch
+LABELS = [1, 0, 1, 0, 1, 0, 1, 0, 1]  # 9 rows: chunks of 4 do not divide the batch
 
 #: Every method that trains the encoder, with hyper-parameters that fit the tiny encoder (hidden 32).
 CASES = [
@@ -73,23 +73,26 @@ def _batch(model, texts=TEXTS, labels=LABELS):
 
 @contextlib.contextmanager
 def _chunked_with_graph(encoder, chunk):
-    """The reference: every encoder call embeds its rows in the same chunks as the cache does, each
-    cut to its longest row (so it draws the same dropout masks from the same seed), but keeps the
-    graph; the loss and one backward then run on the full batch as usual."""
+    """The reference: every encoder call embeds its rows in the same chunks as the cache does (rows
+    ordered longest first, each chunk cut to its longest row), so it draws the same dropout masks
+    from the same seed, but keeps the graph; the loss and one backward then run on the full batch."""
     real = encoder.forward
 
     def forward(input_ids, attention_mask, token_type_ids=None):
         rows, width = input_ids.shape
-        pooled, parts = [], []
+        order = torch.sort(attention_mask.sum(dim=1), descending=True, stable=True).indices
+        pooled, tokens = [None] * rows, [None] * rows
         for s in range(0, rows, chunk):
-            used = int(attention_mask[s:s + chunk].sum(dim=0).nonzero().max()) + 1
-            piece = {"input_ids": input_ids[s:s + chunk, :used], "attention_mask": attention_mask[s:s + chunk, :used]}
+            idx = order[s:s + chunk]
+            used = int(attention_mask[idx].sum(dim=0).nonzero().max()) + 1
+            piece = {"input_ids": input_ids[idx, :used], "attention_mask": attention_mask[idx, :used]}
             if token_type_ids is not None:
-                piece["token_type_ids"] = token_type_ids[s:s + chunk, :used]
+                piece["token_type_ids"] = token_type_ids[idx, :used]
             out = real(**piece)
-            pooled.append(out.pooled)
-            parts.append(torch.nn.functional.pad(out.token_embeddings, (0, 0, 0, width - used)))
-        return type(out)(pooled=torch.cat(pooled), token_embeddings=torch.cat(parts), attention_mask=attention_mask)
+            padded = torch.nn.functional.pad(out.token_embeddings, (0, 0, 0, width - used))
+            for k, i in enumerate(idx.tolist()):
+                pooled[i], tokens[i] = out.pooled[k], padded[k]
+        return type(out)(pooled=torch.stack(pooled), token_embeddings=torch.stack(tokens), attention_mask=attention_mask)
 
     encoder.forward = forward
     try:
@@ -108,14 +111,14 @@ def _reference_grads(model, inputs, labels, chunk, seed):
     with _chunked_with_graph(model.encoder, chunk):
         out = model.method.training_loss(model, inputs, labels)
     out.loss.backward()
-    return float(out.loss), _grads(model), torch.get_rng_state()
+    return float(out.loss.detach()), _grads(model), torch.get_rng_state()
 
 
 def _cached_grads(model, inputs, labels, chunk, seed):
     model.zero_grad(set_to_none=True)
     torch.manual_seed(seed)
     out = cached_backward(model, inputs, labels, chunk)
-    return float(out.loss), _grads(model), torch.get_rng_state()
+    return float(out.loss.detach()), _grads(model), torch.get_rng_state()
 
 
 def _assert_same_grads(expected, actual, atol=1e-6, rtol=0.0):
@@ -191,9 +194,12 @@ def test_supcl_seq_views_replay_their_own_dropout(tiny_encoder_dir):
     with cache.caching():
         loss = model.method.training_loss(model, inputs, labels).loss
     assert [sorted(set(c.dropout)) for c in cache.calls] == [[0.0], [0.3]]
-    width = inputs["input_ids"].shape[1]
-    assert [[c.spans[i][:2] for i in range(3)] for c in cache.calls] == [[(0, 4), (4, 8), (8, 9)]] * 2
-    assert cache.calls[0].spans[2][2] == 4 < width  # the last chunk, "[CLS] very good [SEP]", is cut to 4 tokens
+    # rows longest first (ties in batch order), chunks of 4, each cut to its longest row
+    lengths = inputs["attention_mask"].sum(dim=1).tolist()
+    assert lengths == [5, 8, 5, 5, 7, 5, 8, 6, 4]
+    expected = [([1, 6, 4, 7], 8), ([0, 2, 3, 5], 5), ([8], 4)]
+    for c in cache.calls:
+        assert [(idx.tolist(), width) for idx, width in c.spans] == expected
     loss.backward()
     cache.backward()
     assert dropout_probabilities(model.encoder) == configured  # the replay put the configured values back
@@ -201,6 +207,10 @@ def test_supcl_seq_views_replay_their_own_dropout(tiny_encoder_dir):
 
 def _replayed_outputs(model, cache, loss):
     """Back-propagate ``loss`` and replay ``cache``; return the pooled outputs the replay computed."""
+    places, offset = [], 0  # where each replayed chunk's rows go in the calls' concatenated outputs
+    for call in cache.calls:
+        places += [offset + idx for idx, _ in call.spans]
+        offset += sum(len(idx) for idx, _ in call.spans)
     seen = []
     hook = model.encoder.register_forward_hook(lambda module, args, out: seen.append(out.pooled.detach().clone()))
     try:
@@ -208,7 +218,11 @@ def _replayed_outputs(model, cache, loss):
         cache.backward()
     finally:
         hook.remove()
-    return torch.cat(seen)
+    assert len(seen) == len(places)
+    result = torch.empty((offset, seen[0].shape[1]), dtype=seen[0].dtype)
+    for rows, out in zip(places, seen):
+        result[rows] = out
+    return result
 
 
 def test_mixed_precision_replays_autocast(tiny_encoder_dir):

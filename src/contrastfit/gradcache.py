@@ -34,13 +34,16 @@ the encoder's word embeddings detached, so nothing of it needs replaying. A call
 made with gradients disabled, or while no encoder parameter is trainable, runs as usual.
 
 Conventions
-    * Chunks are consecutive rows of the batch as the method passes it to the encoder. Each chunk
-      is cut to its own longest row (the trailing columns that are padding in every row of the
-      chunk are dropped), so a chunk costs what its own sentences need, not what the longest
-      sentence of a large batch needs; its token states are padded back with zeros to the batch's
-      width (the attention mask is 0 there). Every pooling and every method reads token states
-      through the attention mask (pitfall 7), so nothing they compute changes; in float64 the
-      gradients equal those of one unchunked pass to 1e-6 (``tests/test_gradient_cache.py``).
+    * Chunks group rows of similar length: the rows of each call are ordered by their number of
+      attended tokens (longest first, ties in batch order) and cut into chunks of ``chunk_size``;
+      each chunk is cut to its own longest row (the trailing columns that are padding in every
+      row of the chunk are dropped). So a chunk costs what its own sentences need, not what the
+      longest sentence of a large batch needs, and the widest chunk comes first (the memory peak
+      is reached early, later chunks reuse it). The outputs are put back in batch order, token
+      states padded back with zeros to the batch's width (the attention mask is 0 there). Every
+      pooling and every method reads token states through the attention mask (pitfall 7), so
+      nothing they compute changes: in float64 the gradients equal those of one unchunked pass to
+      1e-6 (``tests/test_gradient_cache.py``).
     * The cached gradients have the dtype of the encoder's outputs, as the gradient flowing into
       them does without caching; no dot-product surrogate is formed (the surrogate in reduced
       precision is how cached gradients went silently wrong elsewhere: pitfall 8), the cached
@@ -129,6 +132,13 @@ def _restore_random_state(state: _RandomState) -> None:
 # Trimming a chunk's padding
 # ---------------------------------------------------------------------------------------------
 
+def _length_order(mask: torch.Tensor) -> torch.Tensor:
+    """Batch indices, longest row first (length = the number of attended tokens; ties in batch
+    order), so that each chunk holds rows of similar length."""
+    lengths = mask.bool().sum(dim=1)
+    return torch.sort(lengths, descending=True, stable=True).indices
+
+
 def _trimmed_width(mask: torch.Tensor) -> int:
     """The width of a chunk without its trailing all-padding columns (at least 1)."""
     used = torch.nonzero(mask.bool().any(dim=0))
@@ -152,8 +162,8 @@ def _per_token(value: torch.Tensor, width: int | None) -> bool:
 class _Call:
     """One call of the encoder in the first pass: enough to replay it chunk by chunk."""
 
-    pieces: list[dict[str, Any]]  # the inputs of each chunk (rows, trailing padding trimmed)
-    spans: list[tuple[int, int, int | None]]  # the rows of each chunk, and its width after trimming
+    pieces: list[dict[str, Any]]  # the inputs of each chunk (its rows, trailing padding trimmed)
+    spans: list[tuple[torch.Tensor, int | None]]  # the rows (batch indices) of each chunk, its width
     states: list[_RandomState]  # the random state before each chunk
     dropout: list[Any]  # the value of every dropout site at the call
     training: list[bool]  # every module's training flag at the call
@@ -217,19 +227,20 @@ class GradientCache:
                      dropout=[getattr(module, attr) for module, attr in self._sites],
                      training=[m.training for m in self._modules],
                      autocast=(device.type, torch.is_autocast_enabled(device.type), torch.get_autocast_dtype(device.type)))
+        order = _length_order(mask) if full is not None else torch.arange(rows, device=device)
         template, buffers = None, {}
         for start in range(0, rows, self.chunk_size):
-            stop = min(start + self.chunk_size, rows)
-            width = _trimmed_width(mask[start:stop]) if full is not None else None
+            idx = order[start:start + self.chunk_size]
+            width = _trimmed_width(mask[idx]) if full is not None else None
             piece = {}
             for key, value in inputs.items():
                 if torch.is_tensor(value) and value.dim() > 0 and value.shape[0] == rows:
-                    value = value[start:stop]
+                    value = value[idx]
                     if width is not None and value.dim() >= 2 and value.shape[1] == full:
                         value = value[:, :width]
                 piece[key] = value
             call.pieces.append(piece)
-            call.spans.append((start, stop, width or full))
+            call.spans.append((idx, width or full))
             call.states.append(_capture_random_state(device))
             with torch.no_grad():
                 out = self._real(**piece)
@@ -239,7 +250,7 @@ class GradientCache:
                 template = out
                 for f in dataclasses.fields(out):
                     value = getattr(out, f.name)
-                    if torch.is_tensor(value) and value.dim() > 0 and value.shape[0] == stop - start:
+                    if torch.is_tensor(value) and value.dim() > 0 and value.shape[0] == len(idx):
                         if full is not None and _per_token(value, width):
                             call.per_token.add(f.name)
                             buffers[f.name] = value.new_zeros((rows, full, *value.shape[2:]))
@@ -248,9 +259,9 @@ class GradientCache:
             for name, buffer in buffers.items():
                 value = getattr(out, name)
                 if name in call.per_token:
-                    buffer[start:stop, :value.shape[1]].copy_(value)
+                    buffer[idx, :value.shape[1]] = value
                 else:
-                    buffer[start:stop].copy_(value)
+                    buffer[idx] = value
             del out
         for name, buffer in buffers.items():
             if buffer.is_floating_point():
@@ -284,11 +295,11 @@ class GradientCache:
                         continue
                     self._set_state(call.dropout, call.training)
                     device_type, enabled, dtype = call.autocast
-                    for (start, stop, width), piece, state in zip(call.spans, call.pieces, call.states):
+                    for (idx, width), piece, state in zip(call.spans, call.pieces, call.states):
                         _restore_random_state(state)
                         with torch.autocast(device_type, dtype=dtype, enabled=enabled):
                             out = self.encoder(**piece)
-                        pairs = [(getattr(out, name), grad[start:stop, :width] if name in call.per_token else grad[start:stop])
+                        pairs = [(getattr(out, name), grad[idx, :width] if name in call.per_token else grad[idx])
                                  for name, grad in grads.items()]
                         pairs = [(t, g) for t, g in pairs if t.requires_grad]
                         if pairs:
