@@ -154,7 +154,7 @@ def test_torchrun_two_processes_train_save_once_and_reload(tmp_path, tiny_encode
     from contrastfit.training import TrainConfig, prepare_data
 
     out = tmp_path / "run"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", "29533",
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
            "-m", "contrastfit", "train", "--data", str(sentiment_csv), "--text-column", "sentence",
            "--label-column", "sentiment", "--model", str(tiny_encoder_dir), "--method", "ce-scl",
            "--batch-size", "8", "--min-steps", "6", "--epochs", "1", "--output", str(out), "--quiet"]

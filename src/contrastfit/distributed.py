@@ -38,7 +38,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-__all__ = ["world", "is_distributed", "launched_processes", "GlobalBatch", "gather", "gather_views"]
+__all__ = ["world", "is_distributed", "launched_processes", "cpu_processes", "GlobalBatch", "gather", "gather_views"]
 
 
 def is_distributed() -> bool:
@@ -55,6 +55,13 @@ def launched_processes() -> int:
         return max(1, int(os.environ.get("WORLD_SIZE", "1")))
     except ValueError:
         return 1
+
+
+def cpu_processes(use_cpu: bool = False) -> bool:
+    """Whether the Trainer must be told ``use_cpu``: asked for, or several processes launched on a
+    machine without CUDA. (Accelerate sets up a multi-process CPU run, gloo, only when told the run
+    is on the CPU; otherwise every process would train alone on the whole data set.)"""
+    return use_cpu or (launched_processes() > 1 and not torch.cuda.is_available())
 
 
 def world() -> tuple[int, int]:

@@ -41,7 +41,7 @@ from transformers import DataCollatorWithPadding, PrinterCallback, Trainer, Trai
 from .data import ClassBalancedBatchSampler, TextData, data_hash, load_data, sample_per_class, sample_stratified
 from .data.sampling import derive_seed
 from .data.loading import LABEL, TEXT, TEXT_PAIR
-from .distributed import world
+from .distributed import cpu_processes, world
 from .encoders import DEFAULT_MODEL, default_pooling
 from .errors import ConfigError, ModelError
 from .evaluation import evaluate_model, headline
@@ -334,6 +334,15 @@ class ContrastfitTrainer(Trainer):
     def _classifier(self) -> ContrastiveClassifier:
         return self.accelerator.unwrap_model(self.model)
 
+    def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
+        """The library's save, then (for its own calls, which every process makes) a barrier: process
+        0 swaps the checkpoint folder in by renames (:func:`contrastfit.atomic.atomic_folder`), and
+        the other processes write their RNG state into that folder right after this returns, so
+        they must wait until the swap is done or their write finds no folder."""
+        super().save_model(output_dir, _internal_call=_internal_call)
+        if _internal_call and self.args.world_size > 1:
+            self.accelerator.wait_for_everyone()
+
     def training_step(self, model, inputs, num_items_in_batch=None):
         """With ``gradient_cache_chunk`` set: the library's step (loss on the whole batch, scaled for
         gradient accumulation, ``accelerator.backward`` with its mixed-precision scaling) runs with the
@@ -616,7 +625,7 @@ def build_trainer(config: TrainConfig, model: ContrastiveClassifier, train_ds: d
         data_seed=config.seed,
         fp16=config.fp16,
         bf16=config.bf16,
-        use_cpu=config.use_cpu,
+        use_cpu=cpu_processes(config.use_cpu),
         report_to=config.report_to,
         disable_tqdm=not config.progress,
         remove_unused_columns=False,
@@ -900,7 +909,7 @@ def train(config: TrainConfig | None = None, *, text_data: TextData | None = Non
                              "loss, is kept (Trainer load_best_model_at_end)"}
     training.update(epochs=epochs if model.method.trains_encoder else 0, steps=trainer.state.global_step, selection=selection,
                     pooling=pooling, train_loss=train_loss, resumed_from=resume_from, head_init=head_init,
-                    head_stage=head_stage, world_size=world()[1])
+                    head_stage=head_stage, world_size=trainer.args.world_size)
     result = {
         "method": config.method,
         "hparams": model.method.hparams,

@@ -42,6 +42,7 @@ from ..data.loading import LABEL, TEXT, TEXT_PAIR
 from ..encoders import DEFAULT_MODEL, default_pooling
 from ..errors import ConfigError
 from ..evaluation.metrics import classification_metrics, regression_metrics
+from ..distributed import cpu_processes
 from ..atomic import write_json_atomic
 from ..training import (CHECKPOINT_DIR, DEFAULT_LEARNING_RATE, DEFAULT_MIN_STEPS, LOWER_IS_BETTER, RESULTS_NAME,
                         TIE_BREAK, PreparedData, TrainConfig, last_checkpoint, prepare_data)
@@ -499,7 +500,7 @@ def _build_trainer(config: MultiTaskConfig, model: MultiTaskModel, rows: TaskRow
         data_seed=config.seed,
         fp16=config.fp16,
         bf16=config.bf16,
-        use_cpu=config.use_cpu,
+        use_cpu=cpu_processes(config.use_cpu),
         report_to=config.report_to,
         disable_tqdm=not config.progress,
         remove_unused_columns=False,
