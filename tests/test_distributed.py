@@ -1,8 +1,14 @@
 """Multi-process (gloo, 2 CPU processes) behaviour of contrastfit.distributed: the global batch, its
-gradients and the scaling convention, against one process holding the concatenated batch."""
+gradients and the scaling convention, against one process holding the concatenated batch; gradient
+caching through a real DistributedDataParallel; the cross-batch memory on every process.
+
+Starting a process costs far more than what it computes here (imports), so every 2-process check of
+this module runs in **one** spawn (:func:`two_processes`, module-scoped), and each test asserts on
+its part of the result (CI budget)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from pathlib import Path
@@ -33,6 +39,154 @@ def _entry(rank: int, fn, folder: str, args) -> None:
     Path(folder, f"rank{rank}.json").write_text(json.dumps(out))
 
 
+TEXTS = ["good great film", "bad awful plot", "superb fun story", "dull weak movie",
+         "fine good actor", "boring bad story", "great fun plot", "awful dull film", "a very good story"]
+LABELS = [1, 0, 1, 0, 1, 0, 1, 0, 1]
+
+#: (id, method, hyper-parameters, rows per process): the 2-process step against the 1-process step on
+#: the concatenated rows. Methods with a per-process cross-entropy term need equal shares (DDP's mean of
+#: the processes' means is then the global mean); the others also run on uneven shares (4 + 5).
+STEP_CASES = [
+    ("ce-scl", "ce-scl", {}, (4, 4)),
+    ("simcse-unsup", "simcse-unsup", {}, (4, 4)),
+    ("self-supervised-cl", "self-supervised-cl", {}, (4, 5)),
+    ("supcl-seq", "supcl-seq", {}, (4, 5)),
+    ("simcse-sup", "simcse-sup", {}, (4, 4)),
+    # class 1 has 5 rows: its unpaired anchor (row 8) is on process 1 only; process 0 re-encodes nothing
+    ("simcse-sup-augmented", "simcse-sup", {"augmented": True}, (4, 5)),
+    ("lacon", "lacon", {"heads": 4}, (4, 5)),
+    ("lacon-fusion", "lacon-fusion", {"heads": 4}, (4, 4)),
+    ("ce-supcon", "ce-supcon", {}, (4, 4)),
+    ("ce-softtriple-pooled", "ce-softtriple", {"centers_per_class": 3, "dml_on": "pooled"}, (4, 4)),
+]
+#: Gradient caching under a real DistributedDataParallel, chunks of 3 (which divide neither share).
+CACHE_CHUNK = 3
+CACHED_CASES = [
+    ("ce-scl", "ce-scl", {}, (4, 4)),
+    ("lacon-fusion", "lacon-fusion", {"heads": 4}, (4, 5)),  # token states cached, label embeddings
+    ("simcse-sup-augmented", "simcse-sup", {"augmented": True}, (4, 5)),  # an extra call on one process only
+]
+#: Gradient accumulation over two batches with caching under DDP, as the Trainer runs it (the first
+#: batch inside ``ddp.no_sync()``): rows of each global batch, split evenly between the processes.
+ACCUMULATED = [list(range(8)), [1, 2, 5, 6]]
+#: The cross-batch memory: three global batches (two rows per process), a memory of 6 rows that is
+#: full from the third batch on.
+MEMORY_SIZE = 6
+MEMORY_BATCHES = [[0, 1, 2, 3], [4, 5, 6, 7], [1, 2, 5, 6]]
+
+
+def _shares(sizes: tuple[int, int]) -> list[list[int]]:
+    return [list(range(sum(sizes[:r]), sum(sizes[:r + 1]))) for r in range(WORLD)]
+
+
+def _model(model_dir: str, method: str, hparams: dict, *, train: bool = False, seed: int = 0):
+    """A float64 model with the same initial weights in every process. ``train``: training mode with
+    every dropout at 0 (so that two processes and one compute the same thing); else eval mode."""
+    from contrastfit import ContrastiveClassifier
+    from contrastfit.encoders import _dropout_sites
+
+    torch.manual_seed(seed)
+    model = ContrastiveClassifier.from_encoder(model_dir, method, ["neg", "pos"], hparams=hparams, pooling="mean")
+    model.double()
+    if not train:
+        return model.eval()
+    for module, attr in _dropout_sites(model):
+        setattr(module, attr, 0.0)
+    return model.train()
+
+
+def _inputs(model, rows: list[int]):
+    enc = model.tokenize([TEXTS[i] for i in rows], padding=True)
+    return {k: torch.as_tensor(v) for k, v in enc.items()}, torch.tensor([LABELS[i] for i in rows])
+
+
+def _grads(model) -> dict[str, torch.Tensor]:
+    return {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+def _step(model_dir: str, method: str, hparams: dict, rows: list[int], *, train: bool = False):
+    """One training step's loss and parameter gradients of ``method`` on ``rows``, uncached."""
+    model = _model(model_dir, method, hparams, train=train)
+    inputs, labels = _inputs(model, rows)
+    loss = model.method.training_loss(model, inputs, labels).loss
+    loss.backward()
+    return float(loss.detach()), _grads(model)
+
+
+def _mean_over_processes(value: float) -> float:
+    values = [torch.zeros(1, dtype=torch.float64) for _ in range(WORLD)]
+    dist.all_gather(values, torch.tensor([value], dtype=torch.float64))
+    return sum(float(v) for v in values) / WORLD
+
+
+def _ddp_step(rank: int, model_dir: str, method: str, hparams: dict, sizes) -> dict:
+    loss, grads = _step(model_dir, method, hparams, _shares(sizes)[rank])
+    for g in grads.values():  # what DistributedDataParallel does with every gradient: the mean over processes
+        dist.all_reduce(g)
+        g /= WORLD
+    return {"loss": _mean_over_processes(loss), "grads": {n: g.tolist() for n, g in grads.items()}}
+
+
+def _cached_ddp_step(rank: int, model_dir: str, method: str, hparams: dict, sizes) -> dict:
+    """A real ``DistributedDataParallel`` (``find_unused_parameters=True``, as the Trainer wraps this
+    model) and a gradient-cached step (``contrastfit.gradcache.cached_backward``): DDP averages."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    from contrastfit.gradcache import cached_backward
+
+    model = _model(model_dir, method, hparams, train=True)
+    ddp = DistributedDataParallel(model, find_unused_parameters=True)
+    inputs, labels = _inputs(model, _shares(sizes)[rank])
+    out = cached_backward(model, inputs, labels, CACHE_CHUNK, ddp=ddp)
+    return {"loss": _mean_over_processes(float(out.loss)), "grads": {n: g.tolist() for n, g in _grads(model).items()}}
+
+
+def _accumulated(model_dir: str, rank: int | None) -> dict:
+    """``ce-scl``, two batches of :data:`ACCUMULATED` accumulated into one step (each loss scaled by 1/2,
+    the Trainer's rule). ``rank`` None: one process, uncached, whole batches. Otherwise a real
+    ``DistributedDataParallel`` and gradient caching (chunks of 3), the first batch under the DDP
+    module's ``no_sync()`` as the Trainer's accumulation runs it: only the second batch's last chunk
+    synchronises, and it must average what both batches accumulated."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    from contrastfit.gradcache import cached_backward
+
+    model = _model(model_dir, "ce-scl", {}, train=True)
+    ddp = None if rank is None else DistributedDataParallel(model, find_unused_parameters=True)
+    loss = 0.0
+    for k, rows in enumerate(ACCUMULATED):
+        share = rows if rank is None else rows[rank * len(rows) // 2:(rank + 1) * len(rows) // 2]
+        inputs, labels = _inputs(model, share)
+        if ddp is None:
+            step = model.method.training_loss(model, inputs, labels).loss / len(ACCUMULATED)
+            step.backward()
+            loss += float(step.detach())
+            continue
+        with ddp.no_sync() if k < len(ACCUMULATED) - 1 else contextlib.nullcontext():
+            out = cached_backward(model, inputs, labels, CACHE_CHUNK, scale=1 / len(ACCUMULATED), ddp=ddp)
+        loss += float(out.loss) / len(ACCUMULATED)
+    return {"loss": loss if rank is None else _mean_over_processes(loss), "grads": _grads(model)}
+
+
+def _memory_steps(model_dir: str, rank: int | None) -> dict:
+    """``ce-scl`` with a cross-batch memory over :data:`MEMORY_BATCHES`: each step's loss (the mean over
+    processes) and the rows the memory holds after it. ``rank`` None: one process, whole batches."""
+    from contrastfit.memory import attach_memory
+
+    model = _model(model_dir, "ce-scl", {})
+    memory = attach_memory(model, MEMORY_SIZE)
+    losses, held = [], []
+    for batch in MEMORY_BATCHES:
+        rows = batch if rank is None else batch[rank * 2:rank * 2 + 2]
+        inputs, labels = _inputs(model, rows)
+        with torch.no_grad():
+            loss = float(model.method.training_loss(model, inputs, labels).loss)
+        losses.append(loss if rank is None else _mean_over_processes(loss))
+        embeddings, ys = memory.held()
+        held.append({"embeddings": embeddings.tolist(), "labels": ys.tolist(), "full": memory.full})
+    return {"losses": losses, "held": held}
+
+
 def _gather_rows(rank: int, sizes: tuple[int, int]) -> dict:
     torch.manual_seed(0)
     full = torch.randn(sum(sizes), 3, dtype=torch.float64)
@@ -49,13 +203,49 @@ def _gather_rows(rank: int, sizes: tuple[int, int]) -> dict:
             "offset": g.offset, "grad": x.grad.tolist(), "world": list(world())}
 
 
-@pytest.mark.parametrize("sizes", [(3, 3), (3, 2)], ids=["even", "uneven-last-batch"])
-def test_gather_concatenates_in_rank_order_and_sums_gradients(tmp_path, sizes):
-    out = _spawn(_gather_rows, tmp_path, sizes)
+def _local_only(rank: int) -> dict:
+    """The old behaviour (each process's contrastive term on its own rows) differs: a check that the
+    step tests can fail."""
+    from contrastfit.losses import supcon
+
+    torch.manual_seed(1)
+    z = torch.randn(8, 4, dtype=torch.float64)
+    labels = torch.tensor(LABELS[:8])
+    mine = slice(rank * 4, rank * 4 + 4)
+    (views,), y = gather_views([z[mine]], labels[mine])
+    return {"global": float(supcon(views, y, 0.1)), "local": float(supcon(z[mine], labels[mine], 0.1)),
+            "full": float(supcon(z, labels, 0.1))}
+
+
+GATHER_SIZES = {"even": (3, 3), "uneven-last-batch": (3, 2)}
+
+
+def _suite(rank: int, model_dir: str) -> dict:
+    """Everything this module checks on 2 processes, in one spawn."""
+    return {
+        "gather": {name: _gather_rows(rank, sizes) for name, sizes in GATHER_SIZES.items()},
+        "global_local": _local_only(rank),
+        "steps": {case: _ddp_step(rank, model_dir, method, hp, sizes) for case, method, hp, sizes in STEP_CASES},
+        "cached": {case: _cached_ddp_step(rank, model_dir, method, hp, sizes)
+                   for case, method, hp, sizes in CACHED_CASES},
+        "accumulated": {k: ({n: g.tolist() for n, g in v.items()} if k == "grads" else v)
+                        for k, v in _accumulated(model_dir, rank).items()},
+        "memory": _memory_steps(model_dir, rank),
+    }
+
+
+@pytest.fixture(scope="module")
+def two_processes(tmp_path_factory, tiny_encoder_dir) -> list[dict]:
+    return _spawn(_suite, tmp_path_factory.mktemp("two-processes"), str(tiny_encoder_dir))
+
+
+@pytest.mark.parametrize("name", list(GATHER_SIZES))
+def test_gather_concatenates_in_rank_order_and_sums_gradients(two_processes, name):
+    sizes = GATHER_SIZES[name]
     torch.manual_seed(0)
     full = torch.randn(sum(sizes), 3, dtype=torch.float64)
     weights = torch.arange(1.0, 1.0 + full.numel(), dtype=torch.float64).view_as(full)
-    for rank, res in enumerate(out):
+    for rank, res in enumerate(r["gather"][name] for r in two_processes):
         assert res["world"] == [rank, WORLD]
         # the padding of the shorter share is gone: exactly the concatenated batch
         assert torch.allclose(torch.tensor(res["emb"], dtype=torch.float64), full)
@@ -69,67 +259,66 @@ def test_gather_concatenates_in_rank_order_and_sums_gradients(tmp_path, sizes):
         assert torch.allclose(torch.tensor(res["grad"], dtype=torch.float64), expected)
 
 
-TEXTS = ["good great film", "bad awful plot", "superb fun story", "dull weak movie",
-         "fine good actor", "boring bad story", "great fun plot", "awful dull film"]
-LABELS = [1, 0, 1, 0, 1, 0, 1, 0]
+def _assert_equal_step(res: dict, loss: float, grads: dict[str, torch.Tensor]) -> None:
+    assert res["loss"] == pytest.approx(loss, abs=1e-5)
+    assert set(res["grads"]) == set(grads)
+    for name, g in grads.items():
+        assert torch.allclose(torch.tensor(res["grads"][name], dtype=torch.float64), g, atol=1e-5), name
 
 
-def _step(model_dir: str, method: str, rows: list[int], seed: int = 0) -> tuple[float, dict[str, torch.Tensor]]:
-    """One training step's loss and parameter gradients of ``method`` on ``rows`` (float64, dropout
-    off so that two processes and one see the same embeddings)."""
-    from contrastfit import ContrastiveClassifier
-
-    torch.manual_seed(seed)
-    model = ContrastiveClassifier.from_encoder(model_dir, method, ["neg", "pos"], pooling="mean").double().eval()
-    enc = model.tokenize([TEXTS[i] for i in rows], padding=True)
-    inputs = {k: torch.as_tensor(v) for k, v in enc.items()}
-    labels = torch.tensor([LABELS[i] for i in rows])
-    loss = model.method.training_loss(model, inputs, labels).loss
-    loss.backward()
-    grads = {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
-    return float(loss.detach()), grads
+@pytest.mark.parametrize("case,method,hparams,sizes", STEP_CASES, ids=[c[0] for c in STEP_CASES])
+def test_two_process_step_equals_one_process_step_on_the_concatenated_batch(two_processes, tiny_encoder_dir,
+                                                                            case, method, hparams, sizes):
+    """Loss (mean over processes) and every parameter's gradient (averaged as DDP does) of a 2-process
+    step equal those of one process on the concatenated rows, to 1e-5."""
+    loss, grads = _step(str(tiny_encoder_dir), method, hparams, list(range(sum(sizes))))
+    assert any(n.startswith("encoder.") for n in grads)
+    for res in two_processes:
+        _assert_equal_step(res["steps"][case], loss, grads)
 
 
-def _ddp_step(rank: int, model_dir: str, method: str) -> dict:
-    half = len(TEXTS) // WORLD
-    loss, grads = _step(model_dir, method, list(range(rank * half, (rank + 1) * half)))
-    for g in grads.values():  # what DistributedDataParallel does with every gradient: the mean over processes
-        dist.all_reduce(g)
-        g /= WORLD
-    losses = [torch.zeros(1, dtype=torch.float64) for _ in range(WORLD)]
-    dist.all_gather(losses, torch.tensor([loss], dtype=torch.float64))
-    return {"loss": sum(float(x) for x in losses) / WORLD, "grads": {n: g.tolist() for n, g in grads.items()}}
+@pytest.mark.parametrize("case,method,hparams,sizes", CACHED_CASES, ids=[c[0] for c in CACHED_CASES])
+def test_cached_two_process_step_equals_uncached_one_process_step(two_processes, tiny_encoder_dir,
+                                                                  case, method, hparams, sizes):
+    """Gradient caching under DistributedDataParallel (cache locally, gather the cached embeddings,
+    all-reduce once with the last chunk), chunks that divide neither share: the same loss and
+    gradients as one uncached process on the concatenated batch. Without DDP's synchronisation each
+    process would keep its own (different) gradients, and the two would not both match."""
+    loss, grads = _step(str(tiny_encoder_dir), method, hparams, list(range(sum(sizes))), train=True)
+    for res in two_processes:
+        _assert_equal_step(res["cached"][case], loss, grads)
 
 
-@pytest.mark.parametrize("method", ["ce-scl", "simcse-unsup", "self-supervised-cl"])
-def test_two_process_step_equals_one_process_step_on_the_concatenated_batch(tmp_path, tiny_encoder_dir, method):
-    out = _spawn(_ddp_step, tmp_path, str(tiny_encoder_dir), method)
-    loss, grads = _step(str(tiny_encoder_dir), method, list(range(len(TEXTS))))
-    for res in out:
-        assert res["loss"] == pytest.approx(loss, abs=1e-5)
-        assert set(res["grads"]) == set(grads)
-        for name, g in grads.items():
-            assert torch.allclose(torch.tensor(res["grads"][name], dtype=torch.float64), g, atol=1e-5), name
+def test_cached_two_process_steps_accumulate_like_one_process(two_processes, tiny_encoder_dir):
+    """Gradient accumulation (the Trainer's ``no_sync`` around all batches but the last) composes with
+    caching under DDP: one synchronisation, with the last batch's last chunk, averages the gradients
+    of both batches."""
+    expected = _accumulated(str(tiny_encoder_dir), None)
+    for res in two_processes:
+        _assert_equal_step(res["accumulated"], expected["loss"], expected["grads"])
 
 
-def _local_only(rank: int, model_dir: str) -> dict:
-    """The old behaviour (each process's contrastive term on its own rows) differs: a check that the
-    test above can fail."""
-    from contrastfit.losses import supcon
-
-    torch.manual_seed(1)
-    z = torch.randn(8, 4, dtype=torch.float64)
-    labels = torch.tensor(LABELS)
-    mine = slice(rank * 4, rank * 4 + 4)
-    (views,), y = gather_views([z[mine]], labels[mine])
-    return {"global": float(supcon(views, y, 0.1)), "local": float(supcon(z[mine], labels[mine], 0.1)),
-            "full": float(supcon(z, labels, 0.1))}
-
-
-def test_the_global_term_is_the_full_batch_term_and_the_local_one_is_not(tmp_path, tiny_encoder_dir):
-    for res in _spawn(_local_only, tmp_path, str(tiny_encoder_dir)):
+def test_the_global_term_is_the_full_batch_term_and_the_local_one_is_not(two_processes):
+    for res in (r["global_local"] for r in two_processes):
         assert res["global"] == pytest.approx(res["full"], abs=1e-12)
         assert abs(res["local"] - res["full"]) > 1e-3
+
+
+def test_two_process_memories_stay_equal_and_match_one_process(two_processes, tiny_encoder_dir):
+    """Every process enqueues the gathered global batch: the memories are equal row for row on both
+    processes and to the memory of one process fed the concatenated batches; so are the losses,
+    including the step that contrasts with the (full) memory."""
+    one = _memory_steps(str(tiny_encoder_dir), None)
+    first, second = (r["memory"] for r in two_processes)
+    assert [h["full"] for h in one["held"]] == [False, True, True]
+    for step, expected in enumerate(one["held"]):
+        assert first["held"][step] == second["held"][step]  # identical, not merely close
+        assert first["held"][step]["labels"] == expected["labels"]
+        assert torch.allclose(torch.tensor(first["held"][step]["embeddings"]), torch.tensor(expected["embeddings"]),
+                              atol=1e-10)
+    # (the cross-entropy term computes in float32: Method.task_loss)
+    assert first["losses"] == pytest.approx(one["losses"], abs=1e-6)
+    assert second["losses"] == pytest.approx(one["losses"], abs=1e-6)
 
 
 def test_single_process_is_the_identity():
@@ -142,9 +331,13 @@ def test_single_process_is_the_identity():
     assert v is x and y is labels
 
 
-def test_torchrun_two_processes_train_save_once_and_reload(tmp_path, tiny_encoder_dir, sentiment_csv):
+@pytest.mark.parametrize("extra", [[], ["--gradient-cache", "3", "--memory-size", "16"]], ids=["plain", "cached-memory"])
+def test_torchrun_two_processes_train_save_once_and_reload(tmp_path, tiny_encoder_dir, sentiment_csv, extra):
     """``torchrun --nproc-per-node 2 -m contrastfit train``: gloo on 2 CPU processes, the global-batch
-    SupCon term, one model written by rank 0, which reloads with the predictions the run evaluated."""
+    SupCon term, as users run it, and with gradient caching (the Trainer's DDP wrapping, ``no_sync`` and the last chunk
+    through the DDP forward) and a cross-batch memory (attached while training, on every process);
+    one model written by rank 0, without the memory, which reloads with the predictions the run
+    evaluated."""
     import subprocess
     import sys
 
@@ -157,14 +350,21 @@ def test_torchrun_two_processes_train_save_once_and_reload(tmp_path, tiny_encode
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
            "-m", "contrastfit", "train", "--data", str(sentiment_csv), "--text-column", "sentence",
            "--label-column", "sentiment", "--model", str(tiny_encoder_dir), "--method", "ce-scl",
-           "--batch-size", "8", "--min-steps", "6", "--epochs", "1", "--output", str(out), "--quiet"]
+           "--batch-size", "8", "--min-steps", "6", "--epochs", "1", "--output", str(out), "--quiet", *extra]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
     assert proc.returncode == 0, "\n".join(l for l in proc.stderr.splitlines() if "contrastfit" in l or "Error" in l)[-3000:]
     assert proc.stdout.count(f"saved to {out}") == 1  # the first process writes and reports
     record = json.loads((out / "results.json").read_text())
     assert record["training"]["world_size"] == 2
+    assert record["training"]["world_size"] == 2  # from the Trainer: each process alone would say 1
+    if extra:
+        assert record["training"]["gradient_cache_chunk"] == 3 and record["training"]["memory_size"] == 16
+        assert record["training"]["steps"] >= 2  # the memory (16 = one global batch) was used from step 2 on
     assert not list(tmp_path.glob(".run.*"))  # no second writer's leftovers
+    from safetensors.torch import load_file
+
+    assert not [k for k in load_file(str(out / "head.safetensors")) if "memory" in k]
     model = ContrastiveClassifier.from_pretrained(out)
     # the same validation split as the run (the file is split with the run's seed)
     held_out = prepare_data(TrainConfig(data=str(sentiment_csv), text_column="sentence", label_column="sentiment",

@@ -28,6 +28,11 @@ the local rows only (the cross-entropy) are averaged over processes as usual in 
 that each process computes the ``N x N`` similarities of the global batch instead of its ``N/W``
 rows of them: a few milliseconds for thousands of rows, next to the encoder's cost.
 
+With gradient caching (:mod:`contrastfit.gradcache`) the loss gathers the cached embeddings (leaves
+of the first pass) exactly as it gathers live ones, so the cached gradients are the global loss's;
+the cache then lets DDP all-reduce once, with the last re-encoded chunk. The cross-batch memory
+(:mod:`contrastfit.memory`) enqueues the gathered batch on every process.
+
 Outside a multi-process run every function here is the identity: one code path for both.
 """
 

@@ -27,6 +27,25 @@ memory of one chunk:
    Afterwards the random state is put back where step 2 left it, so the rest of training draws the
    same numbers as it would have.
 
+Multi-process (DDP): cache locally, gather the cached embeddings
+    Under ``torch.nn.parallel.DistributedDataParallel`` (what ``torchrun`` / ``accelerate launch``
+    give the Trainer) each process embeds its own share in chunks without a graph; the method's loss
+    gathers the cached embeddings into the global batch as it gathers live ones
+    (:func:`contrastfit.distributed.gather`: the gather's backward hands each process
+    ``W x dL/de`` for its own rows, the scaling convention of :mod:`contrastfit.distributed`), so the
+    cached gradients are those of the **global** loss. DDP must then all-reduce the gradients once,
+    after the last chunk: ``GradientCache(..., ddp=the DDP module)`` runs step 2 (the loss, through
+    the DDP forward as the Trainer calls it) and every replayed chunk but the last under
+    ``ddp.no_sync()``, so their gradients accumulate locally, and replays the **last** chunk through
+    the DDP module's own forward (its ``module.forward`` temporarily bound to the encoder call), so
+    that DDP prepares its reducer and the backward of that chunk all-reduces (averages) every
+    gradient: the encoder's (the sum over chunks) and those the loss gave the method's parameters
+    (DDP's ``find_unused_parameters=True``, the Trainer's setting for this model, reduces
+    parameters that a backward did not reach with the gradient they hold). Inside the Trainer's own
+    ``no_sync`` (gradient accumulation) the last chunk does not synchronise either, as any
+    accumulation step. Tested against one process on the concatenated batch without caching
+    (``tests/test_distributed.py``).
+
 Multi-view methods (two SimCSE passes, SupCL-Seq's dropout views, supervised SimCSE's extra view
 of unpaired anchors) simply make several calls, each replayed on its own. DiffCSE's masking and
 generator sampling happen once, in step 2's loss, outside the encoder; the discriminator reads
@@ -185,13 +204,26 @@ class GradientCache:
     ``encoder`` must return a dataclass (such as :class:`~contrastfit.encoders.EncoderOutput`):
     every tensor field whose first dimension is the batch is concatenated over the chunks, and every
     floating-point one becomes a leaf that requires a gradient.
+
+    ``ddp``: the ``DistributedDataParallel`` module wrapping the model that holds ``encoder``, in a
+    multi-process run: :meth:`caching` then also turns DDP's gradient synchronisation off (the loss
+    inside it must run through ``ddp``'s forward, as the Trainer's ``compute_loss`` does), and
+    :meth:`backward` synchronises once, with the last chunk (the module docstring, "Multi-process").
     """
 
-    def __init__(self, encoder: nn.Module, chunk_size: int):
+    def __init__(self, encoder: nn.Module, chunk_size: int, ddp: nn.Module | None = None):
         if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
             raise ConfigError(f"gradient cache chunk size must be an integer >= 1, got {chunk_size!r}")
+        if ddp is not None:
+            if not any(m is encoder for m in ddp.module.modules()):
+                raise ValueError("the DistributedDataParallel module given does not wrap this encoder")
+            if not getattr(ddp, "find_unused_parameters", False):
+                raise ConfigError("gradient caching under DDP needs DistributedDataParallel(find_unused_parameters=True) "
+                                  "(the Trainer's setting for this model): the last chunk's backward does not reach "
+                                  "the method's parameters, whose gradients DDP must still average")
         self.encoder = encoder
         self.chunk_size = chunk_size
+        self.ddp = ddp
         self.calls: list[_Call] = []
         self._sites = list(_dropout_sites(encoder))
         self._modules = list(encoder.modules())
@@ -202,14 +234,16 @@ class GradientCache:
     @contextlib.contextmanager
     def caching(self) -> Iterator["GradientCache"]:
         """Within the block, calls of the encoder are embedded in chunks without a graph and
-        recorded; the encoder is restored on exit, even after an exception."""
+        recorded; the encoder is restored on exit, even after an exception. With ``ddp``, the block
+        runs under ``ddp.no_sync()`` (the loss's backward accumulates locally)."""
         if "forward" in self.encoder.__dict__:
             raise RuntimeError("the encoder's forward is already replaced (nested gradient caches?)")
         self._real = self.encoder.forward
         self._signature = inspect.signature(self._real)
         self.encoder.forward = self._cached_forward
         try:
-            yield self
+            with self.ddp.no_sync() if self.ddp is not None else contextlib.nullcontext():
+                yield self
         finally:
             del self.encoder.forward
 
@@ -280,47 +314,104 @@ class GradientCache:
     def backward(self) -> None:
         """Re-encode every recorded chunk with a graph and back-propagate its cached gradients
         (call after the loss's own backward). Leaves without a gradient (outputs the loss did not
-        read) are skipped, and a call none of whose outputs was read is not re-encoded."""
+        read) are skipped, and a call none of whose outputs was read is not re-encoded. With
+        ``ddp``: every chunk but the last under ``ddp.no_sync()``, the last through ``ddp``'s
+        forward, so that its backward all-reduces every gradient once."""
         if not self.calls:
             return
         end_state = _capture_random_state(self.calls[0].states[0].device)  # where the first pass left it
         now_dropout = [getattr(module, attr) for module, attr in self._sites]
         now_training = [m.training for m in self._modules]
+        ddp = self.ddp
+        syncing = ddp is not None and bool(getattr(ddp, "require_backward_grad_sync", True))
         try:
+            work = []  # (call, its cached gradients by output field, chunk number)
+            for call in self.calls:
+                grads = {name: leaf.grad for name, leaf in call.leaves.items() if leaf.grad is not None}
+                call.leaves = {}  # release the full-batch embeddings before re-encoding
+                if grads:
+                    work += [(call, grads, k) for k in range(len(call.pieces))]
+            if not work and syncing:
+                _average_gradients(ddp)  # nothing to replay: DDP never saw a synchronising backward
+            current = None
             with torch.enable_grad():
-                for call in self.calls:
-                    grads = {name: leaf.grad for name, leaf in call.leaves.items() if leaf.grad is not None}
-                    call.leaves = {}  # release the full-batch embeddings before re-encoding
-                    if not grads:
-                        continue
-                    self._set_state(call.dropout, call.training)
+                for i, (call, grads, k) in enumerate(work):
+                    if call is not current:
+                        self._set_state(call.dropout, call.training)
+                        current = call
+                    (idx, width), piece = call.spans[k], call.pieces[k]
+                    names = list(grads)
+                    _restore_random_state(call.states[k])
                     device_type, enabled, dtype = call.autocast
-                    for (idx, width), piece, state in zip(call.spans, call.pieces, call.states):
-                        _restore_random_state(state)
+                    last = i == len(work) - 1
+                    with ddp.no_sync() if ddp is not None and not last else contextlib.nullcontext():
                         with torch.autocast(device_type, dtype=dtype, enabled=enabled):
-                            out = self.encoder(**piece)
-                        pairs = [(getattr(out, name), grad[idx, :width] if name in call.per_token else grad[idx])
-                                 for name, grad in grads.items()]
+                            if ddp is not None and last:
+                                outputs = self._through_ddp(piece, names)
+                            else:
+                                out = self.encoder(**piece)
+                                outputs = [getattr(out, name) for name in names]
+                                del out
+                        pairs = [(t, grads[name][idx, :width] if name in call.per_token else grads[name][idx])
+                                 for name, t in zip(names, outputs)]
                         pairs = [(t, g) for t, g in pairs if t.requires_grad]
                         if pairs:
                             torch.autograd.backward([t for t, _ in pairs], grad_tensors=[g for _, g in pairs])
-                        del out, pairs
+                    del outputs, pairs
         finally:
             self._set_state(now_dropout, now_training)
             _restore_random_state(end_state)
             self.calls = []
 
+    def _through_ddp(self, piece: dict[str, Any], names: list[str]) -> tuple[torch.Tensor, ...]:
+        """The encoder's ``names`` outputs for ``piece``, computed by a call of the DDP module whose
+        wrapped module's ``forward`` is, for this call, the encoder call: DDP prepares its reducer
+        (unless inside ``no_sync``) and the backward of these outputs synchronises the gradients."""
+        module = self.ddp.module
+        saved = module.__dict__.get("forward")  # e.g. accelerate's mixed-precision wrapper
+        encoder = self.encoder
+        module.forward = lambda **kw: tuple(getattr(encoder(**kw), name) for name in names)
+        try:
+            return self.ddp(**piece)
+        finally:
+            if saved is None:
+                del module.forward
+            else:
+                module.forward = saved
+
+
+def _average_gradients(ddp: nn.Module) -> None:
+    """DDP's average of every trainable parameter's gradient over the processes, by hand (for a batch
+    whose loss read no cached embedding, so that no chunk was replayed through DDP)."""
+    import torch.distributed as dist
+
+    world = dist.get_world_size()
+    for param in ddp.module.parameters():
+        if param.requires_grad:
+            grad = param.grad if param.grad is not None else torch.zeros_like(param)
+            dist.all_reduce(grad)
+            param.grad = grad.div_(world)
+
 
 def cached_backward(model: nn.Module, inputs: dict[str, torch.Tensor], labels: torch.Tensor, chunk_size: int,
-                    *, scale: float = 1.0):
+                    *, scale: float = 1.0, ddp: nn.Module | None = None):
     """Back-propagate ``scale`` times the method's loss on one batch of ``model`` (a
     :class:`~contrastfit.modeling.ContrastiveClassifier` in training mode) with gradient caching in
     chunks of ``chunk_size`` rows; gradients accumulate in ``.grad`` as ``loss.backward()`` would
-    leave them. Returns the method's :class:`~contrastfit.methods.LossOutput` (its loss detached)."""
+    leave them. With ``ddp`` (a ``DistributedDataParallel`` wrapping ``model``, with
+    ``find_unused_parameters=True``), the loss runs through ``ddp``'s forward and the gradients are
+    averaged over the processes once, as DDP does for an uncached step. Returns the method's
+    :class:`~contrastfit.methods.LossOutput` (its loss detached)."""
+    from .methods.base import LossOutput
+
     check_gradient_cache(model.method, chunk_size)
-    cache = GradientCache(model.encoder, chunk_size)
+    cache = GradientCache(model.encoder, chunk_size, ddp=ddp)
     with cache.caching():
-        out = model.method.training_loss(model, inputs, labels)
+        if ddp is None:
+            out = model.method.training_loss(model, inputs, labels)
+        else:
+            res = ddp(**inputs, labels=labels)
+            out = LossOutput(loss=res.loss, logits=res.logits, parts=dict(res.loss_parts or {}))
     (out.loss * scale).backward()
     cache.backward()
     out.loss = out.loss.detach()

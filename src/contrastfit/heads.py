@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .losses._common import compute_dtype
 from .losses.lacon import lacon_predict
 
 
@@ -99,7 +100,13 @@ class LabelFusion(nn.Module):
        ``z = sum_j beta_j E_j``.
 
     Appending padding to a sequence therefore changes neither ``beta`` on its real tokens nor ``z``.
-    G, the convolution and the softmax run in float32 (autocast off); ``z`` is float32.
+
+    Precision: G, the convolution and the softmax run with autocast off in float32, or in float64
+    when the token or label embeddings are float64 (:func:`contrastfit.losses._common.compute_dtype`):
+    a cosine rounded to bf16 and then sharpened by a softmax would put the weight on the wrong token.
+    The weighted sum ``z`` follows the input like the other heads' layers: it has the token
+    embeddings' dtype (float64 in, float64 out), and under autocast it is computed in autocast's
+    precision (bf16 under ``torch.autocast("cpu", torch.bfloat16)``, as ``nn.Linear`` would be).
     """
 
     def __init__(self, num_labels: int, radius: int):
@@ -116,12 +123,13 @@ class LabelFusion(nn.Module):
         b, s, _ = token_embeddings.shape
         c = label_embeddings.shape[0]
         keep = attention_mask.bool()
+        dtype = compute_dtype(token_embeddings, label_embeddings)
         with torch.autocast(device_type=token_embeddings.device.type, enabled=False):
-            e = F.normalize(token_embeddings.float(), p=2, dim=-1)
-            lab = F.normalize(label_embeddings.float(), p=2, dim=-1)
+            e = F.normalize(token_embeddings.to(dtype), p=2, dim=-1)
+            lab = F.normalize(label_embeddings.to(dtype), p=2, dim=-1)
             g = torch.einsum("cd,bsd->bcs", lab, e) * keep.unsqueeze(1)  # (b, C, s)
-            u = F.conv1d(g.reshape(b * c, 1, s), self.conv.weight.float(), padding=self.radius)
-            u = u.reshape(b, c, s) + self.bias.float().view(1, c, 1)
+            u = F.conv1d(g.reshape(b * c, 1, s), self.conv.weight.to(dtype), padding=self.radius)
+            u = u.reshape(b, c, s) + self.bias.to(dtype).view(1, c, 1)
             m = torch.relu(u).amax(dim=1)  # (b, s)
             # the most negative finite float, not -inf: exp underflows to exactly 0 for padding, and a
             # row without any real token (no tokenizer makes one) gives zeros, not NaN
@@ -131,9 +139,9 @@ class LabelFusion(nn.Module):
 
     def forward(self, token_embeddings: torch.Tensor, attention_mask: torch.Tensor,
                 label_embeddings: torch.Tensor) -> torch.Tensor:
-        """The fused vector ``z`` (b, d)."""
+        """The fused vector ``z`` (b, d), in the token embeddings' dtype (or autocast's)."""
         beta = self.attention(token_embeddings, attention_mask, label_embeddings)
-        return torch.einsum("bs,bsd->bd", beta, token_embeddings.float())
+        return torch.einsum("bs,bsd->bd", beta.to(token_embeddings.dtype), token_embeddings)
 
 
 class LabelMatchingHead(nn.Module):

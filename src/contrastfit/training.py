@@ -11,7 +11,10 @@ logging integrations, progress bars):
   (``ClassifierOutput.loss_parts``), are logged next to the total;
 * parameters a method owns can have their own learning rate (``Method.param_groups``);
 * with ``gradient_cache_chunk``, gradient caching in :meth:`ContrastfitTrainer.training_step`
-  (:mod:`contrastfit.gradcache`): the whole batch in the loss, the encoder's memory of one chunk.
+  (:mod:`contrastfit.gradcache`): the whole batch in the loss, the encoder's memory of one chunk,
+  also across DDP processes;
+* with ``memory_size``, a cross-batch memory (:mod:`contrastfit.memory`) attached to the method for
+  the duration of :meth:`ContrastfitTrainer.train` (in its checkpoints, not in the saved model).
 
 :func:`train` runs one whole job: load and sample the data, build the model, train, evaluate on
 validation and test, save the model and write ``results.json`` (atomically) with everything that
@@ -181,6 +184,10 @@ class TrainConfig:
         "gradient caching: embed each batch in chunks of N sentences without a graph, compute the loss on the "
         "whole batch, then re-encode chunk by chunk with the cached gradients (exact gradients, the encoder "
         "memory of N sentences; README, Scale)"), group=_OPT, flag="--gradient-cache", metavar="N", ge=1)
+    memory_size: int | None = setting(None, (
+        "cross-batch memory: the last M embeddings of earlier batches, with their labels, join the SupCon term "
+        "as extra candidates once M are stored (Wang et al. 2020; ce-scl, ce-scl-lr, ce-supcon, supcl-seq; "
+        "README, Scale)"), group=_OPT, metavar="M", ge=1)
     sampler: str = setting("balanced", "training batches: balanced (the data's class mix, >= 2 rows of every class "
                            "present) or random, the library's shuffle", group=_OPT, choices=("balanced", "random"))
     head_init: str = setting("random", "probe: fit the head as a logistic-regression probe before fine-tuning, "
@@ -227,6 +234,10 @@ class TrainConfig:
             raise ConfigError("choose one of fp16 and bf16")
         if self.sampler == "balanced" and self.batch_size < 2:
             raise ConfigError("the balanced sampler needs --batch-size >= 2 (or use --sampler random)")
+        if self.memory_size is not None and self.method is not None:
+            from .memory import check_memory
+
+            check_memory(self.method, self.memory_size)  # the method must have a SupCon-style term
 
     def _check_fields(self) -> None:
         """Every field's value: its type from the annotation (strict: ``"3"`` is not an int, ``1`` is
@@ -314,11 +325,42 @@ def _bounds_text(bounds: dict[str, float]) -> str:
 # Trainer
 # ---------------------------------------------------------------------------------------------
 
-class ContrastfitTrainer(Trainer):
-    """``transformers.Trainer`` with the class-balanced sampler, loss-part logging and per-part
-    learning rates for a :class:`~contrastfit.modeling.ContrastiveClassifier`."""
+class LossPartLogging(Trainer):
+    """A ``transformers.Trainer`` that logs the terms of the loss: the terms the model returns in its
+    output (``loss_parts``: a method's CE and contrastive terms, a multi-task model's task objectives)
+    are added up in training, detached and where they are (no device synchronisation per step),
+    until :meth:`log` reports each one's mean since the last log as ``loss_<name>`` (over the steps
+    that returned that term)."""
 
-    def __init__(self, *args, balanced_batches: bool = False, gradient_cache_chunk: int | None = None, **kwargs):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._part_sums: dict[str, tuple[torch.Tensor, int]] = {}  # loss part -> (sum since the last log, count)
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        loss, outputs = super().compute_loss(model, inputs, return_outputs=True, num_items_in_batch=num_items_in_batch)
+        parts = outputs.get("loss_parts") if isinstance(outputs, dict) else None
+        if model.training and parts:
+            for key, value in parts.items():
+                value = value.detach().float().mean()  # the mean: DataParallel gathers one value per device
+                total, count = self._part_sums.get(key, (0.0, 0))
+                self._part_sums[key] = (total + value, count + 1)
+        return (loss, outputs) if return_outputs else loss
+
+    def log(self, logs: dict[str, float], *args, **kwargs) -> None:
+        if self._part_sums and "loss" in logs:
+            for key, (total, count) in self._part_sums.items():
+                logs[f"loss_{key}"] = round(float(total) / count, 6)
+            self._part_sums = {}
+        super().log(logs, *args, **kwargs)
+
+
+class ContrastfitTrainer(LossPartLogging):
+    """``transformers.Trainer`` with the class-balanced sampler, loss-part logging
+    (:class:`LossPartLogging`) and per-part learning rates for a
+    :class:`~contrastfit.modeling.ContrastiveClassifier`."""
+
+    def __init__(self, *args, balanced_batches: bool = False, gradient_cache_chunk: int | None = None,
+                 memory_size: int | None = None, **kwargs):
         super().__init__(*args, **kwargs)
         self.balanced_batches = balanced_batches
         self.gradient_cache_chunk = gradient_cache_chunk
@@ -326,10 +368,11 @@ class ContrastfitTrainer(Trainer):
             from .gradcache import check_gradient_cache
 
             check_gradient_cache(self._classifier().method, gradient_cache_chunk)
-            if self.args.world_size > 1:
-                raise ConfigError("--gradient-cache runs on one process only for now (issue 11, section 2: "
-                                  "caching combined with gathering across processes is not built)")
-        self._part_sums: dict[str, tuple[torch.Tensor, int]] = {}  # loss part -> (sum since the last log, count)
+        self.memory_size = memory_size
+        if memory_size is not None:
+            from .memory import check_memory
+
+            check_memory(self._classifier().method, memory_size)
 
     def _classifier(self) -> ContrastiveClassifier:
         return self.accelerator.unwrap_model(self.model)
@@ -351,13 +394,37 @@ class ContrastfitTrainer(Trainer):
         carries those scalings (:mod:`contrastfit.gradcache`). Without it: the library's step."""
         if self.gradient_cache_chunk is None:
             return super().training_step(model, inputs, num_items_in_batch)
+        from torch.nn.parallel import DistributedDataParallel
+
         from .gradcache import GradientCache
 
-        cache = GradientCache(self._classifier().encoder, self.gradient_cache_chunk)
+        # under DDP: the loss and every chunk but the last without gradient synchronisation, the last
+        # chunk through the DDP forward, so that DDP all-reduces once (contrastfit.gradcache)
+        ddp = model if isinstance(model, DistributedDataParallel) else None
+        cache = GradientCache(self._classifier().encoder, self.gradient_cache_chunk, ddp=ddp)
         with cache.caching():
             loss = super().training_step(model, inputs, num_items_in_batch)
         cache.backward()
         return loss
+
+    def train(self, *args, **kwargs):
+        """The library's training. With ``memory_size``: an empty cross-batch memory is attached to the
+        method first (:func:`contrastfit.memory.attach_memory`; a resumed run then loads the
+        checkpoint's memory with the weights) and detached when training ends, so that the saved
+        model does not carry it. A checkpoint to resume from must have been saved with the same
+        memory size (or none without one)."""
+        from .memory import attach_memory, check_checkpoint_memory, detach_memory
+
+        checkpoint = kwargs.get("resume_from_checkpoint", args[0] if args else None)
+        if isinstance(checkpoint, (str, os.PathLike)):
+            check_checkpoint_memory(checkpoint, self.memory_size)
+        if self.memory_size is None:
+            return super().train(*args, **kwargs)
+        attach_memory(self._classifier(), self.memory_size)
+        try:
+            return super().train(*args, **kwargs)
+        finally:
+            detach_memory(self._classifier())
 
     def get_train_dataloader(self) -> DataLoader:
         if not self.balanced_batches:
@@ -372,26 +439,6 @@ class ContrastfitTrainer(Trainer):
             pin_memory=self.args.dataloader_pin_memory,
         )
         return self.accelerator.prepare(loader)
-
-    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        """The library's loss. In training, the method's terms that the model returns in its output
-        (``loss_parts``) are added up, detached and where they are (no device synchronisation per
-        step), until :meth:`log` reports their means since the last log as ``loss_<name>``."""
-        loss, outputs = super().compute_loss(model, inputs, return_outputs=True, num_items_in_batch=num_items_in_batch)
-        parts = outputs.get("loss_parts") if isinstance(outputs, dict) else None
-        if model.training and parts:
-            for key, value in parts.items():
-                value = value.detach().float().mean()  # the mean: DataParallel gathers one value per device
-                total, count = self._part_sums.get(key, (0.0, 0))
-                self._part_sums[key] = (total + value, count + 1)
-        return (loss, outputs) if return_outputs else loss
-
-    def log(self, logs: dict[str, float], *args, **kwargs) -> None:
-        if self._part_sums and "loss" in logs:
-            for key, (total, count) in self._part_sums.items():
-                logs[f"loss_{key}"] = round(float(total) / count, 6)
-            self._part_sums = {}
-        super().log(logs, *args, **kwargs)
 
     def create_optimizer(self, model=None):
         """The Trainer's optimiser (AdamW and its settings) over one parameter group per (name, learning
@@ -588,30 +635,20 @@ def _selection_args(config: TrainConfig, task: str, eval_ds: datasets.Dataset | 
             "save_only_model": not config.save_checkpoints}
 
 
-def build_trainer(config: TrainConfig, model: ContrastiveClassifier, train_ds: datasets.Dataset,
-                  epochs: float, *, max_steps: int = -1, eval_ds: datasets.Dataset | None = None,
-                  callbacks: list[TrainerCallback] | None = None) -> ContrastfitTrainer:
-    """The Trainer of one run. ``callbacks`` (``transformers.TrainerCallback`` objects) are added to
-    the library's own and ours (early stopping). With ``config.progress`` off, nothing is printed while
-    training: no progress bars (``disable_tqdm``) and no log dicts (the library then prints each log
-    with its ``PrinterCallback``, which is removed; the logs still reach ``log_history`` and
-    ``--report-to`` integrations)."""
-    config = with_method_defaults(config)
-    output = Path(config.output)
-    n_train = len(train_ds) if train_ds is not None else 0
-    steps_per_epoch = max(1, math.ceil(n_train / (config.batch_size * config.gradient_accumulation_steps)))
-    total_steps = max_steps if max_steps > 0 else math.ceil(epochs * steps_per_epoch)
-    selection = _selection_args(config, model.task, eval_ds, total_steps)
-    callbacks = list(callbacks or [])
-    if eval_ds is not None and config.early_stopping_patience:
-        from transformers import EarlyStoppingCallback
-
-        callbacks.append(EarlyStoppingCallback(early_stopping_patience=config.early_stopping_patience))
-    args = TrainingArguments(
-        output_dir=str(output / CHECKPOINT_DIR),
+def trainer_arguments(config: Any, *, max_steps: int, selection: dict[str, Any], epochs: float = 3.0,
+                      train_batch_size: int | None = None) -> TrainingArguments:
+    """The ``transformers.TrainingArguments`` of one run of ``config`` (a :class:`TrainConfig`, or any
+    object with the same optimisation fields, e.g. :class:`contrastfit.multitask.MultiTaskConfig`):
+    AdamW, linear decay after ``warmup_ratio`` of the steps (a fraction below 1 is a ratio to the
+    library), checkpoints in ``<output>/checkpoints`` (one kept, besides the best), ``max_steps`` (or
+    ``epochs`` when it is -1), the training batch size (``train_batch_size``, default
+    ``config.batch_size``) and ``selection``, the evaluation and checkpoint settings
+    (:func:`_selection_args`)."""
+    return TrainingArguments(
+        output_dir=str(Path(config.output) / CHECKPOINT_DIR),
         num_train_epochs=epochs,
         max_steps=max_steps,
-        per_device_train_batch_size=config.batch_size,
+        per_device_train_batch_size=train_batch_size or config.batch_size,
         per_device_eval_batch_size=max(64, config.batch_size),
         gradient_accumulation_steps=config.gradient_accumulation_steps,
         learning_rate=config.learning_rate,
@@ -631,6 +668,27 @@ def build_trainer(config: TrainConfig, model: ContrastiveClassifier, train_ds: d
         remove_unused_columns=False,
         dataloader_pin_memory=torch.cuda.is_available(),
     )
+
+
+def build_trainer(config: TrainConfig, model: ContrastiveClassifier, train_ds: datasets.Dataset,
+                  epochs: float, *, max_steps: int = -1, eval_ds: datasets.Dataset | None = None,
+                  callbacks: list[TrainerCallback] | None = None) -> ContrastfitTrainer:
+    """The Trainer of one run. ``callbacks`` (``transformers.TrainerCallback`` objects) are added to
+    the library's own and ours (early stopping). With ``config.progress`` off, nothing is printed while
+    training: no progress bars (``disable_tqdm``) and no log dicts (the library then prints each log
+    with its ``PrinterCallback``, which is removed; the logs still reach ``log_history`` and
+    ``--report-to`` integrations)."""
+    config = with_method_defaults(config)
+    n_train = len(train_ds) if train_ds is not None else 0
+    steps_per_epoch = max(1, math.ceil(n_train / (config.batch_size * config.gradient_accumulation_steps)))
+    total_steps = max_steps if max_steps > 0 else math.ceil(epochs * steps_per_epoch)
+    selection = _selection_args(config, model.task, eval_ds, total_steps)
+    callbacks = list(callbacks or [])
+    if eval_ds is not None and config.early_stopping_patience:
+        from transformers import EarlyStoppingCallback
+
+        callbacks.append(EarlyStoppingCallback(early_stopping_patience=config.early_stopping_patience))
+    args = trainer_arguments(config, epochs=epochs, max_steps=max_steps, selection=selection)
     collator = DataCollatorWithPadding(model.tokenizer)
     trainer = ContrastfitTrainer(
         model=model,
@@ -641,6 +699,7 @@ def build_trainer(config: TrainConfig, model: ContrastiveClassifier, train_ds: d
         compute_metrics=_compute_metrics(model.label_names, selection_metric(config, model.task)) if eval_ds is not None else None,
         balanced_batches=config.sampler == "balanced" and model.task == "classification",
         gradient_cache_chunk=config.gradient_cache_chunk,
+        memory_size=config.memory_size,
         callbacks=callbacks or None,
     )
     if not config.progress:
@@ -800,6 +859,20 @@ def _weights_only_loading(checkpoint: str | None) -> Iterator[None]:
                 os.environ[key] = value
 
 
+def evaluation_history(state) -> tuple[list[dict[str, Any]], int | None]:
+    """A Trainer run's validation evaluations and kept step, from its ``TrainerState``: one dict per
+    evaluation (its ``step`` and every ``eval_*`` value of the log without the prefix; the timing
+    entries, ``*_runtime`` and ``*_per_second``, left out), and the step of the checkpoint the Trainer
+    kept as best (``best_model_checkpoint``; None when it kept none)."""
+    evals = [{"step": h["step"], **{k.removeprefix("eval_"): v for k, v in h.items() if k.startswith("eval_")
+                                     and not k.endswith(("_runtime", "_per_second"))}}
+             for h in state.log_history if any(k.startswith("eval_") for k in h)]
+    best_step = None
+    if state.best_model_checkpoint:
+        best_step = int(Path(state.best_model_checkpoint).name.rsplit("-", 1)[-1])
+    return evals, best_step
+
+
 def _stopped_early(trainer: Trainer) -> bool:
     """True when early stopping on validation (``EarlyStoppingCallback``) ended the run."""
     from transformers import EarlyStoppingCallback
@@ -891,17 +964,13 @@ def train(config: TrainConfig | None = None, *, text_data: TextData | None = Non
 
     training = {k: getattr(config, k) for k in (
         "batch_size", "learning_rate", "weight_decay", "warmup_ratio", "gradient_accumulation_steps",
-        "max_length", "fp16", "bf16", "min_steps", "refit_head", "head_init", "sampler", "gradient_cache_chunk")}
+        "max_length", "fp16", "bf16", "min_steps", "refit_head", "head_init", "sampler", "gradient_cache_chunk",
+        "memory_size")}
     selection = None
     if selecting:
         state = trainer.state
-        evals = [{"step": h["step"], **{k.removeprefix("eval_"): v for k, v in h.items() if k.startswith("eval_")
-                                         and not k.endswith(("_runtime", "_per_second"))}}
-                 for h in state.log_history if any(k.startswith("eval_") for k in h)]
+        evals, best_step = evaluation_history(state)
         metric = selection_metric(config, model.task)
-        best_step = None
-        if state.best_model_checkpoint:
-            best_step = int(Path(state.best_model_checkpoint).name.rsplit("-", 1)[-1])
         best_value = next((e.get(metric) for e in evals if e["step"] == best_step), None)
         selection = {"metric": metric, "best_step": best_step, "best_value": best_value, "evaluations": evals,
                      "stopped_early": bool(config.early_stopping_patience) and state.global_step < state.max_steps,
@@ -940,9 +1009,14 @@ def train(config: TrainConfig | None = None, *, text_data: TextData | None = Non
 
 class TrainResult(dict):
     """The run's record (the contents of ``results.json``) with the trained model as ``.model``
-    (loaded from the output folder on first use when the run had finished earlier)."""
+    (loaded from the output folder on first use, with :attr:`model_class`'s ``from_pretrained``, when
+    the run had finished earlier). :class:`contrastfit.multitask.MultiTaskResult` is the same with
+    another model class."""
 
-    def __init__(self, record: dict[str, Any], model: ContrastiveClassifier | None = None, output: str | None = None):
+    #: what ``.model`` loads a finished run's folder with
+    model_class: Any = ContrastiveClassifier
+
+    def __init__(self, record: dict[str, Any], model: Any = None, output: str | None = None):
         super().__init__(record)
         self._model = model
         self._output = output
@@ -952,7 +1026,7 @@ class TrainResult(dict):
         return self["metrics"]
 
     @property
-    def model(self) -> ContrastiveClassifier:
+    def model(self) -> Any:
         if self._model is None:
-            self._model = ContrastiveClassifier.from_pretrained(self._output)
+            self._model = self.model_class.from_pretrained(self._output)
         return self._model

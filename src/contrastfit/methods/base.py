@@ -91,12 +91,19 @@ class Method(nn.Module):
     #: chunks and replayed, with its dropout masks); otherwise a one-line reason why not, with which
     #: a run asking for caching is refused.
     gradient_cache: ClassVar[bool | str] = True
+    #: Cross-batch memory (``--memory-size``, :mod:`contrastfit.memory`): True when the loss has a
+    #: SupCon-style term that contrasts with the memory's rows (``self.memory``, set while training)
+    #: as extra candidates and enqueues what it contrasted; other methods are refused with a one-line
+    #: error naming them.
+    cross_batch_memory: ClassVar[bool] = False
 
     def __init__(self, num_labels: int, hidden_size: int, task: str = "classification", **hparams: Any):
         super().__init__()
         if task not in ("classification", "regression"):
             raise ConfigError(f"unknown task '{task}'")
         self.hparams = resolve_hparams(self.name, self.defaults, hparams)
+        #: a :class:`contrastfit.memory.CrossBatchMemory` while training with ``--memory-size``, else None
+        self.memory = None
         self.num_labels = num_labels
         self.hidden_size = hidden_size
         self.task = task

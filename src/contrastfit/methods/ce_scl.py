@@ -7,6 +7,12 @@ embedding of the same single forward pass that feeds the classifier; positives a
 in-batch examples of the same class. Defaults: ``lambda = 0.9``, ``temperature = 0.3``, the values
 in the paper's grid (lambda in {0.1, 0.3, 0.5, 0.7, 0.9, 1.0}, tau in {0.1, 0.3, 0.5, 0.7}) that
 its few-shot runs favoured; tune them on validation data for your task.
+
+Under DDP the SupCon term is over the **global** batch (:func:`contrastfit.distributed.gather`:
+every process's pooled embeddings with their gradients, and their labels); the cross-entropy is per
+process and averaged by DDP. With ``--memory-size M`` (:mod:`contrastfit.memory`) the last ``M``
+pooled embeddings of earlier (global) batches join SupCon as extra candidates once the memory is
+full; each batch is enqueued after it is contrasted.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ class CrossEntropySupCon(Method):
     reference = "Gunel et al. 2021, Eq. 1-3"
     defaults = {"lambda": 0.9, "temperature": 0.3}
     contrastive = True
+    cross_batch_memory = True
     #: the hyper-parameter that weights the two terms (checked to lie in [0, 1])
     weight_name = "lambda"
 
@@ -43,7 +50,11 @@ class CrossEntropySupCon(Method):
         logits = model.head(pooled)
         ce = self.task_loss(logits, labels)
         batch = gather(pooled, labels)  # the global batch under DDP (contrastfit.distributed)
-        scl = supcon(batch.embeddings, batch.labels, self.hparams["temperature"])
+        memory = self.memory  # the cross-batch memory (--memory-size): candidates once full, then enqueue
+        scl = supcon(batch.embeddings, batch.labels, self.hparams["temperature"],
+                     **(memory.candidates() if memory is not None else {}))
+        if memory is not None:
+            memory.enqueue(batch.embeddings, batch.labels)
         lam = self.contrastive_weight()
         return LossOutput(loss=(1 - lam) * ce + lam * scl, logits=logits, parts={"ce": ce, "scl": scl})
 

@@ -18,7 +18,9 @@ sampler (``contrastive = True``), and are for class labels only (a regression ta
     training examples, ``0.7`` for 100 and 1,000 (``0.7`` when the size is unknown). Note that
     Table 2's 0.6 is not in the paper's own grid ``tau in {0.1, 0.3, 0.5, 0.7, 0.9}``; it is used as
     printed. Numerically the CE weight is ``1 - (1 - beta)``, which equals ``beta`` up to one
-    rounding of the last bit.
+    rounding of the last bit. Being ``ce-scl``'s loss, its SupCon term is computed over the
+    **global** batch under DDP (gathered embeddings and labels, :mod:`contrastfit.distributed`) and
+    it takes a cross-batch memory (``--memory-size``, :mod:`contrastfit.memory`).
 
 ``ce-softtriple`` (Sec. 3.1.2, ``l_DML`` = SoftTriple, Eq. 2-3)
     :class:`~contrastfit.losses.SoftTripleLoss` (:func:`~contrastfit.losses.soft_triple`) with
@@ -42,6 +44,15 @@ sampler (``contrastive = True``), and are for class labels only (a regression ta
     backbone (1e-2 against 1e-4 in their experiments), and centres start random while the encoder
     is pretrained. ``center_reg`` is Qian et al.'s optional centre regulariser, off (0) as in
     Sosnowski et al.
+
+    Multi-process (DDP): SoftTriple compares each example (or token) with the class **centres**,
+    not with the other examples of the batch, so it has no batch negatives to gather: each process
+    computes it on its own rows, like the cross-entropy, and DDP averages the processes' terms. With
+    ``dml_on="pooled"`` and equal shares that is exactly the term of the concatenated batch (tested);
+    with ``dml_on="tokens"`` it is the mean over processes of each process's mean over its tokens,
+    which weighs the processes' tokens equally only when they hold equally many. The centres get
+    each process's gradient and DDP's average, as any parameter. For the same reason it takes no
+    cross-batch memory (``--memory-size`` is refused).
     Defaults, Table 1 (:data:`~contrastfit.losses.SOSNOWSKI_TABLE1`), by training-set size:
 
     ========  ====  =====  ======  =====  ====

@@ -72,6 +72,19 @@ Hyper-parameters (defaults and where they come from)
   LaCon (nor LEAM's value for sentence-level tasks in the papers here); 2 (a 5-token window) is our
   choice for sentence-length inputs.
 
+Multi-process (DDP)
+    ICL and LCL are computed over the **global** batch: every process's projected embeddings ``H``
+    are gathered with their gradients, with their labels (:func:`contrastfit.distributed.gather`),
+    and every process computes :func:`~contrastfit.losses.lacon` on them (the scaling convention of
+    :mod:`contrastfit.distributed`: no world-size factor; DDP's average gives the global loss's
+    gradient). So each label anchor of LCL sees the instances and negatives of every process, and
+    ICL averages over every instance. The label embeddings ``L`` are parameters *after* the gather:
+    each process computes the same loss of them, so their gradient is the same on every process (and
+    stays so after DDP's average); with ``lacon-fusion`` they also enter each process's own fusion
+    block, whose share DDP's average adds up as for any parameter. The logits returned for logging
+    are the process's own rows. A 2-process step equals a 1-process step on the concatenated batch
+    (``tests/test_distributed.py``).
+
 Training protocol notes (Sec. 3): AdamW, learning rate in {1e-5, 2e-5, 3e-5}, linear schedule with
 6% warm-up, batch size 8..96, 10 epochs (20 in the few-shot runs). Those are trainer settings, not
 method hyper-parameters. ``contrastive = True``: batches come from the class-balanced sampler, so LCL
@@ -83,6 +96,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ..distributed import gather
 from ..errors import ConfigError
 from ..heads import ProjectionClassifierHead, build_head
 from ..losses import lacon
@@ -163,7 +177,8 @@ class LaCon(Method):
     def training_loss(self, model, inputs, labels) -> LossOutput:
         projected = model.head.project(self.head_features(model, inputs))
         hp = self.hparams
-        parts = lacon(projected, labels, model.head.label_embeddings, temperature=hp["temperature"],
+        batch = gather(projected, labels)  # the global batch under DDP (contrastfit.distributed)
+        parts = lacon(batch.embeddings, batch.labels, model.head.label_embeddings, temperature=hp["temperature"],
                       heads=hp["heads"], ler_weight=hp["ler_weight"], icl_weight=hp["icl_weight"],
                       lcl_weight=hp["lcl_weight"])
         logits = model.head.match(projected)

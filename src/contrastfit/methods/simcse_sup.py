@@ -28,6 +28,17 @@ The report trains on NLI triples (anchor, entailment, contradiction). Here the t
   trained on the authors' dataset, not the augmented one (Sec. 5.4.2-5.4.3, Sec. 7).
 * A batch with no anchor at all (a batch of one; all classes singletons without ``augmented``)
   contributes 0 with the graph intact (pitfall 1).
+* Multi-process (DDP): the triples are built over the **global** batch. Every process's pooled
+  embeddings are gathered with their gradients and the labels with them
+  (:func:`contrastfit.distributed.gather`, rank order), :func:`supervised_triples` runs on the
+  global labels (the same triples on every process) and anchors, positives and hard negatives are
+  rows of the global batch, named by their **global** index, so the rule "no anchor is anyone's
+  positive or hard negative" holds across processes and no anchor meets itself in any denominator.
+  With ``augmented``, each process re-encodes the unpaired anchors among its own rows and those
+  views are gathered too. Every process then computes the global loss (the scaling convention of
+  :mod:`contrastfit.distributed`), so a 2-process step equals a 1-process step on the concatenated
+  batch (tested). Pairing across processes means the triples of a global batch are those of one
+  process holding it.
 
 ``hard_negative_weight`` is SimCSE's additive log-weight of a row's own hard negative (0 = Eq. 2
 exactly; the report does not use it). Regression targets are refused (Eq. 2 needs classes). For
@@ -43,6 +54,7 @@ from typing import Any
 
 import torch
 
+from ..distributed import gather
 from ..errors import ConfigError
 from ..losses.simcse import simcse_sup
 from .base import HEAD_STAGE_DEFAULTS, LossOutput, register_method
@@ -129,17 +141,22 @@ class SimCSESup(SentenceEmbeddingMethod):
 
     def training_loss(self, model, inputs, labels) -> LossOutput:
         z = model.encoder(**inputs).pooled
-        tr = supervised_triples(labels, self.hparams["augmented"])
+        batch = gather(z, labels)  # the global batch under DDP (rank order); the batch itself otherwise
+        zg = batch.embeddings
+        tr = supervised_triples(batch.labels, self.hparams["augmented"])  # global row indices
         if tr.anchors.numel() == 0:  # nobody has a positive: 0, graph intact (pitfall 1)
-            loss = z.sum() * 0.0
+            loss = zg.sum() * 0.0
             return LossOutput(loss=loss, parts={"simcse_sup": loss})
-        positives = z[tr.positives]
+        positives = zg[tr.positives]
         if bool(tr.self_positive.any()):  # augmented: a second dropout pass of the unpaired anchors
-            rows = tr.anchors[tr.self_positive]
-            views = model.encoder(**{k: v[rows] for k, v in inputs.items()}).pooled
+            rows = tr.anchors[tr.self_positive]  # ascending global indices
+            mine = rows[batch.local[rows]] - batch.offset  # those among this process's rows
+            # every process takes part in the gather (and its backward), also with none of its own
+            views = model.encoder(**{k: v[mine] for k, v in inputs.items()}).pooled if mine.numel() else z[:0]
+            views = gather(views, labels[mine]).embeddings  # rank order = ascending global index
             slots = torch.nonzero(tr.self_positive, as_tuple=True)[0]
             positives = positives.index_copy(0, slots, views.to(positives.dtype))
-        loss = simcse_sup(z[tr.anchors], positives, z[tr.negatives], self.hparams["temperature"],
+        loss = simcse_sup(zg[tr.anchors], positives, zg[tr.negatives], self.hparams["temperature"],
                           self.hparams["hard_negative_weight"], tr.negative_mask)
         return LossOutput(loss=loss, parts={"simcse_sup": loss})
 

@@ -20,6 +20,13 @@ Regression targets (STS-B) are binned by rounding to one decimal for the contras
 (footnote 3; ``regression_bin`` = 0.1 in target units) and the head is trained with MSE.
 Dropout is switched with :func:`contrastfit.encoders.set_dropout`, which works for any encoder and
 restores the exact previous values (pitfall 6).
+
+Under DDP the views are gathered into the global batch (:func:`contrastfit.distributed.gather_views`;
+``self-supervised-cl``'s instance ids are then global row indices). ``supcl-seq`` takes a
+cross-batch memory (``--memory-size``, :mod:`contrastfit.memory`): every view of every sentence of
+earlier (global) batches, with its label, is an extra candidate once the memory is full.
+``self-supervised-cl`` does not (its positives are views of the same sentence, which the memory of
+other batches never holds).
 """
 
 from __future__ import annotations
@@ -70,11 +77,16 @@ class SupCLSeq(_DropoutViewsMethod):
     defaults = {"view_dropouts": VIEW_DROPOUTS, "temperature": 0.05, "regression_bin": 0.1, **HEAD_STAGE_DEFAULTS}
     contrastive = True
     frozen_head_stage = True
+    cross_batch_memory = True
 
     def training_loss(self, model, inputs, labels) -> LossOutput:
         views = dropout_views(model, inputs, self.hparams["view_dropouts"])
         views, y = gather_views(views, contrastive_labels(self, labels))  # global batch under DDP
-        loss = supcon(torch.cat(views), y.repeat(len(views)), self.hparams["temperature"])
+        rows, y = torch.cat(views), y.repeat(len(views))
+        memory = self.memory  # the cross-batch memory (--memory-size): candidates once full, then enqueue
+        loss = supcon(rows, y, self.hparams["temperature"], **(memory.candidates() if memory is not None else {}))
+        if memory is not None:
+            memory.enqueue(rows, y)
         return LossOutput(loss=loss, parts={"supcon": loss})
 
 
