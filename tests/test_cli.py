@@ -110,6 +110,67 @@ def test_predict_reads_stdin(trained_run):
     assert row["text"] == "a fine film" and row["label"] in ("negative", "positive")
 
 
+@pytest.fixture(scope="module")
+def multitask_run(tmp_path_factory, tiny_encoder_dir):
+    """A tiny two-task model (sentiment classes; sentence pairs, yes/no) saved by train_multitask."""
+    import csv
+    import random
+
+    from conftest import WORDS, sentiment_rows
+    from contrastfit.multitask import train_multitask
+
+    folder = tmp_path_factory.mktemp("cli-multitask")
+    with open(folder / "sent.csv", "w", newline="", encoding="utf-8") as fh:
+        writer = csv.DictWriter(fh, fieldnames=["sentence", "sentiment"])
+        writer.writeheader()
+        writer.writerows(sentiment_rows())
+    rng = random.Random(0)
+    with open(folder / "pairs.csv", "w", newline="", encoding="utf-8") as fh:
+        writer = csv.DictWriter(fh, fieldnames=["sentence1", "sentence2", "label"])
+        writer.writeheader()
+        writer.writerows({"sentence1": " ".join(rng.sample(WORDS, 3)), "sentence2": " ".join(rng.sample(WORDS, 3)),
+                          "label": rng.choice(["no", "yes"])} for _ in range(24))
+    train_multitask(tasks=[{"name": "sent", "data": str(folder / "sent.csv"), "label_column": "sentiment"},
+                           {"name": "para", "data": str(folder / "pairs.csv")}],
+                    model=str(tiny_encoder_dir), output=str(folder / "run"), max_steps=2, batch_size=8,
+                    progress=False)
+    return folder / "run"
+
+
+def test_predict_task_of_a_multitask_folder(multitask_run, trained_run, capsys, tmp_path):
+    from contrastfit.multitask import MultiTaskModel
+
+    model = MultiTaskModel.from_pretrained(multitask_run)
+    texts = ["good fun film", "awful dull plot"]
+    assert main(["predict", str(multitask_run), "--task", "sent", *texts]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    expected = model.predict_proba(texts, task="sent")
+    assert [r["text"] for r in rows] == texts and [r["label"] for r in rows] == model.predict(texts, task="sent")
+    for row, p in zip(rows, expected):
+        assert row["probabilities"] == {n: pytest.approx(float(v), abs=1e-6) for n, v in zip(["negative", "positive"], p)}
+    # a pair task reads two tab-separated texts per line
+    lines = tmp_path / "pairs.txt"
+    lines.write_text("good film\tgreat plot\nbad actor\tdull story\n", encoding="utf-8")
+    assert main(["predict", str(multitask_run), "--task", "para", "--file", str(lines)]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    firsts, seconds = ["good film", "bad actor"], ["great plot", "dull story"]
+    assert [(r["text"], r["text_pair"]) for r in rows] == list(zip(firsts, seconds))
+    assert [r["label"] for r in rows] == model.predict(firsts, seconds, task="para")
+    assert set(rows[0]["probabilities"]) == {"no", "yes"}
+
+    def error(*args):
+        return _one_line_error((main(list(args)), capsys.readouterr().err))
+
+    assert error("predict", str(multitask_run), "good film") == (
+        f"contrastfit: error: {multitask_run} holds a multi-task model: give --task NAME (tasks: sent, para)")
+    assert error("predict", str(multitask_run), "--task", "nli", "good film") == (
+        f"contrastfit: error: --task 'nli' is not a task of {multitask_run} (tasks: sent, para)")
+    assert "task 'para' of" in error("predict", str(multitask_run), "--task", "para", "good film")
+    run, _ = trained_run
+    assert error("predict", str(run), "--task", "sent", "good film") == (
+        f"contrastfit: error: --task sent: {run} holds a single-task model (it has no tasks); leave --task out")
+
+
 def test_datasets_lists_builtin_sizes(capsys):
     assert main(["datasets", "--json"]) == 0
     rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
@@ -127,8 +188,8 @@ def test_methods_lists_registry(capsys):
     assert specs["ce-scl"]["defaults"] == {"lambda": 0.9, "temperature": 0.3}
 
 
-@pytest.mark.parametrize("command", ["train", "evaluate", "predict", "explain", "datasets", "methods", "experiment",
-                                     "report", "compare"])
+@pytest.mark.parametrize("command", ["train", "evaluate", "predict", "explain", "pretrain", "datasets", "methods",
+                                     "experiment", "report", "compare"])
 def test_every_command_has_help(command, capsys):
     with pytest.raises(SystemExit) as exc:
         main([command, "--help"])

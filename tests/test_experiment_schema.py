@@ -137,6 +137,46 @@ def test_a_new_trainconfig_field_is_a_training_key(monkeypatch):
         training.model_validate({"label_smoothing": "0.1"})
 
 
+def test_multitask_keys_are_declared_by_the_dataclasses_and_pretrain():
+    from contrastfit.multitask import MultiTaskConfig, Task
+    from contrastfit.pretrain import pretrain
+
+    fields = {f.name for f in dataclasses.fields(MultiTaskConfig)}
+    assert schema.MULTITASK_RUN_FIELDS <= fields
+    assert set(schema.MultiTaskTraining.model_fields) == fields - schema.MULTITASK_RUN_FIELDS
+    assert set(schema.MultiTaskTraining.model_fields) >= {"head_learning_rate", "select_on", "batch_size", "epochs"}
+    assert schema.MultiTaskTraining().head_learning_rate == MultiTaskConfig().head_learning_rate
+    assert schema.MultiTaskTraining().save_checkpoints is False  # the experiment's default
+    assert set(schema.TaskEntry.model_fields) == {f.name for f in dataclasses.fields(Task)}
+    assert schema.TaskEntry.model_fields["weight"].default == Task("a", "b").weight
+    args = {n: prm.default for n, prm in inspect.signature(pretrain).parameters.items() if prm.kind is prm.KEYWORD_ONLY}
+    assert set(schema.PretrainEntry.model_fields) == set(args) - schema.PRETRAIN_RUN_ARGS | {"method", "corpus"}
+    for name, field in schema.PretrainEntry.model_fields.items():
+        if name in args and name != "model":  # the model defaults to the experiment's
+            assert field.default == args[name], name
+
+
+@pytest.mark.parametrize("changes, needle", [
+    ({"models": ["minilm-l6", "encoders/simcse"], "model": "minilm-l6"},
+     "exp.yaml: give model (one encoder) or models (a list of encoders to compare), not both"),
+    ({"models": ["a/enc", "b/enc"]}, "exp.yaml: models: two encoders are both named 'enc' in the tables"),
+    ({"models": []}, "exp.yaml: models: Value should have at least 1 item"),
+    ({"models": ["minilm-l6", 3]}, "exp.yaml: models.1: Input should be a valid string (got 3)"),
+    ({"models": ["a", "b"], "search": {"method": "ce-scl", "space": {"temperature": [0.1]}}},
+     "exp.yaml: search: runs on one encoder: give model, not models"),
+    ({"models": ["a", "b"], "baseline": "c/ce"}, "exp.yaml: baseline 'c/ce' is not one of the methods"),
+])
+def test_models_errors(changes, needle):
+    assert needle in _error(**changes)
+
+
+def test_models_label_the_encoders():
+    config = parse_config({**BASE, "models": ["minilm-l6", "encoders/simcse/", "owner/name"], "baseline": "simcse/ce"})
+    assert config.encoders == (("minilm-l6", "minilm-l6"), ("simcse", "encoders/simcse/"), ("name", "owner/name"))
+    assert parse_config({**BASE, "models": ["encoders/simcse"]}).encoders == ((None, "encoders/simcse"),)
+    assert parse_config(BASE).encoders == ((None, "minilm-l6"),)
+
+
 def test_protocol_models_declare_their_functions_keyword_arguments():
     from contrastfit.experiments.plan import protocol_functions
 
@@ -189,9 +229,12 @@ def test_every_example_config_parses_into_its_schema(path):
     import yaml
 
     raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    if "tasks" in raw:  # a multi-task config (examples/cs224n_multitask.yaml), read by contrastfit.multitask
-        pytest.skip("a multi-task config: contrastfit.multitask.comparison reads it, not the experiment schema")
     config = parse_config(raw, str(path))
+    if "tasks" in raw:  # a multi-task config (examples/cs224n_multitask.yaml)
+        assert isinstance(config, schema.MultiTaskExperiment)
+        assert isinstance(config.training, schema.MultiTaskTraining) and config.tasks and config.variants
+        assert all(isinstance(e, schema.PretrainEntry) for e in config.pretrain.values())
+        return
     assert isinstance(config.protocol, tuple(schema.PROTOCOLS.values()))
     assert isinstance(config.training, schema.Training) and config.methods
 

@@ -185,10 +185,13 @@ def test_summary_json_has_mean_and_std(experiment_files):
 
 @pytest.mark.parametrize("path", sorted(Path(__file__).parent.parent.joinpath("examples").glob("*.yaml")), ids=lambda p: p.name)
 def test_every_example_config_is_valid(path):
-    if "tasks" in yaml.safe_load(path.read_text(encoding="utf-8")):  # examples/cs224n_multitask.yaml
-        pytest.skip("a multi-task config: contrastfit.multitask.comparison reads it, not the experiment schema")
+    from contrastfit.experiments import MultiTaskExperimentConfig
+
     config = load_config(path)
-    assert config.methods and config.seeds
+    if "tasks" in yaml.safe_load(path.read_text(encoding="utf-8")):  # examples/cs224n_multitask.yaml
+        assert isinstance(config, MultiTaskExperimentConfig) and config.tasks and config.variants and config.seeds
+    else:
+        assert config.methods and config.seeds
 
 
 def test_runner_writes_analyses_and_report(experiment_files):
@@ -394,6 +397,66 @@ def test_transfer_source_method_override_shares_one_source(experiment_files, tmp
                                                  "hparams": {"temperature": 0.2}}, "shots": 4}))
     with pytest.raises(ConfigError, match="trained with other settings"):
         run_experiment(other, progress=False)
+
+
+def _reinitialised_encoder(source: Path, folder: Path, seed: int) -> Path:
+    """The tiny encoder's architecture and tokenizer with weights drawn from another seed."""
+    import torch
+    from transformers import AutoTokenizer, BertConfig, BertModel
+
+    torch.manual_seed(seed)
+    BertModel(BertConfig.from_pretrained(source)).save_pretrained(folder)
+    AutoTokenizer.from_pretrained(source, local_files_only=True).save_pretrained(folder)
+    return folder
+
+
+def test_models_compare_encoders_on_the_same_samples(experiment_files, tmp_path, tiny_encoder_dir, capsys):
+    import shutil
+
+    enc_a = shutil.copytree(tiny_encoder_dir, tmp_path / "enc_a")
+    enc_b = _reinitialised_encoder(tiny_encoder_dir, tmp_path / "enc_b", seed=1)
+    raw = yaml.safe_load(experiment_files(methods=["ce", "ce-scl"], report=True,
+                                          protocol={"kind": "few-shot", "shots": 4, "samples": 2}).read_text())
+    del raw["model"]
+    raw["models"] = [str(enc_a), str(enc_b)]
+    raw["baseline"] = "enc_a/ce"
+    path = tmp_path / "models.yaml"
+    path.write_text(yaml.safe_dump(raw), encoding="utf-8")
+    config = load_config(path)
+    assert config.encoders == (("enc_a", str(enc_a)), ("enc_b", str(enc_b)))
+    capsys.readouterr()
+    run_experiment(config, progress=False)
+    out = Path(config.output)
+    with ResultsStore(out / STORE_NAME) as store:
+        runs = store.done()
+    # models x methods x samples, every record with its model
+    variants = ["enc_a/ce", "enc_a/ce-scl", "enc_b/ce", "enc_b/ce-scl"]
+    assert sorted((r["tags"]["variant"], r["tags"]["sample"]) for r in runs) == [(v, s) for v in variants for s in (0, 1)]
+    for r in runs:
+        label = r["tags"]["model"]
+        assert r["model"] == str({"enc_a": enc_a, "enc_b": enc_b}[label]) and r["tags"]["variant"].startswith(label + "/")
+    # the same samples for both encoders; different encoders give different training
+    by = {(r["tags"]["variant"], r["tags"]["sample"]): r for r in runs}
+    for v in ("ce", "ce-scl"):
+        for sample in (0, 1):
+            a, b = by[(f"enc_a/{v}", sample)], by[(f"enc_b/{v}", sample)]
+            assert a["data"]["train_hash"] == b["data"]["train_hash"]
+            assert a["training"]["train_loss"] != b["training"]["train_loss"]
+    # the summary and the report label (and group) the rows by model, the baseline named with its model
+    summary = json.loads((out / "summary.json").read_text())
+    assert [(r["variant"], r["model"]) for r in summary["rows"]] == [
+        ("enc_a/ce", "enc_a"), ("enc_a/ce-scl", "enc_a"), ("enc_b/ce", "enc_b"), ("enc_b/ce-scl", "enc_b")]
+    assert summary["rows"][0]["is_baseline"] and summary["rows"][2]["baseline"] == "enc_a/ce"
+    # with the other encoder's baseline, the rows stay grouped by encoder, that encoder first
+    from contrastfit.experiments.records import as_records
+    from contrastfit.experiments.summary import summary_table
+
+    rows = summary_table(as_records(runs), ["accuracy"], baseline="enc_b/ce-scl")
+    assert [r["variant"] for r in rows[:4]] == ["enc_b/ce-scl", "enc_b/ce", "enc_a/ce", "enc_a/ce-scl"]
+    table = (out / "summary.md").read_text()
+    assert all(f"| {v} " in table for v in variants)
+    report = (out / "report.md").read_text()
+    assert f"{enc_a}, {enc_b}" in report and "enc_b/ce-scl" in report
 
 
 def test_augmentation_runs_train_on_originals_plus_copies(experiment_files):

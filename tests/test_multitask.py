@@ -20,6 +20,7 @@ from contrastfit.multitask import MultiTaskModel, Task, TaskBatchSampler, train_
 from contrastfit.multitask.schedule import largest_remainder, task_probabilities
 from contrastfit.multitask.tasks import resolve_task
 from contrastfit.multitask.training import MultiTaskCollator, MultiTaskTrainer
+from test_training import StopAt, _poison  # the single-task resume tests' stopping callback and poisoned pickle
 
 WORDS = "good great fine film movie bad awful boring plot actor story dull superb weak fun".split()
 
@@ -390,57 +391,52 @@ def test_task_type_is_checked_against_the_data(tmp_path, tiny_encoder_dir, senti
 
 
 # ---------------------------------------------------------------------------------------------
-# The comparison runner's parts (the run itself is measured in the README)
+# Interruption and resume (as train's)
 # ---------------------------------------------------------------------------------------------
 
-def test_comparison_config_example_is_valid_and_errors_are_one_line():
-    from contrastfit.multitask.comparison import check_spec, load_spec
+def test_an_interrupted_run_resumes_to_the_uninterrupted_model(tmp_path, tiny_encoder_dir, sentiment_csv,
+                                                              pair_class_csv):
+    tasks = [{"name": "sent", "data": str(sentiment_csv), "label_column": "sentiment", "objective": "ce-scl"},
+             {"name": "para", "data": str(pair_class_csv)}]
+    # batch 16: 5 steps an epoch, so the run crosses an epoch boundary after the resume at step 3;
+    # without validation selection, checkpoints come every save_steps
+    kw = dict(select_best=False, batch_size=16, max_steps=7, save_steps=2, schedule="proportional")
+    full = _run(tmp_path, tiny_encoder_dir, tasks, name="full", **kw)
+    cut = _run(tmp_path, tiny_encoder_dir, tasks, name="cut", callbacks=[StopAt(3)], **kw)
+    assert cut == {"interrupted_at_step": 3, "checkpoint": str(tmp_path / "cut" / "checkpoints" / "checkpoint-3")}
+    assert not (tmp_path / "cut" / "results.json").exists() and not (tmp_path / "cut" / "contrastfit.json").exists()
+    with pytest.raises(ConfigError, match="holds an unfinished run; resume it"):
+        _run(tmp_path, tiny_encoder_dir, tasks, name="cut", **kw)
+    resumed = _run(tmp_path, tiny_encoder_dir, tasks, name="cut", resume=True, **kw)
+    assert resumed["training"]["resumed_from"].endswith("checkpoint-3") and full["training"]["resumed_from"] is None
+    assert resumed["training"]["steps"] == full["training"]["steps"] == 7
+    # the schedule's batches per task count the steps before the interruption too
+    assert resumed["schedule"]["batches_per_task"] == full["schedule"]["batches_per_task"]
+    assert sum(full["schedule"]["batches_per_task"].values()) == 7
+    texts, seconds = ["good fun film", "awful dull plot", "weak story"], ["bad film", "great plot", "dull"]
+    np.testing.assert_allclose(resumed.model.predict_logits(texts, task="sent"),
+                               full.model.predict_logits(texts, task="sent"), atol=1e-5)
+    np.testing.assert_allclose(resumed.model.predict_logits(texts, seconds, task="para"),
+                               full.model.predict_logits(texts, seconds, task="para"), atol=1e-5)
+    # ... which the resumed steps did train: the model at the interruption predicts otherwise
+    assert not np.allclose(cut.model.predict_logits(texts, task="sent"), full.model.predict_logits(texts, task="sent"),
+                           atol=1e-5)
+    assert not (tmp_path / "cut" / "checkpoints").exists()
+    # a finished run is returned, not trained again, with resume; refused without
+    again = _run(tmp_path, tiny_encoder_dir, tasks, name="cut", resume=True, **kw)
+    assert dict(again) == json.loads((tmp_path / "cut" / "results.json").read_text())
+    np.testing.assert_array_equal(again.model.predict_logits(texts, task="sent"),
+                                  resumed.model.predict_logits(texts, task="sent"))
+    with pytest.raises(ConfigError, match="finished run"):
+        _run(tmp_path, tiny_encoder_dir, tasks, name="cut", **kw)
 
-    spec = load_spec("examples/cs224n_multitask.yaml")
-    assert [t["name"] for t in spec["tasks"]] == ["mr", "boolq", "vader"]
-    assert [v["mode"] for v in spec["variants"]] == ["single", "multitask", "multitask"]
-    base = {"tasks": [{"name": "a", "data": "mr"}], "variants": [{"name": "v", "mode": "single"}]}
-    for bad, message in [
-        ({**base, "colour": 1}, "unknown key"),
-        ({**base, "variants": [{"name": "v", "mode": "sometimes"}]}, r"variants\[0\] needs a 'name' and a mode"),
-        ({**base, "variants": [{"name": "v", "mode": "multitask", "model": "pretrain:x"}]}, "uses pretrain:x, which"),
-        ({**base, "pretrain": {"x": {"method": "simcse-unsup", "lr": 1}}}, r"pretrain.x: unknown key\(s\) lr"),
-        ({**base, "steps_per_task": 0}, "steps_per_task must be an integer >= 1"),
-        ({**base, "tasks": [{"name": "a"}]}, "every task needs a 'data'"),
-    ]:
-        with pytest.raises(ConfigError, match=message) as err:
-            check_spec(bad)
-        assert "\n" not in str(err.value)
 
-
-def test_stage1_corpus_of_the_tasks_is_their_unlabelled_training_texts(sentiment_csv, pair_class_csv):
-    from contrastfit import load_data
-    from contrastfit.multitask.comparison import task_corpus
-
-    tasks = [Task("s", str(sentiment_csv), label_column="sentiment"), Task("p", str(pair_class_csv))]
-    texts = task_corpus(tasks, None, seed=0)
-    s_train = load_data(str(sentiment_csv), label_column="sentiment").train
-    p_train = load_data(str(pair_class_csv)).train
-    expected = set(s_train["text"]) | set(p_train["text"]) | set(p_train["text_pair"])
-    assert set(texts) == expected and len(texts) == len(expected)  # both sentences of a pair, no repeats
-    assert not set(texts) & (set(load_data(str(sentiment_csv), label_column="sentiment").validation["text"]) - expected)
-    assert task_corpus(tasks, None, seed=0) == texts and task_corpus(tasks, None, seed=1) != texts
-    assert task_corpus(tasks, 10, seed=0) == texts[:10]
-
-
-def test_comparison_table():
-    from contrastfit.multitask.comparison import comparison_table
-
-    def row(variant, seed, a, b, s):
-        return {"variant": variant, "seed": seed, "test": {"mr": {"metric": "accuracy", "value": a},
-                                                           "vader": {"metric": "pearson", "value": b}},
-                "average": (a + b) / 2, "train_s": s, "stage1_s": 0.0}
-
-    table = comparison_table([row("single", 0, 0.7, 0.5, 10), row("single", 1, 0.8, float("nan"), 20),
-                              row("multi", 0, 0.75, 0.55, 30)], ["mr", "vader"])
-    assert table.splitlines() == [
-        "| variant | mr (accuracy) | vader (pearson) | average | train s |",
-        "|---|---|---|---|---|",
-        "| single | 75.0 ± 7.1 | 50.0 | 60.0 | 15 |",
-        "| multi | 75.0 | 55.0 | 65.0 | 30 |",
-    ]
+def test_resume_refuses_a_checkpoint_that_would_run_code(tmp_path, tiny_encoder_dir, sentiment_csv):
+    tasks = [{"name": "sent", "data": str(sentiment_csv), "label_column": "sentiment"}]
+    kw = dict(select_best=False, max_steps=4, save_steps=2)
+    _run(tmp_path, tiny_encoder_dir, tasks, name="cut", callbacks=[StopAt(2)], **kw)
+    marker = tmp_path / "ran"
+    _poison(tmp_path / "cut" / "checkpoints" / "checkpoint-2" / "optimizer.pt", marker)
+    with pytest.raises(ModelError, match=r"checkpoint-2: refused to resume: .*Unsupported global: GLOBAL exec"):
+        _run(tmp_path, tiny_encoder_dir, tasks, name="cut", resume=True, **kw)
+    assert not marker.exists()

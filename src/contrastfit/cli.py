@@ -1,5 +1,5 @@
-"""Command line: ``contrastfit train | evaluate | predict | explain | datasets | methods | experiment |
-report | compare``.
+"""Command line: ``contrastfit train | evaluate | predict | explain | pretrain | datasets | methods |
+experiment | report | compare``.
 
 Every user error (:class:`~contrastfit.errors.ContrastfitError`) is printed as one line,
 ``contrastfit: error: ...``, with exit status 2 and no traceback.
@@ -142,6 +142,8 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Predict labels. Texts come from arguments, --file, or standard input (one per line; "
                                    "a tab separates the two texts of a pair). Writes one JSON object per line.")
     _add_text_input_args(p, "classify")
+    p.add_argument("--task", help="the task to predict, for a multi-task model's folder (its tasks are listed "
+                                  "when this is missing)")
     p.add_argument("--output", help="write the JSONL here instead of standard output")
     p.add_argument("--batch-size", type=int, default=64)
 
@@ -189,8 +191,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     # -- experiment ----------------------------------------------------------------------------
     p = sub.add_parser("experiment", help="run an experiment config (methods x settings x seeds) and print its table",
-                       description="Run every (method, setting, seed) of a YAML config, skipping runs already finished, "
-                                   "then print and write the summary table.")
+                       description="Run every (method, setting, seed) of a YAML config -- or, for a multi-task config "
+                                   "(tasks:), every (variant, seed) -- skipping runs already finished, then print and "
+                                   "write the summary table and the report.")
     p.add_argument("config", help="experiment YAML file")
     p.add_argument("--output", help="override the config's output folder")
     p.add_argument("--set", action="append", metavar="KEY=VALUE",
@@ -322,14 +325,42 @@ def _read_predict_inputs(args: argparse.Namespace) -> tuple[list[str], list[str]
     return lines, None
 
 
+def _predict_multitask(args: argparse.Namespace):
+    """A multi-task folder's predictions for ``--task``: (texts, pairs, scores, label names or None)."""
+    from .multitask import MultiTaskModel
+
+    model = MultiTaskModel.from_pretrained(args.run)
+    tasks = ", ".join(model.task_names)
+    if args.task is None:
+        raise ContrastfitError(f"{args.run} holds a multi-task model: give --task NAME (tasks: {tasks})")
+    if args.task not in model.task_names:
+        raise ContrastfitError(f"--task {args.task!r} is not a task of {args.run} (tasks: {tasks})")
+    spec = model.task(args.task)
+    texts, pairs = _read_predict_inputs(args)
+    if spec.pairs and pairs is None:
+        raise ContrastfitError(f"task '{args.task}' of {args.run} takes text pairs: give two tab-separated texts per line")
+    if not spec.pairs and pairs is not None:
+        raise ContrastfitError(f"task '{args.task}' of {args.run} takes one text per line, not tab-separated pairs")
+    scores = model.predict_proba(texts, pairs, task=args.task, batch_size=args.batch_size)
+    return texts, pairs, scores, spec.label_names
+
+
 def cmd_predict(args: argparse.Namespace) -> int:
     from .modeling import ContrastiveClassifier
+    from .multitask import is_multitask_folder
 
-    model = ContrastiveClassifier.from_pretrained(args.run)
-    texts, pairs = _read_predict_inputs(args)
-    if pairs is None and model.info.get("data", {}).get("text_pair"):
-        raise ContrastfitError(f"{args.run} classifies text pairs: give two tab-separated texts per line")
-    scores = model.predict_proba(texts, pairs, batch_size=args.batch_size)
+    if is_multitask_folder(args.run):
+        texts, pairs, scores, label_names = _predict_multitask(args)
+    else:
+        if args.task is not None:
+            raise ContrastfitError(f"--task {args.task}: {args.run} holds a single-task model (it has no tasks); "
+                                   "leave --task out")
+        model = ContrastiveClassifier.from_pretrained(args.run)
+        texts, pairs = _read_predict_inputs(args)
+        if pairs is None and model.info.get("data", {}).get("text_pair"):
+            raise ContrastfitError(f"{args.run} classifies text pairs: give two tab-separated texts per line")
+        scores = model.predict_proba(texts, pairs, batch_size=args.batch_size)
+        label_names = None if model.task == "regression" else model.label_names
     from .atomic import atomic_open
 
     with atomic_open(args.output) if args.output else contextlib.nullcontext(sys.stdout) as out:
@@ -337,11 +368,11 @@ def cmd_predict(args: argparse.Namespace) -> int:
             row: dict = {"text": text}
             if pairs is not None:
                 row["text_pair"] = pairs[i]
-            if model.task == "regression":
+            if label_names is None:
                 row["score"] = float(scores[i, 0])
             else:
-                row["label"] = model.label_names[int(scores[i].argmax())]
-                row["probabilities"] = {name: round(float(p), 6) for name, p in zip(model.label_names, scores[i])}
+                row["label"] = label_names[int(scores[i].argmax())]
+                row["probabilities"] = {name: round(float(p), 6) for name, p in zip(label_names, scores[i])}
             out.write(json.dumps(row, ensure_ascii=False) + "\n")
     return 0
 
@@ -418,7 +449,12 @@ def cmd_experiment(args: argparse.Namespace) -> int:
         overrides.append(f"output={json.dumps(args.output)}")
     config = load_config(args.config, overrides)
     if args.search:
+        from .experiments.config import MultiTaskExperimentConfig
         from .experiments.search import run_search
+
+        if isinstance(config, MultiTaskExperimentConfig):
+            raise ContrastfitError(f"{args.config} is a multi-task experiment; --search runs a single-task "
+                                   "config's search: block")
 
         run_search(config, progress=not args.quiet)
         return 0
@@ -463,7 +499,13 @@ COMMANDS = {"train": cmd_train, "evaluate": cmd_evaluate, "predict": cmd_predict
 def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra and hasattr(args, "texts") and not any(e.startswith("-") for e in extra):
+        # texts after an option (`predict RUN --task mr "a fine film"`): argparse reads the positionals
+        # before the first option only
+        args.texts = [*args.texts, *extra]
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     _quiet_libraries()
     try:
         return COMMANDS[args.command](args)

@@ -224,53 +224,97 @@ class ContrastiveClassifier(nn.Module):
         }
 
     def head_state_dict(self) -> dict[str, torch.Tensor]:
-        return {k: v.detach().cpu().contiguous() for k, v in self.state_dict().items() if not k.startswith("encoder.")}
+        return non_encoder_state(self)
 
     def save_pretrained(self, directory: str | os.PathLike) -> Path:
         """Write the model to ``directory`` (created if needed) atomically: the encoder, head and
         config are written to a temporary folder next to it and swapped in with renames; if anything
         fails (full disk, a kill) the model that was there is left intact. Other entries of
-        ``directory`` are kept."""
-        directory = Path(directory)
-        with atomic_folder(directory) as staging:
-            self.encoder.backbone.save_pretrained(staging / ENCODER_DIR, safe_serialization=True)
-            self.tokenizer.save_pretrained(staging / ENCODER_DIR)
-            save_file(self.head_state_dict(), str(staging / HEAD_NAME), metadata={"format": "pt"})
-            write_json_atomic(staging / CONFIG_NAME, self.config_dict())
-        return directory
+        ``directory`` are kept (:func:`save_model_folder`)."""
+        return save_model_folder(directory, self, HEAD_NAME, self.config_dict())
 
     @classmethod
     def from_pretrained(cls, directory: str | os.PathLike, device: str | torch.device | None = None) -> "ContrastiveClassifier":
-        directory = Path(directory)
-        if not (directory / CONFIG_NAME).is_file():
-            recover_folder(directory)  # a save killed between its renames: put the previous model back
-        cfg_path = directory / CONFIG_NAME
-        if not cfg_path.is_file():
-            raise ModelError(f"{directory} is not a contrastfit output folder (no {CONFIG_NAME})")
-        try:
-            cfg = json.loads(cfg_path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as exc:
-            raise ModelError(f"{cfg_path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+        """The model saved in ``directory`` (:func:`load_model_folder`), in eval mode."""
+        def build(cfg: dict[str, Any], encoder: TextEncoder, tokenizer) -> tuple["ContrastiveClassifier", str]:
+            label_names = cfg["label_names"]
+            num_labels = 1 if label_names is None else len(label_names)
+            method = get_method(cfg["method"]).create(num_labels, encoder.hidden_size, cfg["task"], **cfg["hparams"])
+            info = {k: v for k, v in cfg.items()
+                    if k not in ("format_version", "method", "hparams", "task", "label_names", "pooling", "max_length")}
+            return cls(encoder, tokenizer, method, label_names, cfg["max_length"], info=info), f"method '{cfg['method']}'"
+
+        return load_model_folder(directory, HEAD_NAME, None, build, device)
+
+
+# -- the folder format, shared with contrastfit.multitask.MultiTaskModel ----------------------------
+
+def non_encoder_state(model: nn.Module) -> dict[str, torch.Tensor]:
+    """Every tensor of ``model`` outside its ``encoder`` (heads, a method's own parameters), detached,
+    on the CPU, contiguous: what the folder's safetensors file next to ``encoder/`` holds."""
+    return {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items() if not k.startswith("encoder.")}
+
+
+def save_model_folder(directory: str | os.PathLike, model: nn.Module, weights_name: str,
+                      config: dict[str, Any]) -> Path:
+    """Write ``model`` (a shared ``encoder`` with its ``tokenizer``, and other tensors) to ``directory``
+    atomically: ``encoder/`` (Hugging Face format, safetensors), ``weights_name`` (:func:`non_encoder_state`,
+    safetensors) and ``contrastfit.json`` (``config``) are written to a temporary folder next to it and
+    swapped in with renames (:func:`contrastfit.atomic.atomic_folder`); if anything fails (full disk, a
+    kill) the model that was there is left intact. Other entries of ``directory`` are kept."""
+    directory = Path(directory)
+    with atomic_folder(directory) as staging:
+        model.encoder.backbone.save_pretrained(staging / ENCODER_DIR, safe_serialization=True)
+        model.tokenizer.save_pretrained(staging / ENCODER_DIR)
+        save_file(non_encoder_state(model), str(staging / weights_name), metadata={"format": "pt"})
+        write_json_atomic(staging / CONFIG_NAME, config)
+    return directory
+
+
+def read_model_config(directory: str | os.PathLike, weights_name: str, kind: str | None) -> dict[str, Any]:
+    """The ``contrastfit.json`` of a model folder written by :func:`save_model_folder`, after putting back
+    the previous model of a save killed between its renames. ``kind`` is the folder's ``"kind"`` the
+    caller loads (None: a single-task model, ``"multitask"``); another kind, a missing or unreadable
+    config, or a missing ``weights_name`` / ``encoder/`` is a one-line :class:`ModelError` that says
+    which class loads the folder."""
+    directory = Path(directory)
+    cfg_path = directory / CONFIG_NAME
+    if not cfg_path.is_file():
+        recover_folder(directory)  # a save killed between its renames: put the previous model back
+    if not cfg_path.is_file():
+        raise ModelError(f"{directory} is not a contrastfit output folder (no {CONFIG_NAME})")
+    try:
+        cfg = json.loads(cfg_path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise ModelError(f"{cfg_path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    if cfg.get("kind") != kind:
         if cfg.get("kind") == "multitask":
             raise ModelError(f"{directory} holds a multi-task model (tasks: {', '.join(t['name'] for t in cfg['tasks'])}); "
                              "load it with contrastfit.multitask.MultiTaskModel.from_pretrained and predict with task=NAME")
-        if not (directory / HEAD_NAME).is_file() or not (directory / ENCODER_DIR / "config.json").is_file():
-            raise ModelError(f"{directory} is incomplete: {HEAD_NAME} or {ENCODER_DIR}/ is missing")
-        backbone, tokenizer = load_backbone(str(directory / ENCODER_DIR))
-        encoder = TextEncoder(backbone, cfg["pooling"])
-        label_names = cfg["label_names"]
-        num_labels = 1 if label_names is None else len(label_names)
-        method = get_method(cfg["method"]).create(num_labels, encoder.hidden_size, cfg["task"], **cfg["hparams"])
-        info = {k: v for k, v in cfg.items() if k not in ("format_version", "method", "hparams", "task", "label_names", "pooling", "max_length")}
-        model = cls(encoder, tokenizer, method, label_names, cfg["max_length"], info=info)
-        state = load_file(str(directory / HEAD_NAME))
-        missing, unexpected = model.load_state_dict(state, strict=False)
-        missing = [k for k in missing if not k.startswith("encoder.")]
-        if missing or unexpected:
-            raise ModelError(f"{directory / HEAD_NAME} does not match method '{cfg['method']}' "
-                             f"(missing: {missing[:3]}, unexpected: {unexpected[:3]})")
-        model.eval()
-        if device is not None:
-            model.to(device)
-        return model
+        raise ModelError(f"{directory} holds a single-task model; load it with ContrastiveClassifier.from_pretrained")
+    if not (directory / weights_name).is_file() or not (directory / ENCODER_DIR / "config.json").is_file():
+        raise ModelError(f"{directory} is incomplete: {weights_name} or {ENCODER_DIR}/ is missing")
+    return cfg
+
+
+def load_model_folder(directory: str | os.PathLike, weights_name: str, kind: str | None, build: Any,
+                      device: str | torch.device | None = None) -> Any:
+    """The model saved by :func:`save_model_folder` in ``directory``, offline and without unpickling:
+    its config (:func:`read_model_config`, ``kind`` the folder's kind), the encoder and tokenizer from
+    ``encoder/``, ``build(config, encoder, tokenizer)`` -> (the model with fresh heads, what it is for
+    error messages), then the tensors of ``weights_name`` (a file that does not fit the config is a
+    :class:`ModelError`); in eval mode, on ``device`` if given."""
+    directory = Path(directory)
+    cfg = read_model_config(directory, weights_name, kind)
+    backbone, tokenizer = load_backbone(str(directory / ENCODER_DIR))
+    model, what = build(cfg, TextEncoder(backbone, cfg["pooling"]), tokenizer)
+    path = directory / weights_name
+    missing, unexpected = model.load_state_dict(load_file(str(path)), strict=False)
+    missing = [k for k in missing if not k.startswith("encoder.")]
+    if missing or unexpected:
+        raise ModelError(f"{path} does not match {what} (missing: {missing[:3]}, unexpected: {unexpected[:3]})")
+    model.eval()
+    if device is not None:
+        model.to(device)
+    return model
 

@@ -25,6 +25,23 @@ README documents the whole schema.
                attributions]
     attributions: {examples: 3, samples: 25}   # Shapley values of the words of 3 test examples
     output: runs/mr-fewshot
+
+``models: [minilm-l6, encoders/simcse]`` instead of ``model:`` trains every run on each encoder
+(the runs' variants are then labelled ``MODEL/VARIANT``, e.g. ``simcse/ce``).
+
+A config with ``tasks:`` is a multi-task experiment (:class:`MultiTaskExperimentConfig`, run by
+:mod:`contrastfit.experiments.multitask`; schema :class:`~contrastfit.experiments.schema.MultiTaskExperiment`)::
+
+    name: cs224n-multitask
+    tasks: [{name: mr, data: mr, train_size: 1000}, {name: vader, data: vader-tweets, type: regression}]
+    steps_per_task: 20
+    training: {batch_size: 16, head_learning_rate: 1.0e-3}       # MultiTaskConfig's settings
+    pretrain: {simcse: {method: simcse-unsup, corpus: tasks, max_texts: 512}}
+    variants:
+      - {name: single-task, mode: single}
+      - {name: multi-task, mode: multitask, schedule: round-robin}
+      - {name: multi-task after SimCSE, mode: multitask, pretrain: simcse}
+    output: runs/cs224n-multitask
 """
 
 from __future__ import annotations
@@ -40,11 +57,13 @@ from pydantic import Field
 from ..errors import ConfigError
 from ..methods import get_method
 from ..methods.base import resolve_hparams
+from ..multitask.training import MultiTaskConfig
 from ..training import TrainConfig
-from .schema import TRAINING_KEYS, Experiment, as_list, parse_experiment
+from .schema import (TRAINING_KEYS, Experiment, MultiTaskExperiment, MultiTaskVariant, as_list, model_label,
+                     parse_experiment)
 
-__all__ = ["TRAINING_KEYS", "ExperimentConfig", "MethodVariant", "apply_overrides", "load_config",
-           "parse_config"]
+__all__ = ["TRAINING_KEYS", "ExperimentConfig", "MethodVariant", "MultiTaskExperimentConfig", "apply_overrides",
+           "load_config", "multitask_settings", "parse_config"]
 
 
 @dataclass(frozen=True)
@@ -79,6 +98,44 @@ class ExperimentConfig(Experiment):
     def protocol_kind(self) -> str:
         return self.protocol.kind
 
+    @property
+    def encoders(self) -> tuple[tuple[str | None, str], ...]:
+        """``(label, model)`` of every encoder the runs train: with several ``models``, each labelled by
+        :func:`~contrastfit.experiments.schema.model_label`; else the one model, unlabelled."""
+        if self.models is not None and len(self.models) > 1:
+            return tuple((model_label(m), m) for m in self.models)
+        return ((None, self.models[0] if self.models else self.model),)
+
+
+class MultiTaskExperimentConfig(MultiTaskExperiment):
+    """A parsed multi-task experiment config (:class:`~contrastfit.experiments.schema.MultiTaskExperiment`)
+    with the mapping as written (``raw``, overrides included). Every variant's settings
+    (:func:`multitask_settings`) were checked by ``MultiTaskConfig.validate``."""
+
+    raw: dict[str, Any] = Field(default_factory=dict, exclude=True)
+
+
+def multitask_settings(config: MultiTaskExperiment, variant: MultiTaskVariant) -> dict[str, Any]:
+    """The ``MultiTaskConfig`` settings of ``variant``'s runs: the experiment's ``training:`` with the
+    variant's own on top, its ``schedule`` / ``temperature``; a single-task run selects on its one task
+    (``select_on: average``)."""
+    settings = {**config.training.settings(), **variant.training.settings()}
+    if variant.mode == "single":
+        settings["select_on"] = "average"
+    settings.update({k: getattr(variant, k) for k in ("schedule", "temperature") if getattr(variant, k) is not None})
+    return settings
+
+
+def _parse_multitask(experiment: MultiTaskExperiment, raw: dict[str, Any], where: str) -> MultiTaskExperimentConfig:
+    tasks = [t.model_dump() for t in experiment.tasks]
+    for v in experiment.variants:
+        try:
+            MultiTaskConfig(tasks=tasks if v.mode == "multitask" else tasks[:1], **multitask_settings(experiment, v)).validate()
+        except ConfigError as exc:
+            raise ConfigError(f"{where}: variant {v.name!r}: {exc}") from None
+    values = {name: getattr(experiment, name) for name in MultiTaskExperiment.model_fields}
+    return MultiTaskExperimentConfig.model_construct(_fields_set=set(experiment.model_fields_set), **values, raw=raw)
+
 
 def _variants(experiment: Experiment, where: str) -> tuple[MethodVariant, ...]:
     """Every variant of every ``methods`` entry: each combination of its list-valued hyper-parameters
@@ -112,11 +169,16 @@ def _variants(experiment: Experiment, where: str) -> tuple[MethodVariant, ...]:
     return tuple(variants)
 
 
-def parse_config(raw: dict[str, Any], where: str = "config") -> ExperimentConfig:
-    """``raw`` (a config mapping) checked and expanded; a one-line ConfigError naming ``where`` otherwise."""
+def parse_config(raw: dict[str, Any], where: str = "config") -> ExperimentConfig | MultiTaskExperimentConfig:
+    """``raw`` (a config mapping) checked and expanded; a one-line ConfigError naming ``where`` otherwise.
+    A config with ``tasks:`` is a multi-task experiment (:class:`MultiTaskExperimentConfig`)."""
     experiment = parse_experiment(raw, where)
+    if isinstance(experiment, MultiTaskExperiment):
+        return _parse_multitask(experiment, raw, where)
     variants = _variants(experiment, where)
     names = {v.label for v in variants} | {v.method for v in variants}
+    if experiment.models is not None and len(experiment.models) > 1:
+        names |= {f"{model_label(m)}/{n}" for m in experiment.models for n in names}
     if experiment.baseline is not None and experiment.baseline not in names:
         raise ConfigError(f"{where}: baseline '{experiment.baseline}' is not one of the methods "
                           f"({', '.join(sorted(names))})")
@@ -154,7 +216,7 @@ def apply_overrides(raw: dict[str, Any], overrides: Sequence[str], where: str = 
     return out
 
 
-def load_config(path: str | Path, overrides: Sequence[str] = ()) -> ExperimentConfig:
+def load_config(path: str | Path, overrides: Sequence[str] = ()) -> ExperimentConfig | MultiTaskExperimentConfig:
     """Read and check the YAML config at ``path``, after ``overrides`` (``KEY=VALUE`` strings,
     dotted keys, see :func:`apply_overrides`)."""
     path = Path(path)

@@ -22,7 +22,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-__all__ = ["Figure", "Note", "Page", "Section", "Table", "Text", "render_fragment", "render_page"]
+__all__ = ["REPORT_HTML", "REPORT_MD", "Figure", "Note", "Page", "Section", "Table", "Text", "render_fragment",
+           "render_page"]
+
+#: The file names of a report in an experiment folder.
+REPORT_MD = "report.md"
+REPORT_HTML = "report.html"
 
 #: Cells that are numbers (or stand in for one): right-aligned.
 _NUMERIC_CELL = re.compile(r"^(?:[-+−<]?\d|–$|$|baseline$|W )")

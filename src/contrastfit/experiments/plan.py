@@ -66,16 +66,31 @@ class Job:
     variant: MethodVariant
     seed: int
     run: Any  # ProtocolRun
+    model: str = "minilm-l6"  # the encoder the run starts from
+    model_label: str | None = None  # its name in the tables when the experiment compares several (``models:``)
+
+    @property
+    def label(self) -> str:
+        """The run's variant as the tables name it: ``VARIANT``, or ``MODEL/VARIANT`` with several models."""
+        return self.variant.label if self.model_label is None else f"{self.model_label}/{self.variant.label}"
 
 
-def run_id(variant: MethodVariant, setting: str, sample: int, seed: int) -> str:
-    raw = f"{variant.label}-{setting}-sample{sample}-seed{seed}"
-    return re.sub(r"[^A-Za-z0-9_.=,-]+", "_", raw.replace("[", "_").replace("]", ""))
+def run_id(variant: MethodVariant | str, setting: str, sample: int, seed: int) -> str:
+    label = variant if isinstance(variant, str) else variant.label
+    raw = f"{label}-{setting}-sample{sample}-seed{seed}"
+    return re.sub(r"[^A-Za-z0-9_.=,-]+", "_", raw.replace("[", "_").replace("]", "").replace("/", "_"))
 
 
 def jobs(config: ExperimentConfig, runs: list) -> list[Job]:
-    """Every (protocol run, method variant, training seed), settings outermost."""
-    out = [Job(run_id(v, r.setting, r.sample, seed), v, seed, r) for r in runs for v in config.methods for seed in config.seeds]
+    """Every (protocol run, encoder, method variant, training seed), settings outermost, then encoders
+    (``models:``), so that the runs of one encoder follow one another."""
+    out = []
+    for r in runs:
+        for label, model in config.encoders:
+            for v in config.methods:
+                for seed in config.seeds:
+                    name = v.label if label is None else f"{label}/{v.label}"
+                    out.append(Job(run_id(name, r.setting, r.sample, seed), v, seed, r, model, label))
     ids = [j.run_id for j in out]
     if len(set(ids)) != len(ids):
         raise ConfigError("two runs of this config have the same id (a method listed twice?)")

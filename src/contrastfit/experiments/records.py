@@ -12,8 +12,9 @@ An experiment folder, as the runner writes it::
 
 A run's result dict (``results.json``) carries ``method``, ``hparams``, ``seed``, ``metrics``
 (``validation`` / ``test``), ``timings``, ``training``, ``log_history``, ``data`` (``task``,
-``label_names``, ``test_hash``) and ``tags`` (``variant`` -- the method label with its grid point
---, ``setting``, ``sample``, ``params``, ``run_id``). :meth:`RunRecord.from_result` reads it once
+``label_names``, ``test_hash``) and ``tags`` (``variant`` -- the method label with its grid point,
+prefixed ``MODEL/`` when the experiment compares encoders --, ``setting``, ``sample``, ``params``,
+``run_id``, and ``model``, the encoder's label, when it compares encoders). :meth:`RunRecord.from_result` reads it once
 into a :class:`RunRecord`; everything downstream (summary tables, analyses) uses the record's typed
 fields. Conventions: an untagged run is in setting ``"full"``, sample 0, its variant is its method;
 the pairing key of two runs of one setting is ``(sample, seed)``; a run's task is ``data.task``,
@@ -152,6 +153,8 @@ class RunRecord:
     log_history: tuple[dict[str, Any], ...] = ()
     training: dict[str, Any] = field(default_factory=dict)
     model: str | None = None
+    #: the encoder's name in the tables when the experiment compares several (``models:``), else None
+    model_label: str | None = None
     data_name: str | None = None
     analysis_path: Path | None = None
     attributions_path: Path | None = None
@@ -232,6 +235,7 @@ class RunRecord:
             log_history=tuple(dict(e) for e in history if isinstance(e, Mapping)),
             training=dict(mapping(result.get("training"), "training")),
             model=None if result.get("model") is None else str(result["model"]),
+            model_label=None if tags.get("model") is None else str(tags["model"]),
             data_name=None if data.get("name") is None else str(data["name"]),
             analysis_path=analysis if analysis is not None and analysis.is_file() else None,
             attributions_path=attributions if attributions is not None and attributions.is_file() else None,
@@ -336,13 +340,17 @@ def settings_of(records: Sequence[RunRecord]) -> list[str]:
 
 
 def variants_of(records: Sequence[RunRecord], baseline: str | None = None) -> list[str]:
-    """Variants in order of first appearance, the baseline's (label or method) first."""
+    """Variants in order of first appearance, the baseline's (label or method) first; when the runs
+    compare encoders (``model_label``), the variants of one encoder together, the baseline's encoder
+    first."""
     variants = ordered_unique(r.variant for r in records)
-    if baseline is None:
-        return variants
-    method_of = {r.variant: r.method for r in records}
-    first = [v for v in variants if v == baseline or method_of.get(v) == baseline]
-    return first + [v for v in variants if v not in first]
+    if baseline is not None:
+        method_of = {r.variant: r.method for r in records}
+        first = [v for v in variants if v == baseline or method_of.get(v) == baseline]
+        variants = first + [v for v in variants if v not in first]
+    model_of = {r.variant: r.model_label for r in records}
+    encoders = ordered_unique(model_of[v] for v in variants)
+    return sorted(variants, key=lambda v: encoders.index(model_of[v]))  # stable: the order above within each
 
 
 def group_records(records: Sequence[RunRecord]) -> dict[tuple[str, str], list[RunRecord]]:

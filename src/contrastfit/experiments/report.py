@@ -36,12 +36,14 @@ import numpy as np
 from pydantic import PositiveInt, field_validator
 
 from ..atomic import write_text_atomic
-from ..errors import ContrastfitError
+from ..errors import ConfigError, ContrastfitError
 from ..evaluation.statistics import compare_to_baseline
 from ..schema import Schema, parse
 from .analyses import FigureWriter, Skip, available_analyses, get_analysis, parse_options, registered_analyses
 from .analyses.base import Analysis, unmet_need
-from .page import Figure, Note, Page, Section, Table, Text, render_fragment, render_page
+from . import multitask
+from .multitask import is_multitask_experiment, write_multitask_report
+from .page import REPORT_HTML, REPORT_MD, Figure, Note, Page, Section, Table, Text, render_fragment, render_page
 from .records import (
     ANALYSIS_FILE,
     EXPERIMENT_FILE,
@@ -74,8 +76,6 @@ __all__ = [
 ]
 
 FIGURES_DIR = "figures"
-REPORT_MD = "report.md"
-REPORT_HTML = "report.html"
 
 
 # --------------------------------------------------------------------------------------------------
@@ -167,7 +167,8 @@ def _header(folder: Path, runs: ExperimentRuns, opts: ResolvedOptions) -> Page:
     page = Page(f"Experiment report: {raw.get('name') or folder.name}", facts=[
         ("folder", f"`{folder}`"),
         ("data", str(raw.get("data", records[0].data_name or "?"))),
-        ("model", str(raw.get("model", records[0].model or "?"))),
+        ("model" if "models" not in raw else "models",
+         ", ".join(map(str, raw["models"])) if "models" in raw else str(raw.get("model", records[0].model or "?"))),
         ("finished runs", str(len(records))),
         ("settings", ", ".join(runs.settings)),
         ("variants", ", ".join(runs.variants)),
@@ -233,9 +234,15 @@ def write_report(folder: str | os.PathLike, options: Mapping[str, Mapping[str, A
     {"max_points": 500}, "distance_groups": {"groups": 10}}``); each analysis' ``Options`` schema
     says what it takes. Analyses whose inputs are missing (no ``analysis.npz``, different test sets,
     regression) are skipped with a note in the report. Returns ``{"markdown": path, "html": path,
-    "figures": {name: path}}``.
+    "figures": {name: path}}``. A multi-task experiment's folder gets its own report
+    (:func:`contrastfit.experiments.multitask.write_multitask_report`).
     """
     folder = Path(folder)
+    if is_multitask_experiment(folder):
+        if options:
+            raise ConfigError(f"{folder} is a multi-task experiment: its report takes no analysis options")
+        paths = write_multitask_report(folder)
+        return {"markdown": paths["markdown"], "html": paths["html"], "figures": {}}
     records = load_records(folder)
     opts = report_options(folder, records, options)
     rows = summary_table(records, opts.metrics, top_k=opts.top_k, baseline=opts.baseline)
@@ -273,7 +280,10 @@ def _summary_rows(folder: Path) -> tuple[ResolvedOptions, list[dict[str, Any]]]:
 
 def main_table_text(folder: str | os.PathLike) -> str:
     """The main table of ``folder`` (methods x settings, headline metric, mean ± std in %), as
-    aligned Markdown for the terminal; the top-k table follows when the experiment sets ``top_k``."""
+    aligned Markdown for the terminal; the top-k table follows when the experiment sets ``top_k``. A
+    multi-task experiment's: variants x tasks."""
+    if is_multitask_experiment(folder):
+        return multitask.main_table_text(multitask.summarise_folder(folder))
     opts, rows = _summary_rows(Path(folder))
     tables = [main_table(rows, opts.metrics[0])]
     if any(r.get("top_k") for r in rows):
@@ -295,8 +305,11 @@ def _json_ready(value: Any) -> Any:
 def summarise(folder: str | os.PathLike) -> dict[str, Any]:
     """The summary of ``folder`` as ``summary.json`` holds it: ``{"name", "data", "model",
     "metrics", "baseline", "top_k", "rows"}``, ``rows`` being :func:`summary_table`'s (with the
-    report's metrics, top-k and baseline; NaN written as null)."""
+    report's metrics, top-k and baseline; NaN written as null). A multi-task experiment's:
+    :func:`contrastfit.experiments.multitask.summarise_folder`."""
     folder = Path(folder)
+    if is_multitask_experiment(folder):
+        return _json_ready(multitask.summarise_folder(folder))
     opts, rows = _summary_rows(folder)
     raw = opts.raw
     return _json_ready({"name": raw.get("name", folder.name), "data": raw.get("data"), "model": raw.get("model"),
@@ -304,7 +317,10 @@ def summarise(folder: str | os.PathLike) -> dict[str, Any]:
 
 
 def format_summary(summary: Mapping[str, Any]) -> str:
-    """The summary as a Markdown table, one line per (setting, variant) (what the runner prints)."""
+    """The summary as a Markdown table, one line per (setting, variant) (what the runner prints); a
+    multi-task summary's main table (variants x tasks)."""
+    if "tasks" in summary:
+        return multitask.main_table_text(summary)
     return render_fragment([runs_table(summary["rows"], summary["metrics"])]).rstrip("\n")
 
 
@@ -315,6 +331,10 @@ def compare(folder_a: str | os.PathLike, folder_b: str | os.PathLike,
     from :func:`~contrastfit.evaluation.statistics.compare_to_baseline` with A as the baseline).
     ``metrics`` defaults to folder A's."""
     folder_a, folder_b = Path(folder_a), Path(folder_b)
+    for folder in (folder_a, folder_b):
+        if is_multitask_experiment(folder):
+            raise ContrastfitError(f"compare lines up single-task experiments; {folder} is a multi-task experiment "
+                                   f"(see its {REPORT_MD})")
     records_a, records_b = load_records(folder_a), load_records(folder_b)
     if metrics is None:
         metrics = report_options(folder_a, records_a).metrics

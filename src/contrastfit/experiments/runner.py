@@ -16,7 +16,6 @@ same examples for every method, with their gold label as the target).
 
 from __future__ import annotations
 
-import contextlib
 import json
 import re
 import time
@@ -31,12 +30,12 @@ from ..data import load_data
 from ..distributed import launched_processes
 from ..errors import ConfigError, ContrastfitError
 from ..training import RESULTS_NAME, TrainConfig, train
-from .config import ExperimentConfig, MethodVariant
+from .config import ExperimentConfig, MethodVariant, MultiTaskExperimentConfig
 from .plan import Job, jobs, protocol_runs
 from .records import ANALYSIS_FILE as ANALYSIS_NAME
 from .records import ATTRIBUTIONS_FILE as ATTRIBUTIONS_NAME
 from .report import format_summary, summarise, write_report
-from .store import STORE_NAME, ResultsStore
+from .store import STORE_NAME, ResultsStore, Unit, file_lock, run_pending
 
 
 def variant_training(config: ExperimentConfig, variant: MethodVariant) -> dict[str, Any]:
@@ -50,9 +49,11 @@ def variant_training(config: ExperimentConfig, variant: MethodVariant) -> dict[s
 
 def _train_config(config: ExperimentConfig, job: Job, folder: Path, progress: bool, model: str,
                   source: dict[str, Any] | None = None) -> TrainConfig:
-    tags = {"experiment": config.name, "variant": job.variant.label, "setting": job.run.setting,
+    tags = {"experiment": config.name, "variant": job.label, "setting": job.run.setting,
             "sample": job.run.sample, "params": job.run.params, "sampling": job.run.sampling,
             "run_id": job.run_id}
+    if job.model_label is not None:
+        tags["model"] = job.model_label
     if job.variant.training:
         tags["training_overrides"] = dict(job.variant.training)
     if source is not None:
@@ -128,24 +129,6 @@ def save_attributions(model, test, folder: Path, options: dict[str, Any]) -> Non
 SOURCES_DIR = "sources"
 
 
-@contextlib.contextmanager
-def _file_lock(path: Path):
-    """An exclusive ``flock`` on ``path`` (created) while the block runs: two runners on one output
-    folder never train the same source model at once. A no-op where ``fcntl`` is missing."""
-    try:
-        import fcntl
-    except ImportError:  # not POSIX
-        yield
-        return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-
-
 class TransferSources:
     """The source models of a ``transfer`` protocol (Gunel et al. Sec. 5.4), each trained once, on
     first use, in ``OUTPUT/sources/<key>/``, and shared by every target run that starts from it.
@@ -172,8 +155,9 @@ class TransferSources:
     def shared(self) -> bool:
         return self.source.method is not None
 
-    def spec(self, variant: MethodVariant) -> dict[str, Any]:
-        """What the source model of ``variant``'s runs is trained with (JSON-ready)."""
+    def spec(self, variant: MethodVariant, model: str | None = None, model_label: str | None = None) -> dict[str, Any]:
+        """What the source model of ``variant``'s runs on encoder ``model`` (default: the experiment's;
+        ``model_label``: its name when the experiment compares several) is trained with (JSON-ready)."""
         src = self.source
         if self.shared:
             hparams = dict(src.hparams or {})
@@ -181,25 +165,28 @@ class TransferSources:
             method, own_training = src.method, {}
         else:
             key, method, hparams, own_training = variant.label, variant.method, dict(variant.hparams), dict(variant.training)
+        if model_label is not None:
+            key = f"{model_label}/{key}"
         training = {**self.config.training.settings(), **own_training}
         if src.epochs is not None:
             training["epochs"] = src.epochs
         spec = {"key": key, "shared": self.shared, "method": method, "hparams": hparams, "training": training,
                 "data": src.data, "shots": src.shots, "train_size": src.train_size,
-                "seed": src.seed, "base_model": self.config.model}
+                "seed": src.seed, "base_model": model or self.config.model}
         return json.loads(json.dumps(spec))  # as it reads back from results.json
 
     def folder(self, spec: dict[str, Any]) -> Path:
-        return self.out / SOURCES_DIR / re.sub(r"[^A-Za-z0-9_.=,-]+", "_", spec["key"].replace("[", "_").replace("]", ""))
+        return self.out / SOURCES_DIR / re.sub(r"[^A-Za-z0-9_.=,-]+", "_",
+                                               spec["key"].replace("[", "_").replace("]", "").replace("/", "_"))
 
-    def get(self, variant: MethodVariant) -> dict[str, Any]:
-        """The source of ``variant``'s runs, trained now if it is not yet: a dict with ``encoder``
-        (the folder the target runs load) and what the source was trained with and on."""
-        spec = self.spec(variant)
+    def get(self, variant: MethodVariant, model: str | None = None, model_label: str | None = None) -> dict[str, Any]:
+        """The source of ``variant``'s runs on encoder ``model``, trained now if it is not yet: a dict with
+        ``encoder`` (the folder the target runs load) and what the source was trained with and on."""
+        spec = self.spec(variant, model, model_label)
         if spec["key"] in self._done:
             return self._done[spec["key"]]
         folder = self.folder(spec)
-        with _file_lock(folder.parent / (folder.name + ".lock")):
+        with file_lock(folder.parent / (folder.name + ".lock")):
             written = folder / RESULTS_NAME
             if written.is_file():
                 record = json.loads(written.read_text(encoding="utf-8"))
@@ -210,7 +197,7 @@ class TransferSources:
                 print(f"transfer: training the source model of {variant.label if not self.shared else 'every method'} "
                       f"({spec['key']} on {spec['data']}) in {folder}", flush=True)
             tc = TrainConfig(
-                method=spec["method"], data=spec["data"], output=str(folder), model=self.config.model,
+                method=spec["method"], data=spec["data"], output=str(folder), model=spec["base_model"],
                 hparams=dict(spec["hparams"]), shots=spec["shots"], train_size=spec["train_size"], seed=spec["seed"],
                 save_model=True, resume=True, progress=self.progress,
                 tags={"experiment": self.config.name, "role": "transfer source", "source_spec": spec},
@@ -222,14 +209,44 @@ class TransferSources:
                 "data": spec["data"], "train_hash": (record.get("data") or {}).get("train_hash"),
                 "train_size": (record.get("data") or {}).get("train_size"),
                 "training": {k: (record.get("training") or {}).get(k) for k in ("batch_size", "learning_rate", "epochs", "steps")},
-                "base_model": self.config.model}
+                "base_model": spec["base_model"]}
         self._done[spec["key"]] = info
         return info
 
 
-def run_experiment(config: ExperimentConfig, progress: bool = True) -> dict[str, Any]:
+def _job_units(config: ExperimentConfig, out: Path, progress: bool) -> list[Unit]:
+    """The single-task experiment's plan (:func:`~.plan.jobs`) as units of work for the store."""
+    data = load_data(config.data, **config.data_options.settings())
+    sources = TransferSources(config, out, progress) if config.protocol_kind == "transfer" else None
+    plan = jobs(config, protocol_runs(config, data))
+
+    def unit(job: Job) -> Unit:
+        folder = out / "runs" / job.run_id
+
+        def work() -> dict[str, Any]:
+            # a transfer source is trained on first use
+            source = sources.get(job.variant, job.model, job.model_label) if sources is not None else None
+            model = source["encoder"] if source is not None else job.model
+            result = train(_train_config(config, job, folder, progress, model, source), text_data=job.run.data)
+            if config.analyses:
+                save_analysis(result.model, job.run.data.test, folder)
+            if ("attributions" in config.analyses and job.run.setting == plan[0].run.setting
+                    and job.run.sample == 0 and job.seed == config.seeds[0]):  # what the report draws
+                save_attributions(result.model, job.run.data.test, folder, config.attributions.model_dump())
+            return dict(result)
+
+        return Unit(job.run_id, f"{job.label} {job.run.setting} sample={job.run.sample} seed={job.seed}", work,
+                    claim={"variant": job.label, "setting": job.run.setting, "sample": job.run.sample,
+                           "seed": job.seed},
+                    written=folder / RESULTS_NAME)
+
+    return [unit(job) for job in plan]
+
+
+def run_experiment(config: ExperimentConfig | MultiTaskExperimentConfig, progress: bool = True) -> dict[str, Any]:
     """Run (or continue) ``config``; return the summary rows. Also writes the report unless
-    ``report: false``."""
+    ``report: false``. A multi-task config's units are its (seed, variant) runs
+    (:func:`contrastfit.experiments.multitask.variant_units`)."""
     if launched_processes() > 1:
         raise ConfigError(f"experiments run in one process (one results store, one writer); launched with "
                           f"{launched_processes()} processes: run `contrastfit experiment` without torchrun, or "
@@ -237,50 +254,15 @@ def run_experiment(config: ExperimentConfig, progress: bool = True) -> dict[str,
     out = Path(config.output)
     out.mkdir(parents=True, exist_ok=True)
     write_json_atomic(out / "experiment.json", config.raw)
-    data = load_data(config.data, **config.data_options.settings())
-    sources = TransferSources(config, out, progress) if config.protocol_kind == "transfer" else None
-    plan = jobs(config, protocol_runs(config, data))
+    if isinstance(config, MultiTaskExperimentConfig):
+        from .multitask import variant_units
+
+        units = variant_units(config, out, progress)
+    else:
+        units = _job_units(config, out, progress)
     started = time.perf_counter()
-    ran, skipped, elsewhere = 0, 0, []
     with ResultsStore(out / STORE_NAME) as store:
-        for i, job in enumerate(plan, 1):
-            label = f"[{i}/{len(plan)}] {job.variant.label} {job.run.setting} sample={job.run.sample} seed={job.seed}"
-            row = store.get(job.run_id)
-            if row is not None and row["status"] == "done":
-                skipped += 1
-                continue
-            folder = out / "runs" / job.run_id
-            written = folder / RESULTS_NAME
-            if written.is_file():  # trained, but the runner died before the store heard of it
-                if store.claim(job.run_id, {"imported": True}):
-                    store.finish(job.run_id, json.loads(written.read_text(encoding="utf-8")))
-                skipped += 1
-                continue
-            if not store.claim(job.run_id, {"variant": job.variant.label, "setting": job.run.setting,
-                                            "sample": job.run.sample, "seed": job.seed}):
-                elsewhere.append(job.run_id)
-                print(f"{label}: running in another process, left to it", flush=True)
-                continue
-            eta = ""
-            if ran:
-                per_run = (time.perf_counter() - started) / ran
-                left = len(plan) - i + 1 - len(elsewhere)
-                eta = f", about {per_run * left / 60:.1f} min left"
-            print(f"{label}{eta}", flush=True)
-            try:
-                source = sources.get(job.variant) if sources is not None else None  # trained on first use
-                model = source["encoder"] if source is not None else config.model
-                result = train(_train_config(config, job, folder, progress, model, source), text_data=job.run.data)
-                if config.analyses:
-                    save_analysis(result.model, job.run.data.test, folder)
-                if ("attributions" in config.analyses and job.run.setting == plan[0].run.setting
-                        and job.run.sample == 0 and job.seed == config.seeds[0]):  # what the report draws
-                    save_attributions(result.model, job.run.data.test, folder, config.attributions.model_dump())
-            except BaseException as exc:
-                store.fail(job.run_id, f"{type(exc).__name__}: {exc}")
-                raise
-            store.finish(job.run_id, dict(result))
-            ran += 1
+        ran, skipped, elsewhere = run_pending(store, units)
     summary = summarise(out)  # the report's summary: its metrics (regression ones for a regression task)
     write_json_atomic(out / "summary.json", summary)
     table = format_summary(summary)
@@ -288,7 +270,7 @@ def run_experiment(config: ExperimentConfig, progress: bool = True) -> dict[str,
     print()
     print(table)
     minutes = (time.perf_counter() - started) / 60
-    print(f"\n{len(plan)} runs ({ran} new, {skipped} done earlier"
+    print(f"\n{len(units)} runs ({ran} new, {skipped} done earlier"
           + (f", {len(elsewhere)} in other processes" if elsewhere else "") + f") in {minutes:.1f} min; results in {out}")
     if config.report and not elsewhere:
         try:

@@ -3,7 +3,12 @@
 Every mapping of an experiment config is one model here: the top level (:class:`Experiment`), its
 ``protocol:`` (one model per ``kind``, a union discriminated on ``kind``), ``training:`` (exactly the
 fields of :class:`contrastfit.training.TrainConfig` an experiment may set, derived from that
-dataclass), the ``methods`` entries, ``data_options``, ``attributions`` and ``search``. Unknown keys
+dataclass), the ``methods`` entries, ``data_options``, ``attributions`` and ``search``; and a
+multi-task experiment (a config with ``tasks:``, :class:`MultiTaskExperiment`): its ``tasks``
+(:class:`TaskEntry`, the fields of :class:`contrastfit.multitask.Task`), ``training``
+(:class:`MultiTaskTraining`, the fields of :class:`contrastfit.multitask.MultiTaskConfig` an experiment
+may set), ``pretrain`` entries (:class:`PretrainEntry`, the keyword arguments of
+:func:`contrastfit.pretrain.pretrain`) and ``variants`` (:class:`MultiTaskVariant`). Unknown keys
 are refused, types are not coerced (``validation_size: "500"`` is an error, not 500), and
 :func:`parse_experiment` reports the first problem in one line naming the file and the key, relative
 to the innermost mapping that holds it::
@@ -32,9 +37,11 @@ and defaults agree.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import types
 import typing
-from typing import Annotated, Any, Literal, Optional, Union
+from pathlib import PurePosixPath
+from typing import Annotated, Any, Callable, Literal, Mapping, Optional, Union
 
 from pydantic import (BaseModel, BeforeValidator, Field, NonNegativeInt, PositiveInt, ValidationError,
                       ValidationInfo, WrapValidator, create_model, field_validator, model_validator)
@@ -46,14 +53,19 @@ from ..errors import ConfigError
 from ..evaluation.attributions import BASELINES
 from ..methods import get_method
 from ..methods.base import resolve_hparams
+from ..multitask.schedule import SCHEDULES
+from ..multitask.tasks import Task
+from ..multitask.training import MultiTaskConfig
+from ..pretrain import PRETRAIN_METHODS, pretrain
 from ..schema import Schema, describe_error
 from ..training import TrainConfig
 from .analyses import available_analyses
 
 __all__ = [
-    "PROTOCOLS", "RUN_FIELDS", "TRAINING_KEYS", "Attributions", "DataOptions", "Experiment",
-    "MethodEntry", "Protocol", "Search", "SearchDimension", "Training", "TrainingGrid", "TransferSource",
-    "as_list", "parse_experiment",
+    "MULTITASK_RUN_FIELDS", "PROTOCOLS", "RUN_FIELDS", "TRAINING_KEYS", "Attributions", "DataOptions", "Experiment",
+    "MethodEntry", "MultiTaskExperiment", "MultiTaskTraining", "MultiTaskVariant", "PretrainEntry", "Protocol",
+    "Search", "SearchDimension", "TaskEntry", "Training", "TrainingGrid", "TransferSource", "as_list", "model_label",
+    "parse_experiment",
 ]
 
 
@@ -165,25 +177,51 @@ class _TrainingBase(_Settings):
         return {**EXPERIMENT_TRAINING_DEFAULTS, **super().settings()}
 
 
-def _default(f: dataclasses.Field) -> Any:
-    if f.name in EXPERIMENT_TRAINING_DEFAULTS:
-        return EXPERIMENT_TRAINING_DEFAULTS[f.name]
-    return Field(default_factory=f.default_factory) if f.default is dataclasses.MISSING else f.default
+def _declared(source: type, exclude: frozenset[str], defaults: Mapping[str, Any] | None = None,
+              wrap: Callable[[Any], Any] | None = None) -> dict[str, tuple[Any, Any]]:
+    """Pydantic field declarations of the dataclass ``source``'s fields but ``exclude``: each field's
+    own type (numbers kept as written) and default (``defaults`` over the dataclass's; a field with
+    none is required). With ``wrap``, each type becomes ``wrap(type)`` and every default None (a
+    mapping in which each key is optional, e.g. a grid or an override)."""
+    hints = typing.get_type_hints(source)
+    out: dict[str, tuple[Any, Any]] = {}
+    for f in dataclasses.fields(source):
+        if f.name in exclude:
+            continue
+        kind = _setting_type(hints[f.name])
+        if wrap is not None:
+            out[f.name] = (wrap(kind), None)
+        elif defaults and f.name in defaults:
+            out[f.name] = (kind, defaults[f.name])
+        elif f.default is not dataclasses.MISSING:
+            out[f.name] = (kind, f.default)
+        elif f.default_factory is not dataclasses.MISSING:
+            out[f.name] = (kind, Field(default_factory=f.default_factory))
+        else:
+            out[f.name] = (kind, ...)
+    return out
+
+
+def _settings_models(names: tuple[str, str], docs: tuple[str, str], source: type, exclude: frozenset[str],
+                     defaults: Mapping[str, Any], base: type[_Settings],
+                     wrap: Callable[[Any], Any]) -> tuple[type[_Settings], type[_Settings]]:
+    """Two schemas of the dataclass ``source``'s fields but ``exclude``: the first with their types and
+    defaults (``defaults`` over the dataclass's) on ``base``; the second with every key optional and its
+    type ``wrap(type)`` (a method entry's grid, a variant's override)."""
+    full = create_model(names[0], __base__=base, __module__=__name__, __doc__=docs[0],
+                        **_declared(source, exclude, defaults))
+    partial = create_model(names[1], __base__=_Settings, __module__=__name__, __doc__=docs[1],
+                           **_declared(source, exclude, wrap=wrap))
+    return full, partial
 
 
 def _training_models() -> tuple[type[_Settings], type[_Settings]]:
     """``Training`` and ``TrainingGrid``, from TrainConfig's fields (their types; ``Training`` with their defaults)."""
-    hints = typing.get_type_hints(TrainConfig)
-    fields = [f for f in dataclasses.fields(TrainConfig) if f.name not in RUN_FIELDS]
-    training = create_model(
-        "Training", __base__=_TrainingBase, __module__=__name__,
-        __doc__="``training:``: TrainConfig's experiment-settable fields, with TrainConfig's defaults.",
-        **{f.name: (_setting_type(hints[f.name]), _default(f)) for f in fields})
-    grid = create_model(
-        "TrainingGrid", __base__=_Settings, __module__=__name__,
-        __doc__="A method entry's own ``training:``: the same keys, each value one setting or a list (a grid).",
-        **{f.name: (one_or_more(_setting_type(hints[f.name])), None) for f in fields})
-    return training, grid
+    return _settings_models(
+        ("Training", "TrainingGrid"),
+        ("``training:``: TrainConfig's experiment-settable fields, with TrainConfig's defaults.",
+         "A method entry's own ``training:``: the same keys, each value one setting or a list (a grid)."),
+        TrainConfig, RUN_FIELDS, EXPERIMENT_TRAINING_DEFAULTS, _TrainingBase, one_or_more)
 
 
 Training, TrainingGrid = _training_models()
@@ -432,12 +470,21 @@ class Search(Schema):
 # The experiment
 # ---------------------------------------------------------------------------------------------
 
+def model_label(model: str) -> str:
+    """How the tables name an encoder of ``models:``: the last part of its path or Hub name
+    (``minilm-l6``, ``encoders/simcse`` -> ``simcse``, ``owner/name`` -> ``name``)."""
+    return PurePosixPath(model.replace("\\", "/").rstrip("/")).name or model
+
+
 class Experiment(Schema):
-    """An experiment config: what ``contrastfit experiment CONFIG.yaml`` runs (README, Experiments)."""
+    """An experiment config: what ``contrastfit experiment CONFIG.yaml`` runs (README, Experiments).
+    ``models`` (instead of ``model``) compares encoders on the same protocol and samples: every run
+    of every method on each of them, labelled ``MODEL/VARIANT`` (:func:`model_label`)."""
 
     name: str = "experiment"
     data: str
     model: str = "minilm-l6"
+    models: one_or_more(Annotated[str, Field(min_length=1)]) | None = None
     methods: one_or_more(MethodEntry)
     protocol: Annotated[Protocol, BeforeValidator(_protocol_shorthands)] = Field(
         default_factory=lambda: Full(kind="full"))
@@ -462,6 +509,166 @@ class Experiment(Schema):
         if unknown:
             raise _invalid(f"unknown analysis {unknown[0]!r} (available: {', '.join(available_analyses())})")
         return names
+
+    @model_validator(mode="after")
+    def _one_model_key(self):
+        if self.models is None:
+            return self
+        if "model" in self.model_fields_set:
+            raise _invalid("give model (one encoder) or models (a list of encoders to compare), not both")
+        labels = [model_label(m) for m in self.models]
+        repeated = sorted({x for x in labels if labels.count(x) > 1})
+        if repeated:
+            raise _invalid(f"models: two encoders are both named {repeated[0]!r} in the tables (the last part of "
+                           f"their path); rename one folder")
+        if self.search is not None:
+            raise _invalid("search: runs on one encoder: give model, not models")
+        return self
+
+
+# ---------------------------------------------------------------------------------------------
+# A multi-task experiment (a config with `tasks:`)
+# ---------------------------------------------------------------------------------------------
+
+#: MultiTaskConfig fields a multi-task experiment does not set under ``training:``: the runner sets them
+#: for each run from the experiment's other keys (``tasks``, ``model`` / a variant's encoder, ``seeds``,
+#: ``output``, ``save_models``, a variant's ``schedule`` and ``temperature``, ``steps_per_task``), and
+#: its tables need every run's test metrics.
+MULTITASK_RUN_FIELDS = frozenset({
+    "tasks", "output", "model", "seed", "sample_seed", "sample_index", "schedule", "temperature", "max_steps",
+    "resume", "progress", "save_model", "evaluate_test", "tags",
+})
+#: As for single-task experiments: no resumable Trainer checkpoints inside a run unless asked.
+MULTITASK_TRAINING_DEFAULTS: dict[str, Any] = {"save_checkpoints": False}
+#: ``pretrain()`` arguments the runner sets (the experiment's seed; its progress switch).
+PRETRAIN_RUN_ARGS = frozenset({"seed", "progress"})
+#: The values ``pretrain()`` accepts, checked when the config is read rather than when stage 1 starts.
+PRETRAIN_BOUNDS: dict[str, dict[str, float]] = {
+    "max_texts": {"ge": 2}, "max_length": {"ge": 1}, "batch_size": {"ge": 1}, "learning_rate": {"gt": 0},
+    "weight_decay": {"ge": 0}, "warmup_ratio": {"ge": 0, "lt": 1}, "epochs": {"gt": 0}, "max_steps": {"ge": 1},
+    "logging_steps": {"ge": 1},
+}
+
+
+class _TaskBase(_Settings):
+    @model_validator(mode="after")
+    def _task_checks(self):
+        _asked(Task(**self.model_dump()).check)
+        return self
+
+
+TaskEntry = create_model(
+    "TaskEntry", __base__=_TaskBase, __module__=__name__,
+    __doc__="A ``tasks:`` entry: the fields of :class:`contrastfit.multitask.Task` (``name`` and ``data`` "
+            "required), checked by ``Task.check``.",
+    **_declared(Task, frozenset()))
+
+
+class _MultiTaskTrainingBase(_Settings):
+    def settings(self) -> dict[str, Any]:
+        """The settings given, over :data:`MULTITASK_TRAINING_DEFAULTS`: keyword arguments of every run's
+        ``MultiTaskConfig``."""
+        return {**MULTITASK_TRAINING_DEFAULTS, **super().settings()}
+
+
+MultiTaskTraining, MultiTaskTrainingOverride = _settings_models(
+    ("MultiTaskTraining", "MultiTaskTrainingOverride"),
+    ("A multi-task experiment's ``training:``: MultiTaskConfig's experiment-settable fields, with its defaults.",
+     "A variant's own ``training:``: the same keys, over the experiment's."),
+    MultiTaskConfig, MULTITASK_RUN_FIELDS, MULTITASK_TRAINING_DEFAULTS, _MultiTaskTrainingBase, lambda kind: kind)
+
+
+def _pretrain_fields() -> dict[str, tuple[Any, Any]]:
+    """The keyword-only arguments of :func:`contrastfit.pretrain.pretrain` (but :data:`PRETRAIN_RUN_ARGS`)
+    with their types, bounds (:data:`PRETRAIN_BOUNDS`) and defaults; ``model`` defaults to None, the
+    experiment's model."""
+    hints = typing.get_type_hints(pretrain)
+    out: dict[str, tuple[Any, Any]] = {}
+    for name, prm in inspect.signature(pretrain).parameters.items():
+        if prm.kind is not prm.KEYWORD_ONLY or name in PRETRAIN_RUN_ARGS:
+            continue
+        kind = _setting_type(hints[name])
+        if name in PRETRAIN_BOUNDS:
+            kind = Annotated[kind, Field(**PRETRAIN_BOUNDS[name])]
+        out[name] = (Optional[kind] if name == "model" else kind, None if name == "model" else prm.default)
+    return out
+
+
+class _PretrainBase(Schema):
+    """A ``pretrain:`` entry: stage 1 on a corpus of its own (:func:`contrastfit.pretrain.pretrain`).
+    ``corpus``: ``tasks`` (the unlabelled texts of the tasks' training splits, both sentences of a pair,
+    de-duplicated, shuffled with the seed, the first ``max_texts``), a text file (one text per line), a
+    table or a data set name; ``model``: the encoder it starts from (default: the experiment's)."""
+
+    method: Literal[PRETRAIN_METHODS]  # type: ignore[valid-type]
+    corpus: Annotated[str, Field(min_length=1)] = "tasks"
+
+    @model_validator(mode="after")
+    def _method_hparams(self):
+        if self.hparams:
+            _hparams_of(self.method, self.hparams)
+        return self
+
+
+PretrainEntry = create_model("PretrainEntry", __base__=_PretrainBase, __module__=__name__, **_pretrain_fields())
+
+
+class MultiTaskVariant(Schema):
+    """A ``variants:`` entry. ``mode: single``: one run per task, alone; ``mode: multitask``: one run on
+    every task, with ``schedule`` (default round-robin; ``temperature`` for the temperature schedule).
+    The encoder is the experiment's ``model``, the variant's own ``model``, or ``pretrain: NAME``, the
+    stage-1 encoder of that ``pretrain:`` entry; ``training`` overrides the experiment's for this variant."""
+
+    name: Annotated[str, Field(min_length=1)]
+    mode: Literal["single", "multitask"]
+    schedule: Literal[SCHEDULES] | None = None  # type: ignore[valid-type]
+    temperature: PositiveNumber | None = None
+    model: Annotated[str, Field(min_length=1)] | None = None
+    pretrain: str | None = None
+    training: MultiTaskTrainingOverride = Field(default_factory=MultiTaskTrainingOverride)  # type: ignore[valid-type]
+
+    @model_validator(mode="after")
+    def _consistent(self):
+        if self.mode == "single" and (self.schedule is not None or self.temperature is not None):
+            raise _invalid("schedule and temperature are for mode multitask (a single-task run has one task)")
+        if self.temperature is not None and self.schedule != "temperature":
+            raise _invalid("temperature goes with schedule: temperature")
+        if self.model is not None and self.pretrain is not None:
+            raise _invalid("give model (an encoder) or pretrain (a stage-1 encoder of the pretrain section), not both")
+        return self
+
+
+class MultiTaskExperiment(Schema):
+    """A multi-task experiment (README, Multi-task training): one encoder with a head per task, its
+    ``variants`` compared on the same ``tasks`` and samples, for every seed. ``steps_per_task``: the
+    batches each task gets in every variant (a single-task run trains that many steps, a multi-task run
+    that many times the number of tasks); without it the runs follow MultiTaskConfig's step rule."""
+
+    name: str = "experiment"
+    model: str = "minilm-l6"
+    tasks: Annotated[list[TaskEntry], Field(min_length=1)]  # type: ignore[valid-type]
+    variants: Annotated[list[MultiTaskVariant], Field(min_length=1)]
+    steps_per_task: PositiveInt | None = None
+    training: MultiTaskTraining = Field(default_factory=MultiTaskTraining)  # type: ignore[valid-type]
+    pretrain: dict[str, PretrainEntry] = Field(default_factory=dict)  # type: ignore[valid-type]
+    seeds: one_or_more(NonNegativeInt) = [0]
+    save_models: bool = False
+    report: bool = True
+    output: str
+
+    @model_validator(mode="after")
+    def _consistent(self):
+        for what, names in (("task", [t.name for t in self.tasks]), ("variant", [v.name for v in self.variants])):
+            repeated = sorted({n for n in names if names.count(n) > 1})
+            if repeated:
+                raise _invalid(f"{what} names must be distinct; {repeated[0]!r} is given twice")
+        for v in self.variants:
+            if v.pretrain is not None and v.pretrain not in self.pretrain:
+                known = ", ".join(self.pretrain) or "none"
+                raise _invalid(f"variant {v.name!r}: pretrain {v.pretrain!r} is not in the pretrain section ({known})")
+            if self.steps_per_task is not None and "epochs" in {**self.training.settings(), **v.training.settings()}:
+                raise _invalid(f"variant {v.name!r}: give steps_per_task or training.epochs, not both")
+        return self
 
 
 # ---------------------------------------------------------------------------------------------
@@ -520,19 +727,21 @@ def _innermost(model: type[BaseModel], data: Any, loc: tuple, where: str) -> tup
     return model, data, where
 
 
-def parse_experiment(raw: Any, where: str) -> Experiment:
-    """``raw`` (the YAML mapping) as an :class:`Experiment`, or a one-line ConfigError that names
-    ``where`` (the file) and the key, relative to the innermost mapping that holds it (so an unknown
-    key is listed with the allowed ones of that mapping)."""
+def parse_experiment(raw: Any, where: str) -> Experiment | MultiTaskExperiment:
+    """``raw`` (the YAML mapping) as an :class:`Experiment`, or as a :class:`MultiTaskExperiment` when it
+    has ``tasks``; otherwise a one-line ConfigError that names ``where`` (the file) and the key,
+    relative to the innermost mapping that holds it (so an unknown key is listed with the allowed ones
+    of that mapping)."""
     if not isinstance(raw, dict):
         raise ConfigError(f"{where}: expected a mapping at the top level, got {type(raw).__name__}")
+    schema = MultiTaskExperiment if "tasks" in raw else Experiment
     try:
-        return Experiment.model_validate(raw)
+        return schema.model_validate(raw)
     except ValidationError as exc:
-        model, data, at = _innermost(Experiment, raw, exc.errors()[0]["loc"], where)
-        if model is not Experiment:
+        model, data, at = _innermost(schema, raw, exc.errors()[0]["loc"], where)
+        if model is not schema:
             try:
                 model.model_validate(data)
             except ValidationError as inner:
                 raise ConfigError(describe_error(inner, at, model)) from None
-        raise ConfigError(describe_error(exc, where, Experiment)) from None
+        raise ConfigError(describe_error(exc, where, schema)) from None

@@ -55,7 +55,7 @@ def run_search(config, progress: bool = True) -> dict[str, Any]:
     from ..training import TrainConfig, train
     from .plan import protocol_runs
 
-    search = config.search
+    search = getattr(config, "search", None)  # a multi-task config has none
     if search is None:
         raise ConfigError("the config has no 'search' block")
     out = Path(config.output)

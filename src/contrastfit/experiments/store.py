@@ -9,7 +9,8 @@ Every run is a row of one table::
 versions, timings); ``config`` the run's configuration; ``started`` / ``finished`` are Unix times.
 
 Protocol: a runner calls :meth:`ResultsStore.claim` before a run and trains only when it returns
-True, then :meth:`ResultsStore.finish` (or :meth:`ResultsStore.fail`).
+True, then :meth:`ResultsStore.finish` (or :meth:`ResultsStore.fail`). :func:`run_pending` is that
+protocol for a list of :class:`Unit` s (what every experiment runner uses).
 
 Guarantees
 ----------
@@ -35,13 +36,14 @@ a local file system (not NFS). One :class:`ResultsStore` object is safe to share
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -56,7 +58,7 @@ else:  # loaded on its own from its file (standard library only): atomic.py, als
     _spec.loader.exec_module(_atomic)
     json_default, write_json_atomic = _atomic.json_default, _atomic.write_json_atomic
 
-__all__ = ["ResultsStore", "STORE_NAME"]
+__all__ = ["ResultsStore", "STORE_NAME", "Unit", "file_lock", "run_pending"]
 
 #: File name of the store inside an experiment's output folder.
 STORE_NAME = "results.sqlite"
@@ -134,6 +136,26 @@ def pid_alive(pid: int | None, since: float | None = None) -> bool:
         if started is not None and started > since + 2.0:
             return False
     return True
+
+
+@contextlib.contextmanager
+def file_lock(path: str | os.PathLike) -> Iterator[None]:
+    """An exclusive ``flock`` on ``path`` (created, with its folder) while the block runs: two runners on
+    one output folder never build the same shared artefact (a transfer source model, a stage-1 encoder)
+    at once. A no-op where ``fcntl`` is missing (not POSIX)."""
+    try:
+        import fcntl
+    except ImportError:  # not POSIX
+        yield
+        return
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 class ResultsStore:
@@ -314,3 +336,58 @@ class ResultsStore:
 
     def __repr__(self) -> str:
         return f"ResultsStore({str(self.path)!r})"
+
+
+# -- running a plan through the store ----------------------------------------------------------------
+
+class Unit:
+    """One run of an experiment's plan: its ``run_id`` in the store, a ``label`` for the progress line,
+    ``work`` (trains it; returns its record), what its claim records (``claim``), and ``written``, a
+    file holding its record once it finished (its ``results.json``), which is imported when the runner
+    died before the store heard of it. (A plain class: this module also loads from its file alone,
+    outside the package, where ``dataclasses`` cannot find it.)"""
+
+    __slots__ = ("run_id", "label", "work", "claim", "written")
+
+    def __init__(self, run_id: str, label: str, work: Callable[[], Any], claim: dict[str, Any] | None = None,
+                 written: Path | None = None) -> None:
+        self.run_id, self.label, self.work = run_id, label, work
+        self.claim = dict(claim or {})
+        self.written = written
+
+
+def run_pending(store: ResultsStore, units: Sequence[Unit]) -> tuple[int, int, list[str]]:
+    """Run every unit the store does not hold as done, in order: claim it (a unit claimed by a live
+    process is left to it), run its ``work``, record its result with :meth:`ResultsStore.finish` (or
+    :meth:`ResultsStore.fail` when ``work`` raises, which then propagates). Prints one progress line
+    per unit (with an estimate of the time left). Returns ``(ran, skipped, left to other processes)``."""
+    started = time.perf_counter()
+    ran, skipped, elsewhere = 0, 0, []
+    for i, unit in enumerate(units, 1):
+        label = f"[{i}/{len(units)}] {unit.label}"
+        row = store.get(unit.run_id)
+        if row is not None and row["status"] == "done":
+            skipped += 1
+            continue
+        if unit.written is not None and unit.written.is_file():  # finished, but the store never heard of it
+            if store.claim(unit.run_id, {"imported": True}):
+                store.finish(unit.run_id, json.loads(unit.written.read_text(encoding="utf-8")))
+            skipped += 1
+            continue
+        if not store.claim(unit.run_id, unit.claim):
+            elsewhere.append(unit.run_id)
+            print(f"{label}: running in another process, left to it", flush=True)
+            continue
+        eta = ""
+        if ran:
+            per_run = (time.perf_counter() - started) / ran
+            eta = f", about {per_run * (len(units) - i + 1 - len(elsewhere)) / 60:.1f} min left"
+        print(f"{label}{eta}", flush=True)
+        try:
+            result = unit.work()
+        except BaseException as exc:
+            store.fail(unit.run_id, f"{type(exc).__name__}: {exc}")
+            raise
+        store.finish(unit.run_id, result)
+        ran += 1
+    return ran, skipped, elsewhere

@@ -28,7 +28,7 @@ from .records import RunRecord, as_records, group_records, natural_key, ordered_
 
 __all__ = [
     "DEFAULT_METRICS", "REGRESSION_METRICS", "SIGNIFICANCE", "best_variants", "format_p", "format_stat",
-    "main_table", "runs_table", "selection_metric", "summary_sections", "summary_table",
+    "main_table", "runs_table", "selection_metric", "summary_sections", "summary_table", "value_stat",
 ]
 
 #: Metrics reported when the experiment does not name any (classification).
@@ -49,7 +49,9 @@ def selection_metric(records: Sequence[RunRecord]) -> str:
     return "pearson" if records and records[0].task == "regression" else "accuracy"
 
 
-def _stat(values: Iterable[float]) -> dict[str, Any]:
+def value_stat(values: Iterable[float]) -> dict[str, Any]:
+    """``{"mean", "std", "n", "values"}`` of ``values`` (:func:`~contrastfit.evaluation.statistics.summarize`:
+    the sample std, 0 for one value): what a summary cell holds and :func:`format_stat` prints."""
     values = [float(v) for v in values]
     return {**summarize(values), "values": values}
 
@@ -106,7 +108,7 @@ def summary_table(runs: Sequence[RunRecord | Mapping[str, Any]], metrics: Sequen
 
     ``runs`` are :class:`~contrastfit.experiments.records.RunRecord` objects or result dicts. Each row::
 
-        {"setting", "variant", "method", "hparams", "params", "n", "run_ids", "keys" [(sample, seed)],
+        {"setting", "variant", "method", "model", "hparams", "params", "n", "run_ids", "keys" [(sample, seed)],
          "metrics": {metric: {"mean", "std", "n", "values"}},          # summarize(): std with ddof=1
          "selection_metric": "accuracy", "validation": {"mean", "std", "n", "values"},
          "train_s": {"mean", "std", "n", "values"},                     # training seconds per run
@@ -117,7 +119,8 @@ def summary_table(runs: Sequence[RunRecord | Mapping[str, Any]], metrics: Sequen
     ``top_k`` keeps the ``k`` runs with the best *validation* score (Gunel et al.'s "top 3 of 10").
     ``baseline`` is a variant label or a method name (default: ``"ce"`` when present, else the first
     variant); with a grid, the method's variant with the best validation score is the baseline. Runs
-    are paired for the Wilcoxon test by ``(sample, seed)``.
+    are paired for the Wilcoxon test by ``(sample, seed)``. ``model`` is the encoder's label when the
+    experiment compares several (the variant is then ``MODEL/VARIANT``), else None.
     """
     if top_k is not None and (not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 1):
         raise ConfigError(f"top_k must be a positive integer or null, got {top_k!r}")
@@ -137,12 +140,13 @@ def summary_table(runs: Sequence[RunRecord | Mapping[str, Any]], metrics: Sequen
                 continue
             first = group[0]
             row: dict[str, Any] = {
-                "setting": setting, "variant": variant, "method": first.method, "hparams": dict(first.hparams),
+                "setting": setting, "variant": variant, "method": first.method, "model": first.model_label,
+                "hparams": dict(first.hparams),
                 "params": dict(first.params), "n": len(group), "run_ids": [r.run_id for r in group],
                 "keys": [r.key for r in group],
-                "metrics": {m: _stat(_scores(group, split, m)) for m in metrics},
-                "selection_metric": selection, "validation": _stat(_scores(group, "validation", selection)),
-                "train_s": _stat(r.train_s for r in group), "top_k": None,
+                "metrics": {m: value_stat(_scores(group, split, m)) for m in metrics},
+                "selection_metric": selection, "validation": value_stat(_scores(group, "validation", selection)),
+                "train_s": value_stat(r.train_s for r in group), "top_k": None,
                 "baseline": base, "is_baseline": variant == base, "p_values": {},
             }
             if top_k is not None:
@@ -150,7 +154,7 @@ def summary_table(runs: Sequence[RunRecord | Mapping[str, Any]], metrics: Sequen
                 if scored:
                     best = [s["record"] for s in select_top_k(scored, top_k, key="score")]
                     row["top_k"] = {"k": top_k, "run_ids": [r.run_id for r in best],
-                                    "metrics": {m: _stat(_scores(best, split, m)) for m in metrics}}
+                                    "metrics": {m: value_stat(_scores(best, split, m)) for m in metrics}}
             if base is not None and variant != base:
                 row["p_values"] = {m: _p_values(group, groups[(setting, base)], split, m) for m in metrics}
             rows.append(row)

@@ -7,9 +7,10 @@ Behrman & Christoglou, Sec. 4.2 and 5.3.5).
 * :mod:`.model`: :class:`MultiTaskModel` (shared encoder, ``heads[name]``, ``predict(texts, task=NAME)``,
   save / load);
 * :mod:`.training`: :class:`MultiTaskConfig`, :class:`MultiTaskTrainer` (on ``transformers.Trainer``) and
-  :func:`train_multitask`;
-* :mod:`.comparison`: the report-shaped comparison (single-task, multi-task, multi-task after a SimCSE
-  stage 1) run through this API.
+  :func:`train_multitask` (interrupted runs resume, as ``train``'s).
+
+The report-shaped comparison (single-task, multi-task, multi-task after a SimCSE / DiffCSE stage 1) is a
+multi-task experiment: :mod:`contrastfit.experiments.multitask`, ``contrastfit experiment CONFIG``.
 """
 
 from .model import MultiTaskModel, is_multitask_folder

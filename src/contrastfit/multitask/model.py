@@ -28,15 +28,13 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 import torch.nn.functional as F
-from safetensors.torch import load_file, save_file
 from torch import nn
 
-from ..atomic import atomic_folder, recover_folder, write_json_atomic
 from ..encoders import TextEncoder, load_backbone
 from ..errors import DataError, ModelError
 from ..heads import HEAD_DROPOUT, CosineRegressionHead, LinearHead, MLPHead, PairConcatHead
 from ..losses import supcon
-from ..modeling import CONFIG_NAME, ENCODER_DIR, ClassifierOutput, model_max_length
+from ..modeling import CONFIG_NAME, ClassifierOutput, load_model_folder, model_max_length, save_model_folder
 from .tasks import TaskSpec
 
 HEADS_NAME = "heads.safetensors"
@@ -280,51 +278,21 @@ class MultiTaskModel(nn.Module):
         return {"format_version": FORMAT_VERSION, "kind": KIND, "tasks": [t.to_dict() for t in self.tasks],
                 "pooling": self.encoder.pooling, "max_length": self.max_length, **self.info}
 
-    def head_state_dict(self) -> dict[str, torch.Tensor]:
-        return {k: v.detach().cpu().contiguous() for k, v in self.state_dict().items() if not k.startswith("encoder.")}
-
     def save_pretrained(self, directory: str | os.PathLike) -> Path:
         """Write ``encoder/``, ``heads.safetensors`` and ``contrastfit.json`` to ``directory`` atomically
-        (:func:`contrastfit.atomic.atomic_folder`: built next to it and swapped in by renames; a failed
-        save leaves the previous model intact; other entries such as ``results.json`` are kept)."""
-        directory = Path(directory)
-        with atomic_folder(directory) as staging:
-            self.encoder.backbone.save_pretrained(staging / ENCODER_DIR, safe_serialization=True)
-            self.tokenizer.save_pretrained(staging / ENCODER_DIR)
-            save_file(self.head_state_dict(), str(staging / HEADS_NAME), metadata={"format": "pt"})
-            write_json_atomic(staging / CONFIG_NAME, self.config_dict())
-        return directory
+        (:func:`contrastfit.modeling.save_model_folder`: built next to it and swapped in by renames; a
+        failed save leaves the previous model intact; other entries such as ``results.json`` are kept)."""
+        return save_model_folder(directory, self, HEADS_NAME, self.config_dict())
 
     @classmethod
     def from_pretrained(cls, directory: str | os.PathLike, device: str | torch.device | None = None) -> "MultiTaskModel":
-        directory = Path(directory)
-        cfg_path = directory / CONFIG_NAME
-        if not cfg_path.is_file():
-            recover_folder(directory)  # a save killed between its renames: put the previous model back
-        if not cfg_path.is_file():
-            raise ModelError(f"{directory} is not a contrastfit output folder (no {CONFIG_NAME})")
-        try:
-            cfg = json.loads(cfg_path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as exc:
-            raise ModelError(f"{cfg_path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
-        if cfg.get("kind") != KIND:
-            raise ModelError(f"{directory} holds a single-task model; load it with ContrastiveClassifier.from_pretrained")
-        if not (directory / HEADS_NAME).is_file() or not (directory / ENCODER_DIR / "config.json").is_file():
-            raise ModelError(f"{directory} is incomplete: {HEADS_NAME} or {ENCODER_DIR}/ is missing")
-        backbone, tokenizer = load_backbone(str(directory / ENCODER_DIR))
-        tasks = [TaskSpec.from_dict(t) for t in cfg["tasks"]]
-        info = {k: v for k, v in cfg.items() if k not in ("format_version", "kind", "tasks", "pooling", "max_length")}
-        model = cls(TextEncoder(backbone, cfg["pooling"]), tokenizer, tasks, cfg["max_length"], info=info)
-        state = load_file(str(directory / HEADS_NAME))
-        missing, unexpected = model.load_state_dict(state, strict=False)
-        missing = [k for k in missing if not k.startswith("encoder.")]
-        if missing or unexpected:
-            raise ModelError(f"{directory / HEADS_NAME} does not match the tasks in {CONFIG_NAME} "
-                             f"(missing: {missing[:3]}, unexpected: {unexpected[:3]})")
-        model.eval()
-        if device is not None:
-            model.to(device)
-        return model
+        """The model saved in ``directory`` (:func:`contrastfit.modeling.load_model_folder`), in eval mode."""
+        def build(cfg: dict[str, Any], encoder: TextEncoder, tokenizer) -> tuple["MultiTaskModel", str]:
+            tasks = [TaskSpec.from_dict(t) for t in cfg["tasks"]]
+            info = {k: v for k, v in cfg.items() if k not in ("format_version", "kind", "tasks", "pooling", "max_length")}
+            return cls(encoder, tokenizer, tasks, cfg["max_length"], info=info), f"the tasks in {CONFIG_NAME}"
+
+        return load_model_folder(directory, HEADS_NAME, KIND, build, device)
 
 
 def is_multitask_folder(directory: str | os.PathLike) -> bool:

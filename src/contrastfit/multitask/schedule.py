@@ -132,6 +132,20 @@ class TaskBatchSampler(Sampler[list[int]]):
         rng = np.random.default_rng([self.seed, epoch, 0])
         return rng.permutation(order).tolist()
 
+    def task_counts(self, batches: int) -> list[int]:
+        """How many of a run's first ``batches`` batches (from epoch 0 on, epoch after epoch) each task
+        gets: what the Trainer feeds in ``batches`` steps without gradient accumulation, also across an
+        interruption and resume (the order depends only on the seed and the epoch)."""
+        counts = [0] * len(self.sizes)
+        epoch = 0
+        while batches > 0:
+            order = self.task_order(epoch)[:batches]
+            for t in order:
+                counts[t] += 1
+            batches -= len(order)
+            epoch += 1
+        return counts
+
     # -- rows within a task ------------------------------------------------------------------------
     def _task_batches(self, t: int, epoch: int) -> Iterator[list[int]]:
         """Endless batches of task ``t``'s local row indices for ``epoch``: pass after pass."""

@@ -141,6 +141,14 @@ class Task:
             raise ConfigError(f"{where}: unknown objective {self.objective!r} (choose from {', '.join(OBJECTIVE_HPARAMS)})")
         if not isinstance(self.hparams, dict):
             raise ConfigError(f"{where}: hparams must be a mapping, got {self.hparams!r}")
+        if self.hparams and self.objective is None:  # the default objectives (ce, mse, cosine) have none
+            raise ConfigError(f"{where}: hparams are the objective's: give the objective too (e.g. objective: ce-scl)")
+        if self.objective is not None:
+            unknown = sorted(set(self.hparams) - set(OBJECTIVE_HPARAMS[self.objective]))
+            if unknown:
+                raise ConfigError(f"{where}: objective {self.objective} has no hyper-parameter "
+                                  f"{', '.join(map(repr, unknown))} (it has: "
+                                  f"{', '.join(OBJECTIVE_HPARAMS[self.objective]) or 'none'})")
 
 
 @dataclass

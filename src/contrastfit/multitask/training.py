@@ -36,16 +36,16 @@ import datasets
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
-from transformers import DataCollatorWithPadding, PrinterCallback, Trainer, TrainerCallback, TrainingArguments
+from transformers import DataCollatorWithPadding, PrinterCallback, TrainerCallback
 
 from ..data.loading import LABEL, TEXT, TEXT_PAIR
 from ..encoders import DEFAULT_MODEL, default_pooling
 from ..errors import ConfigError
 from ..evaluation.metrics import classification_metrics, regression_metrics
-from ..distributed import cpu_processes
 from ..atomic import write_json_atomic
 from ..training import (CHECKPOINT_DIR, DEFAULT_LEARNING_RATE, DEFAULT_MIN_STEPS, LOWER_IS_BETTER, RESULTS_NAME,
-                        TIE_BREAK, PreparedData, TrainConfig, last_checkpoint, prepare_data)
+                        LossPartLogging, TIE_BREAK, PreparedData, TrainConfig, TrainResult, _selection_args, _stopped_early,
+                        _weights_only_loading, evaluation_history, last_checkpoint, prepare_data, trainer_arguments)
 from ..versions import library_versions
 from .model import MultiTaskModel
 from .schedule import DEFAULT_TEMPERATURE, SCHEDULES, TaskBatchSampler
@@ -90,6 +90,10 @@ class MultiTaskConfig:
     select_on: str = "average"  # or a task name
     eval_steps: int | None = None  # None: about five evaluations per run
     early_stopping_patience: int | None = None
+    resume: bool = False  # continue an interrupted run from its last checkpoint (as train's resume)
+    save_checkpoints: bool = True  # resumable Trainer checkpoints (weights, optimiser, schedule, RNG states)
+    save_steps: int = 50  # steps between checkpoints without validation selection (with it: at each evaluation)
+    keep_checkpoints: bool = False  # keep the checkpoints folder once the run has finished
     save_model: bool = True
     evaluate_test: bool = True
     logging_steps: int = 10
@@ -130,7 +134,7 @@ class MultiTaskConfig:
             raise ConfigError(f"unknown schedule {self.schedule!r} (choose from {', '.join(SCHEDULES)})")
         if not self.temperature > 0:
             raise ConfigError(f"temperature must be > 0, got {self.temperature}")
-        for name in ("batch_size", "max_length", "gradient_accumulation_steps", "min_steps"):
+        for name in ("batch_size", "max_length", "gradient_accumulation_steps", "min_steps", "save_steps"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
         for name in ("learning_rate", "head_learning_rate", "epochs", "max_steps"):
@@ -254,8 +258,9 @@ def summarize(model: MultiTaskModel, per_task: dict[str, dict[str, Any]], select
 # Trainer
 # ---------------------------------------------------------------------------------------------
 
-class MultiTaskTrainer(Trainer):
-    """``transformers.Trainer`` for a :class:`MultiTaskModel`: the task schedule, per-task loss logging,
+class MultiTaskTrainer(LossPartLogging):
+    """``transformers.Trainer`` for a :class:`MultiTaskModel`: the task schedule, per-task loss logging
+    (each task's unweighted objective, over that task's batches only: :class:`LossPartLogging`),
     encoder / head learning rates, and evaluation of every task with selection on their average."""
 
     def __init__(self, *args, batch_sampler: TaskBatchSampler, eval_sets: dict[str, datasets.Dataset] | None = None,
@@ -265,8 +270,6 @@ class MultiTaskTrainer(Trainer):
         self.eval_sets = eval_sets or {}
         self.head_learning_rate = head_learning_rate
         self.select_on = select_on
-        self._part_sums: dict[str, tuple[torch.Tensor, int]] = {}  # loss part -> (sum since the last log, count)
-        self.batches_per_task: dict[str, int] = {}
 
     def _model(self) -> MultiTaskModel:
         return self.accelerator.unwrap_model(self.model)
@@ -275,27 +278,6 @@ class MultiTaskTrainer(Trainer):
         loader = DataLoader(self.train_dataset, batch_sampler=self.batch_sampler, collate_fn=self.data_collator,
                             num_workers=self.args.dataloader_num_workers, pin_memory=self.args.dataloader_pin_memory)
         return self.accelerator.prepare(loader)
-
-    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        """The library's loss: the model's forward dispatches on the batch's ``task_ids`` to that task's
-        head and objective (times its weight). In training, the batches of each task are counted and its
-        unweighted objective (and terms) summed, detached, until :meth:`log` reports the means since the
-        last log as ``loss_<task>`` (each over that task's batches only)."""
-        loss, outputs = super().compute_loss(model, inputs, return_outputs=True, num_items_in_batch=num_items_in_batch)
-        if model.training:
-            name = self._model().tasks[int(inputs["task_ids"][0])].name
-            self.batches_per_task[name] = self.batches_per_task.get(name, 0) + 1
-            for key, value in (outputs.get("loss_parts") or {}).items():
-                total, count = self._part_sums.get(key, (0.0, 0))
-                self._part_sums[key] = (total + value.detach().float().mean(), count + 1)
-        return (loss, outputs) if return_outputs else loss
-
-    def log(self, logs: dict[str, float], *args, **kwargs) -> None:
-        if self._part_sums and "loss" in logs:
-            for key, (total, count) in self._part_sums.items():
-                logs[f"loss_{key}"] = round(float(total) / count, 6)
-            self._part_sums = {}
-        super().log(logs, *args, **kwargs)
 
     def create_optimizer(self, model=None):
         if self.optimizer is not None:
@@ -359,6 +341,13 @@ def train_multitask(config: MultiTaskConfig | None = None, *, callbacks: list[Tr
 
     ``callbacks``: ``transformers.TrainerCallback`` objects added to the Trainer's. Returns the record
     (the contents of ``results.json``) with the trained model as ``.model``.
+
+    Interruption and resuming work as for :func:`contrastfit.training.train`: a callback that stops
+    training before the planned steps (early stopping aside) leaves the run unfinished (checkpoints
+    kept, no model, no ``results.json``) and returns ``{"interrupted_at_step": N, "checkpoint":
+    PATH}``; ``resume=True`` continues from the last checkpoint (every ``torch.load`` weights-only) and
+    gives the model an uninterrupted run gives (the schedule's batches depend only on the seed and
+    the epoch); on a finished run it returns the record in ``results.json``.
     """
     from transformers import set_seed
 
@@ -367,9 +356,11 @@ def train_multitask(config: MultiTaskConfig | None = None, *, callbacks: list[Tr
     tasks = config.validate()
     output = Path(config.output)
     if (output / RESULTS_NAME).is_file():
+        if config.resume:
+            return MultiTaskResult(json.loads((output / RESULTS_NAME).read_text(encoding="utf-8")), output=str(output))
         raise ConfigError(f"{output} already holds a finished run ({RESULTS_NAME}); choose another output")
-    if last_checkpoint(output) is not None:
-        raise ConfigError(f"{output} holds an unfinished run's checkpoints; choose another output")
+    if not config.resume and last_checkpoint(output) is not None:
+        raise ConfigError(f"{output} holds an unfinished run; resume it (resume=True) or choose another output")
 
     t0 = time.perf_counter()
     set_seed(config.seed)
@@ -400,8 +391,13 @@ def train_multitask(config: MultiTaskConfig | None = None, *, callbacks: list[Tr
     selecting = config.select_best and bool(eval_sets)
     trainer = _build_trainer(config, model, rows, sampler, total_steps, eval_sets if selecting else None, callbacks)
     t_setup = time.perf_counter()
-    train_output = trainer.train()
+    resume_from = last_checkpoint(output) if config.resume else None
+    with _weights_only_loading(resume_from):
+        train_output = trainer.train(resume_from_checkpoint=resume_from)
     t_train = time.perf_counter()
+    if trainer.state.global_step < trainer.state.max_steps and not _stopped_early(trainer):
+        return MultiTaskResult({"interrupted_at_step": trainer.state.global_step,
+                                "checkpoint": last_checkpoint(output)}, model)
 
     per_task: dict[str, dict[str, Any]] = {s.name: {} for s in specs}
     for split in ("validation", "test"):
@@ -427,12 +423,13 @@ def train_multitask(config: MultiTaskConfig | None = None, *, callbacks: list[Tr
         "head_learning_rate": config.head_learning_rate or config.learning_rate, "weight_decay": config.weight_decay,
         "warmup_ratio": config.warmup_ratio, "gradient_accumulation_steps": config.gradient_accumulation_steps,
         "max_length": model.max_length, "pooling": pooling, "fp16": config.fp16, "bf16": config.bf16,
-        "train_loss": float(train_output.training_loss), "selection": selection,
+        "train_loss": float(train_output.training_loss), "selection": selection, "resumed_from": resume_from,
     }
     schedule = {"name": config.schedule, "temperature": config.temperature if config.schedule == "temperature" else None,
                 "probabilities": dict(zip([s.name for s in specs], map(float, sampler.probabilities))),
                 "batch_sizes": dict(zip([s.name for s in specs], sampler.batch_sizes)),
-                "batches_per_task": dict(trainer.batches_per_task)}
+                "batches_per_task": dict(zip([s.name for s in specs], sampler.task_counts(
+                    trainer.state.global_step * config.gradient_accumulation_steps)))}
     task_records = {s.name: {"spec": s.to_dict(), "data": prepared[s.name].description(_task_train_config(config, t)),
                              "metrics": per_task[s.name]} for s, t in zip(specs, tasks)}
     result = {
@@ -455,7 +452,8 @@ def train_multitask(config: MultiTaskConfig | None = None, *, callbacks: list[Tr
     if config.save_model:
         model.save_pretrained(output)
     write_json_atomic(output / RESULTS_NAME, result)
-    shutil.rmtree(output / CHECKPOINT_DIR, ignore_errors=True)
+    if not config.keep_checkpoints:
+        shutil.rmtree(output / CHECKPOINT_DIR, ignore_errors=True)
     if config.progress:
         shown = {split: {k: (round(v, 4) if isinstance(v, float) else {kk: round(vv, 4) for kk, vv in v.items()})
                          for k, v in m.items()} for split, m in metrics.items()}
@@ -471,41 +469,17 @@ def _headline(spec: TaskSpec, m: dict[str, Any]) -> dict[str, float]:
 def _build_trainer(config: MultiTaskConfig, model: MultiTaskModel, rows: TaskRows, sampler: TaskBatchSampler,
                    total_steps: int, eval_sets: dict[str, datasets.Dataset] | None,
                    callbacks: list[TrainerCallback] | None = None) -> MultiTaskTrainer:
-    output = Path(config.output)
-    if eval_sets:
-        every = config.eval_steps or max(1, math.ceil(total_steps / 5))
-        selection = {"eval_strategy": "steps", "eval_steps": every, "save_strategy": "steps", "save_steps": every,
-                     "load_best_model_at_end": True, "metric_for_best_model": SELECTION_KEY, "greater_is_better": True,
-                     "save_only_model": True, "save_total_limit": 1}
-    else:
-        selection = {"eval_strategy": "no", "save_strategy": "no"}
+    """The Trainer of one multi-task run: the settings of :func:`contrastfit.training.trainer_arguments`
+    (as ``train``'s), checkpoints and evaluation as :func:`contrastfit.training._selection_args` sets
+    them for ``train`` (at each evaluation with validation selection, else every ``save_steps``)."""
+    selection = _selection_args(config, "multitask", eval_sets or None, total_steps)
     callbacks = list(callbacks or [])
     if eval_sets and config.early_stopping_patience:
         from transformers import EarlyStoppingCallback
 
         callbacks.append(EarlyStoppingCallback(early_stopping_patience=config.early_stopping_patience))
-    args = TrainingArguments(
-        output_dir=str(output / CHECKPOINT_DIR),
-        max_steps=total_steps,
-        per_device_train_batch_size=max(sampler.batch_sizes),
-        per_device_eval_batch_size=max(64, config.batch_size),
-        gradient_accumulation_steps=config.gradient_accumulation_steps,
-        learning_rate=config.learning_rate,
-        weight_decay=config.weight_decay,
-        warmup_steps=config.warmup_ratio,
-        lr_scheduler_type="linear",
-        logging_steps=config.logging_steps,
-        **selection,
-        seed=config.seed,
-        data_seed=config.seed,
-        fp16=config.fp16,
-        bf16=config.bf16,
-        use_cpu=cpu_processes(config.use_cpu),
-        report_to=config.report_to,
-        disable_tqdm=not config.progress,
-        remove_unused_columns=False,
-        dataloader_pin_memory=torch.cuda.is_available(),
-    )
+    args = trainer_arguments(config, max_steps=total_steps, selection=selection,
+                             train_batch_size=max(sampler.batch_sizes))
     trainer = MultiTaskTrainer(
         model=model, args=args, train_dataset=rows, eval_dataset=eval_sets or None,
         data_collator=MultiTaskCollator(model.tokenizer, model.tasks), callbacks=callbacks or None,
@@ -518,12 +492,8 @@ def _build_trainer(config: MultiTaskConfig, model: MultiTaskModel, rows: TaskRow
 
 def _selection_record(trainer: MultiTaskTrainer, config: MultiTaskConfig) -> dict[str, Any]:
     state = trainer.state
-    evals = [{"step": h["step"], **{k.removeprefix("eval_"): v for k, v in h.items() if k.startswith("eval_")}}
-             for h in state.log_history if any(k.startswith("eval_") for k in h)]
+    evals, best_step = evaluation_history(state)
     model = trainer._model()
-    best_step = None
-    if state.best_model_checkpoint:
-        best_step = int(Path(state.best_model_checkpoint).name.rsplit("-", 1)[-1])
     per_task_best = {}
     for name in trainer.eval_sets:
         spec = model.task(name)
@@ -543,20 +513,8 @@ def _selection_record(trainer: MultiTaskTrainer, config: MultiTaskConfig) -> dic
                     + ", ties broken by the lower mean validation loss, is kept (Trainer load_best_model_at_end)"}
 
 
-class MultiTaskResult(dict):
-    """The run's record (the contents of ``results.json``) with the trained model as ``.model``."""
+class MultiTaskResult(TrainResult):
+    """The run's record (the contents of ``results.json``) with the trained :class:`MultiTaskModel` as
+    ``.model`` (loaded from the output folder on first use when the run had finished earlier)."""
 
-    def __init__(self, record: dict[str, Any], model: MultiTaskModel | None = None, output: str | None = None):
-        super().__init__(record)
-        self._model = model
-        self._output = output
-
-    @property
-    def metrics(self) -> dict[str, Any]:
-        return self["metrics"]
-
-    @property
-    def model(self) -> MultiTaskModel:
-        if self._model is None:
-            self._model = MultiTaskModel.from_pretrained(self._output)
-        return self._model
+    model_class = MultiTaskModel
