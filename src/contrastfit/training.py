@@ -987,10 +987,7 @@ def train(config: TrainConfig | None = None, *, text_data: TextData | None = Non
         "data": prepared.description(config),
         "training": training,
         "metrics": metrics,
-        "timings": {"setup_s": t_setup - t0, "train_s": t_train - t_setup, "eval_s": t_eval - t_train},
-        "versions": library_versions(),
-        "tags": config.tags,
-        "log_history": trainer.state.log_history,
+        **record_provenance(trainer, config.tags, t0, t_setup, t_train, t_eval),
     }
     model.info.update({k: result[k] for k in ("model", "seed", "data", "training", "versions")})
     model.info["base_model"] = config.model
@@ -1005,6 +1002,16 @@ def train(config: TrainConfig | None = None, *, text_data: TextData | None = Non
         summary = {split: {k: round(v, 4) for k, v in headline(m).items()} for split, m in metrics.items()}
         print(f"{config.method}: {json.dumps(summary)}  ({t_train - t_setup:.0f}s training)")
     return TrainResult(result, model)
+
+
+def record_provenance(trainer: Trainer, tags: dict[str, Any], t0: float, t_setup: float, t_train: float,
+                      t_eval: float) -> dict[str, Any]:
+    """The entries every run record (single- and multi-task) ends with: the times of its phases,
+    the library versions, the user's tags and the Trainer's log history."""
+    return {"timings": {"setup_s": t_setup - t0, "train_s": t_train - t_setup, "eval_s": t_eval - t_train},
+            "versions": library_versions(),
+            "tags": tags,
+            "log_history": trainer.state.log_history}
 
 
 class TrainResult(dict):

@@ -45,8 +45,8 @@ from ..evaluation.metrics import classification_metrics, regression_metrics
 from ..atomic import write_json_atomic
 from ..training import (CHECKPOINT_DIR, DEFAULT_LEARNING_RATE, DEFAULT_MIN_STEPS, LOWER_IS_BETTER, RESULTS_NAME,
                         LossPartLogging, TIE_BREAK, PreparedData, TrainConfig, TrainResult, _selection_args, _stopped_early,
-                        _weights_only_loading, evaluation_history, last_checkpoint, prepare_data, trainer_arguments)
-from ..versions import library_versions
+                        _weights_only_loading, evaluation_history, last_checkpoint, prepare_data, record_provenance,
+                        trainer_arguments)
 from .model import MultiTaskModel
 from .schedule import DEFAULT_TEMPERATURE, SCHEDULES, TaskBatchSampler
 from .tasks import Task, TaskSpec, resolve_task
@@ -441,10 +441,7 @@ def train_multitask(config: MultiTaskConfig | None = None, *, callbacks: list[Tr
         "select_on": config.select_on,
         "training": training,
         "metrics": metrics,
-        "timings": {"setup_s": t_setup - t0, "train_s": t_train - t_setup, "eval_s": t_eval - t_train},
-        "versions": library_versions(),
-        "tags": config.tags,
-        "log_history": trainer.state.log_history,
+        **record_provenance(trainer, config.tags, t0, t_setup, t_train, t_eval),
     }
     model.info.update({"base_model": config.model, "seed": config.seed, "schedule": schedule, "training": training,
                        "data": {name: rec["data"] for name, rec in task_records.items()},
