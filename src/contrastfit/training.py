@@ -377,15 +377,6 @@ class ContrastfitTrainer(LossPartLogging):
     def _classifier(self) -> ContrastiveClassifier:
         return self.accelerator.unwrap_model(self.model)
 
-    def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
-        """The library's save, then (for its own calls, which every process makes) a barrier: process
-        0 swaps the checkpoint folder in by renames (:func:`contrastfit.atomic.atomic_folder`), and
-        the other processes write their RNG state into that folder right after this returns, so
-        they must wait until the swap is done or their write finds no folder."""
-        super().save_model(output_dir, _internal_call=_internal_call)
-        if _internal_call and self.args.world_size > 1:
-            self.accelerator.wait_for_everyone()
-
     def training_step(self, model, inputs, num_items_in_batch=None):
         """With ``gradient_cache_chunk`` set: the library's step (loss on the whole batch, scaled for
         gradient accumulation, ``accelerator.backward`` with its mixed-precision scaling) runs with the
