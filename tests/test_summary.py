@@ -130,3 +130,12 @@ def test_runner_prints_and_writes_the_report_summary_for_a_regression_target(tmp
         assert row["metrics"][metric]["values"] == pytest.approx(values)
         assert cells[f"test {metric}"] == fmt(values)
     assert cells["val pearson"] == _pct([r["metrics"]["validation"]["pearson"] for r in runs])
+
+
+def test_a_cell_of_one_run_shows_the_value_without_a_std():
+    from contrastfit.experiments.summary import format_stat
+
+    assert format_stat({"n": 1, "mean": 0.7391, "std": float("nan")}, "accuracy") == "73.9"
+    assert format_stat({"n": 2, "mean": 0.7391, "std": 0.012}, "accuracy") == "73.9 ± 1.2"
+    assert format_stat({"n": 1, "mean": 0.5, "std": 0.0}, "mse") == "0.5"
+    assert format_stat({"n": 0, "mean": None}, "accuracy") == "–"

@@ -206,10 +206,13 @@ def best_variants(runs: Sequence[RunRecord | Mapping[str, Any]], key: str | None
 # --------------------------------------------------------------------------------------------------
 
 def format_stat(stat: Mapping[str, Any] | None, metric: str) -> str:
-    """``"mean ± std"``: in percent with one decimal, raw (4 significant digits) for e.g. MSE; ``–`` if empty."""
+    """``"mean ± std"``: in percent with one decimal, raw (4 significant digits) for e.g. MSE; ``–`` if
+    empty; the value alone for one run (the sample std of one value is undefined, not 0)."""
     if not stat or not stat.get("n") or stat.get("mean") is None or math.isnan(float(stat["mean"])):
         return "–"
     mean, std = float(stat["mean"]), float(stat.get("std") or 0.0)
+    if int(stat["n"]) == 1:
+        return format_value(mean, metric)
     if math.isnan(std):
         std = 0.0
     if is_percent(metric):
