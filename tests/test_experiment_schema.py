@@ -322,3 +322,16 @@ def test_no_import_cycle_in_experiments():
     graph = _import_graph(EXPERIMENTS)
     assert "contrastfit.experiments.schema" in graph and "contrastfit.experiments.plan" in graph["contrastfit.experiments.runner"]
     assert _cycle(graph) is None, " -> ".join(_cycle(graph))
+
+
+def test_floats_in_scientific_notation_without_a_dot_are_numbers(tmp_path):
+    """PyYAML (YAML 1.1) reads ``5e-5`` as a string, which the strict schema refuses; configs and
+    ``--set`` values read it as the float users mean."""
+    from contrastfit.experiments.config import load_config
+
+    cfg = tmp_path / "exp.yaml"
+    cfg.write_text(f"name: x\ndata: mr\nmethods: [ce]\noutput: {tmp_path / 'out'}\ntraining: {{learning_rate: 5e-5, weight_decay: 1E-2}}\n")
+    config = load_config(cfg)
+    assert config.training.learning_rate == 5e-5 and config.training.weight_decay == 0.01
+    assert load_config(cfg, ["training.learning_rate=2e-5"]).training.learning_rate == 2e-5
+    assert load_config(cfg, ["training.learning_rate=3.0e-5"]).training.learning_rate == 3e-5

@@ -47,6 +47,7 @@ A config with ``tasks:`` is a multi-task experiment (:class:`MultiTaskExperiment
 from __future__ import annotations
 
 import itertools
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -187,6 +188,20 @@ def parse_config(raw: dict[str, Any], where: str = "config") -> ExperimentConfig
                                             **{**values, "methods": variants, "raw": raw})
 
 
+class _YamlLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, reading ``5e-5`` and ``1E3`` as floats, as YAML 1.2 and every user do
+    (PyYAML follows YAML 1.1, where a float needs a dot, and would hand the schema the string ``'5e-5'``)."""
+
+
+_YamlLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float", re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"), list("-+0123456789"))
+
+
+def read_yaml(text: str) -> Any:
+    """One YAML document (configs and ``--set`` values), with :class:`_YamlLoader`."""
+    return yaml.load(text, Loader=_YamlLoader)  # noqa: S506 - a SafeLoader subclass
+
+
 def apply_overrides(raw: dict[str, Any], overrides: Sequence[str], where: str = "config") -> dict[str, Any]:
     """``raw`` with each ``"dotted.key=value"`` set (the value read as YAML: ``3``, ``[20, 100]``,
     ``{kind: full}``); intermediate mappings are created when missing. Returns a new dict."""
@@ -198,7 +213,7 @@ def apply_overrides(raw: dict[str, Any], overrides: Sequence[str], where: str = 
         if not sep or not key.strip() or any(not part for part in key.strip().split(".")):
             raise ConfigError(f"{where}: override {item!r} is not KEY=VALUE (e.g. protocol.samples=3)")
         try:
-            value = yaml.safe_load(text) if text.strip() else None
+            value = read_yaml(text) if text.strip() else None
         except yaml.YAMLError:
             raise ConfigError(f"{where}: override {item!r}: the value is not valid YAML") from None
         parts = key.strip().split(".")
@@ -223,7 +238,7 @@ def load_config(path: str | Path, overrides: Sequence[str] = ()) -> ExperimentCo
     if not path.is_file():
         raise ConfigError(f"experiment config {path}: no such file")
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        raw = read_yaml(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         at = f" at line {mark.line + 1}" if mark is not None else ""
