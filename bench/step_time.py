@@ -83,9 +83,11 @@ def main(argv: list[str] | None = None) -> int:
     texts, labels = list(rows["text"]), [int(v) for v in rows["label"]]
 
     if args.methods == "all":
-        from contrastfit.methods import available_methods
+        from contrastfit.methods import available_methods, get_method
 
-        args.methods = ",".join(["ce"] + [m for m in available_methods() if m != "ce"])
+        # every method with an encoder training step (the linear probe has none: nothing to time)
+        trained = [m for m in available_methods() if m != "ce" and get_method(m).cls.trains_encoder]
+        args.methods = ",".join(["ce"] + trained)
     variants = [m.strip() for m in args.methods.split(",") if m.strip()]
     if not args.no_plain:
         variants.append(PLAIN)
