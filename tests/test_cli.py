@@ -171,6 +171,61 @@ def test_predict_task_of_a_multitask_folder(multitask_run, trained_run, capsys, 
         f"contrastfit: error: --task sent: {run} holds a single-task model (it has no tasks); leave --task out")
 
 
+def test_evaluate_and_explain_a_task_of_a_multitask_folder(multitask_run, capsys, tmp_path):
+    from contrastfit.evaluation import classification_metrics
+    from contrastfit.evaluation.attributions import token_attributions
+    from contrastfit.multitask import MultiTaskModel
+
+    folder = multitask_run.parent
+    model = MultiTaskModel.from_pretrained(multitask_run)
+    # evaluate: a task's file whole, read with the columns the task was trained with (sentence, sentiment)
+    report = tmp_path / "sent.json"
+    assert main(["evaluate", str(multitask_run), "--task", "sent", "--data", str(folder / "sent.csv"),
+                 "--json", str(report)]) == 0
+    assert "(all 24 rows)" in capsys.readouterr().out
+    import csv
+
+    rows = list(csv.DictReader(open(folder / "sent.csv", encoding="utf-8")))
+    expected = classification_metrics([["negative", "positive"].index(r["sentiment"]) for r in rows],
+                                      [["negative", "positive"].index(p) for p in
+                                       model.predict([r["sentence"] for r in rows], task="sent")],
+                                      ["negative", "positive"])
+    got = json.loads(report.read_text())["metrics"]
+    assert got["accuracy"] == pytest.approx(expected["accuracy"]) and got["confusion_matrix"] == expected["confusion_matrix"]
+    # a pair task whose head encodes the two sentences separately is evaluated through the multi-task model
+    report = tmp_path / "para.json"
+    assert main(["evaluate", str(multitask_run), "--task", "para", "--data", str(folder / "pairs.csv"),
+                 "--json", str(report)]) == 0
+    assert "(all 24 rows)" in capsys.readouterr().out
+    pairs = list(csv.DictReader(open(folder / "pairs.csv", encoding="utf-8")))
+    predicted = model.predict([r["sentence1"] for r in pairs], [r["sentence2"] for r in pairs], task="para")
+    accuracy = sum(p == r["label"] for p, r in zip(predicted, pairs)) / len(pairs)
+    assert json.loads(report.read_text())["metrics"]["accuracy"] == pytest.approx(accuracy)
+    # explain: the task's head, the same values as token_attributions on the task's view
+    assert main(["explain", str(multitask_run), "--task", "sent", "good fun film", "--samples", "3"]) == 0
+    row = json.loads(capsys.readouterr().out)
+    reference = token_attributions(model.for_task("sent"), "good fun film", n_samples=3)
+    assert row["words"] == ["good", "fun", "film"] and row["target_name"] == model.predict(["good fun film"], task="sent")[0]
+    assert row["values"] == pytest.approx(reference.values.tolist(), abs=1e-6)
+    assert row["probability"] == pytest.approx(float(model.predict_proba(["good fun film"], task="sent")[0].max()), abs=1e-5)
+
+    def error(*args):
+        return _one_line_error((main(list(args)), capsys.readouterr().err))
+
+    assert error("evaluate", str(multitask_run), "--data", str(folder / "sent.csv")) == (
+        f"contrastfit: error: {multitask_run} holds a multi-task model: give --task NAME (tasks: sent, para)")
+    assert "encodes the two texts of a pair separately" in error("explain", str(multitask_run), "--task", "para",
+                                                                 "--file", str(_tab_file(tmp_path)))
+    assert error("explain", str(multitask_run), "--task", "nli", "good") == (
+        f"contrastfit: error: --task 'nli' is not a task of {multitask_run} (tasks: sent, para)")
+
+
+def _tab_file(tmp_path):
+    path = tmp_path / "pairs.txt"
+    path.write_text("good film\tgreat plot\n", encoding="utf-8")
+    return path
+
+
 def test_datasets_lists_builtin_sizes(capsys):
     assert main(["datasets", "--json"]) == 0
     rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)}

@@ -136,14 +136,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--split", default=None, choices=["train", "validation", "test"], help="split of a built-in or Hub data set (default: test)")
     p.add_argument("--json", dest="json_out", help="also write all metrics (per class, confusion matrix) to this JSON file")
     p.add_argument("--batch-size", type=int, default=64)
+    _add_task_arg(p, "evaluate")
 
     # -- predict -------------------------------------------------------------------------------
     p = sub.add_parser("predict", help="predict labels for texts (JSONL out)",
                        description="Predict labels. Texts come from arguments, --file, or standard input (one per line; "
                                    "a tab separates the two texts of a pair). Writes one JSON object per line.")
     _add_text_input_args(p, "classify")
-    p.add_argument("--task", help="the task to predict, for a multi-task model's folder (its tasks are listed "
-                                  "when this is missing)")
+    _add_task_arg(p, "predict")
     p.add_argument("--output", help="write the JSONL here instead of standard output")
     p.add_argument("--batch-size", type=int, default=64)
 
@@ -159,6 +159,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="an absent word is masked out of attention (remove) or replaced by the mask token (mask)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--plot", help="also draw the texts with their words coloured by value to this PNG")
+    _add_task_arg(p, "explain")
     p.add_argument("--output", help="write the JSONL here instead of standard output")
 
     # -- pretrain ------------------------------------------------------------------------------
@@ -272,12 +273,46 @@ def _load_eval_split(args: argparse.Namespace, model) -> tuple[object, str]:
     return ds, f"{args.data} ({split} split, {len(ds)} rows)"
 
 
+def _add_task_arg(p: argparse.ArgumentParser, verb: str) -> None:
+    p.add_argument("--task", help=f"the task to {verb}, for a multi-task model's folder (its tasks are listed "
+                                  "when this is missing)")
+
+
+def _load_model(args: argparse.Namespace):
+    """The model in ``args.run``: a single-task :class:`ContrastiveClassifier`, or the task ``--task`` of a
+    multi-task folder seen as one (:class:`contrastfit.multitask.model.TaskModel`)."""
+    from .modeling import ContrastiveClassifier
+    from .multitask import MultiTaskModel, is_multitask_folder
+
+    if not is_multitask_folder(args.run):
+        if args.task is not None:
+            raise ContrastfitError(f"--task {args.task}: {args.run} holds a single-task model (it has no tasks); "
+                                   "leave --task out")
+        return ContrastiveClassifier.from_pretrained(args.run)
+    model = MultiTaskModel.from_pretrained(args.run)
+    tasks = ", ".join(model.task_names)
+    if args.task is None:
+        raise ContrastfitError(f"{args.run} holds a multi-task model: give --task NAME (tasks: {tasks})")
+    if args.task not in model.task_names:
+        raise ContrastfitError(f"--task {args.task!r} is not a task of {args.run} (tasks: {tasks})")
+    return model.for_task(args.task)
+
+
+def _check_pairs(args: argparse.Namespace, model, pairs) -> None:
+    """One text per line for a single-text model, two tab-separated texts for a pair model."""
+    takes_pairs = bool(model.info.get("data", {}).get("text_pair"))
+    what = f"task '{args.task}' of {args.run}" if args.task is not None else args.run
+    if takes_pairs and pairs is None:
+        raise ContrastfitError(f"{what} takes text pairs: give two tab-separated texts per line")
+    if not takes_pairs and pairs is not None and args.task is not None:
+        raise ContrastfitError(f"{what} takes one text per line, not tab-separated pairs")
+
+
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from .evaluation import evaluate_model, headline
     from .atomic import write_json_atomic
-    from .modeling import ContrastiveClassifier
 
-    model = ContrastiveClassifier.from_pretrained(args.run)
+    model = _load_model(args)
     ds, what = _load_eval_split(args, model)
     metrics = evaluate_model(model, ds, batch_size=args.batch_size, progress=True)
     print(f"{args.run} on {what}")
@@ -325,42 +360,12 @@ def _read_predict_inputs(args: argparse.Namespace) -> tuple[list[str], list[str]
     return lines, None
 
 
-def _predict_multitask(args: argparse.Namespace):
-    """A multi-task folder's predictions for ``--task``: (texts, pairs, scores, label names or None)."""
-    from .multitask import MultiTaskModel
-
-    model = MultiTaskModel.from_pretrained(args.run)
-    tasks = ", ".join(model.task_names)
-    if args.task is None:
-        raise ContrastfitError(f"{args.run} holds a multi-task model: give --task NAME (tasks: {tasks})")
-    if args.task not in model.task_names:
-        raise ContrastfitError(f"--task {args.task!r} is not a task of {args.run} (tasks: {tasks})")
-    spec = model.task(args.task)
-    texts, pairs = _read_predict_inputs(args)
-    if spec.pairs and pairs is None:
-        raise ContrastfitError(f"task '{args.task}' of {args.run} takes text pairs: give two tab-separated texts per line")
-    if not spec.pairs and pairs is not None:
-        raise ContrastfitError(f"task '{args.task}' of {args.run} takes one text per line, not tab-separated pairs")
-    scores = model.predict_proba(texts, pairs, task=args.task, batch_size=args.batch_size)
-    return texts, pairs, scores, spec.label_names
-
-
 def cmd_predict(args: argparse.Namespace) -> int:
-    from .modeling import ContrastiveClassifier
-    from .multitask import is_multitask_folder
-
-    if is_multitask_folder(args.run):
-        texts, pairs, scores, label_names = _predict_multitask(args)
-    else:
-        if args.task is not None:
-            raise ContrastfitError(f"--task {args.task}: {args.run} holds a single-task model (it has no tasks); "
-                                   "leave --task out")
-        model = ContrastiveClassifier.from_pretrained(args.run)
-        texts, pairs = _read_predict_inputs(args)
-        if pairs is None and model.info.get("data", {}).get("text_pair"):
-            raise ContrastfitError(f"{args.run} classifies text pairs: give two tab-separated texts per line")
-        scores = model.predict_proba(texts, pairs, batch_size=args.batch_size)
-        label_names = None if model.task == "regression" else model.label_names
+    model = _load_model(args)
+    texts, pairs = _read_predict_inputs(args)
+    _check_pairs(args, model, pairs)
+    scores = model.predict_proba(texts, pairs, batch_size=args.batch_size)
+    label_names = None if model.task == "regression" else model.label_names
     from .atomic import atomic_open
 
     with atomic_open(args.output) if args.output else contextlib.nullcontext(sys.stdout) as out:
@@ -382,12 +387,16 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
     from .atomic import write_text_atomic
     from .evaluation.attributions import token_attributions
-    from .modeling import ContrastiveClassifier
 
     if args.samples < 1:
         raise ContrastfitError(f"--samples must be at least 1, got {args.samples}")
-    model = ContrastiveClassifier.from_pretrained(args.run)
+    model = _load_model(args)
     texts, pairs = _read_predict_inputs(args)
+    _check_pairs(args, model, pairs)
+    if getattr(model, "spec", None) is not None and model.spec.separate:
+        raise ContrastfitError(f"task '{args.task}' of {args.run} encodes the two texts of a pair separately "
+                               f"({model.spec.head} head): explain reads one sequence; it explains single-text and "
+                               "joint-pair tasks")
     if args.target is not None and model.task == "classification" and args.target not in model.label_names:
         raise ContrastfitError(f"--target {args.target!r} is not a label of {args.run} "
                                f"({', '.join(map(str, model.label_names))})")
@@ -404,9 +413,14 @@ def cmd_explain(args: argparse.Namespace) -> int:
         from .evaluation.plots import plot_attributions
 
         plot_attributions([(f"text {i + 1}", r) for i, r in enumerate(results)], args.plot,
-                          title=f"{model.method.name}: Shapley values of words")
+                          title=f"{_model_title(model)}: Shapley values of words")
         print(f"wrote {args.plot}", file=sys.stderr)
     return 0
+
+
+def _model_title(model) -> str:
+    spec = getattr(model, "spec", None)
+    return f"task {spec.name} ({spec.objective})" if spec is not None else model.method.name
 
 
 def cmd_datasets(args: argparse.Namespace) -> int:

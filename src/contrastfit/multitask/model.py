@@ -273,6 +273,11 @@ class MultiTaskModel(nn.Module):
             self.train(was_training)
         return torch.cat(chunks).cpu().numpy() if chunks else np.zeros((0, self.encoder.hidden_size), np.float32)
 
+    def for_task(self, name: str) -> "TaskModel":
+        """One task of this model seen as a single-task classifier (:class:`TaskModel`), for the code
+        written against :class:`~contrastfit.modeling.ContrastiveClassifier`: evaluation, attributions."""
+        return TaskModel(self, name)
+
     # -- save / load ---------------------------------------------------------------------------
     def config_dict(self) -> dict[str, Any]:
         return {"format_version": FORMAT_VERSION, "kind": KIND, "tasks": [t.to_dict() for t in self.tasks],
@@ -293,6 +298,70 @@ class MultiTaskModel(nn.Module):
             return cls(encoder, tokenizer, tasks, cfg["max_length"], info=info), f"the tasks in {CONFIG_NAME}"
 
         return load_model_folder(directory, HEADS_NAME, KIND, build, device)
+
+
+class TaskModel(nn.Module):
+    """One task of a :class:`MultiTaskModel` with the interface of a single-task
+    :class:`~contrastfit.modeling.ContrastiveClassifier` that :func:`contrastfit.evaluation.evaluate_model`,
+    :func:`contrastfit.evaluation.attributions.token_attributions` and the command line read: ``task``
+    (``"classification"`` or ``"regression"``), ``label_names``, ``tokenizer``, ``max_length``, ``info``
+    (the task's data record), ``forward`` (a joint encoding, the batch's task filled in) and
+    ``predict_logits`` / ``predict_proba`` / ``predict``. It shares the model's parameters (no copy)."""
+
+    def __init__(self, model: MultiTaskModel, name: str):
+        super().__init__()
+        self.spec = model.task(name)
+        self.model = model
+        self.task_id = model.task_index[name]
+        data = model.info.get("data", {})
+        task_data = dict(data.get(name, {})) if isinstance(data, dict) else {}
+        task_data["text_pair"] = self.spec.pairs
+        self.info: dict[str, Any] = {**{k: v for k, v in model.info.items() if k != "data"}, "data": task_data}
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def task(self) -> str:
+        return "regression" if self.spec.type == "regression" else "classification"
+
+    @property
+    def label_names(self) -> list[str] | None:
+        return self.spec.label_names
+
+    @property
+    def tokenizer(self):
+        return self.model.tokenizer
+
+    @property
+    def max_length(self) -> int:
+        return self.model.max_length
+
+    @property
+    def device(self) -> torch.device:
+        return self.model.device
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor | None = None,
+                labels: torch.Tensor | None = None) -> ClassifierOutput:
+        """The task's logits for a batch tokenised as one sequence (a text, or a pair jointly). A task whose
+        head reads the two sentences of a pair encoded separately has no such input: refused."""
+        if self.spec.separate:
+            raise ModelError(f"task '{self.name}' encodes the two sentences of a pair separately ({self.spec.head} "
+                             "head): it has no single-sequence forward")
+        task_ids = torch.full((input_ids.shape[0],), self.task_id, dtype=torch.long, device=input_ids.device)
+        return self.model(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
+                          labels=labels, task_ids=task_ids)
+
+    def predict_logits(self, texts: Sequence[str], pairs: Sequence[str] | None = None, batch_size: int = 64,
+                       progress: bool = False) -> np.ndarray:
+        return self.model.predict_logits(texts, pairs, task=self.name, batch_size=batch_size, progress=progress)
+
+    def predict_proba(self, texts: Sequence[str], pairs: Sequence[str] | None = None, batch_size: int = 64) -> np.ndarray:
+        return self.model.predict_proba(texts, pairs, task=self.name, batch_size=batch_size)
+
+    def predict(self, texts: Sequence[str], pairs: Sequence[str] | None = None, batch_size: int = 64) -> list:
+        return self.model.predict(texts, pairs, task=self.name, batch_size=batch_size)
 
 
 def is_multitask_folder(directory: str | os.PathLike) -> bool:
