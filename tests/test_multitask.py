@@ -384,6 +384,15 @@ def test_config_errors_are_one_line_before_any_data_is_loaded(tmp_path, options,
     assert not (tmp_path / "x").exists()
 
 
+def test_a_multi_process_launch_is_refused(tmp_path, monkeypatch):
+    """torchrun would shard the one-task batches across processes, so one step's processes would hold
+    different tasks: refused before anything is loaded."""
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(ConfigError, match="multi-task training runs in one process; launched with 2 processes"):
+        train_multitask(tasks=[{"name": "a", "data": "mr"}], output=str(tmp_path / "x"), progress=False)
+    assert not (tmp_path / "x").exists()
+
+
 def test_task_type_is_checked_against_the_data(tmp_path, tiny_encoder_dir, sentiment_csv):
     tasks = [{"name": "sent", "data": str(sentiment_csv), "label_column": "sentiment", "type": "pair-classification"}]
     with pytest.raises(ConfigError, match=r"task 'sent': type pair-classification needs sentence pairs, but data '.*toy.csv'"):

@@ -39,6 +39,7 @@ from torch.utils.data import DataLoader, Dataset
 from transformers import DataCollatorWithPadding, PrinterCallback, TrainerCallback
 
 from ..data.loading import LABEL, TEXT, TEXT_PAIR
+from ..distributed import launched_processes
 from ..encoders import DEFAULT_MODEL, default_pooling
 from ..errors import ConfigError
 from ..evaluation.metrics import classification_metrics, regression_metrics
@@ -354,6 +355,11 @@ def train_multitask(config: MultiTaskConfig | None = None, *, callbacks: list[Tr
     config = MultiTaskConfig(**{**({f.name: getattr(config, f.name) for f in fields(config)} if config else {}),
                                 **overrides})
     tasks = config.validate()
+    if launched_processes() > 1:
+        # each batch is one task's, and a sharded batch sampler would hand the processes of one step
+        # different tasks: the gradients all-reduced together would mix heads, the gathered rows labels
+        raise ConfigError(f"multi-task training runs in one process; launched with {launched_processes()} "
+                          "processes: run it without torchrun / accelerate launch")
     output = Path(config.output)
     if (output / RESULTS_NAME).is_file():
         if config.resume:
