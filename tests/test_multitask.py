@@ -374,7 +374,12 @@ def test_task_errors_are_one_line(task, message):
     ({"tasks": [{"name": "a.b", "data": "mr"}]}, "must be letters, digits"),
     ({"tasks": [{"name": "a", "data": "mr", "colour": 1}]}, "unknown task key"),
     ({"tasks": [{"name": "a", "data": "mr"}], "select_on": "b"}, "select_on must be 'average' or a task name"),
-    ({"tasks": [{"name": "a", "data": "mr"}], "schedule": "random"}, "unknown schedule 'random'"),
+    ({"tasks": [{"name": "a", "data": "mr"}], "schedule": "random"},
+     "schedule must be one of round-robin, round-robin-epochs, proportional, temperature, got 'random'"),
+    ({"tasks": [{"name": "a", "data": "mr"}], "warmup_ratio": 1.0}, r"warmup_ratio must be in \[0, 1\), got 1.0"),
+    ({"tasks": [{"name": "a", "data": "mr"}], "pooling": "max"}, "pooling must be one of cls, pooler, mean"),
+    ({"tasks": [{"name": "a", "data": "mr"}], "seed": -1}, "seed must be in"),
+    ({"tasks": "mr"}, "tasks must be a list, got 'mr'"),
     ({"tasks": [{"name": "a", "data": "mr"}], "learning_rate": "2e-5"}, "learning_rate must be float"),
 ])
 def test_config_errors_are_one_line_before_any_data_is_loaded(tmp_path, options, message):

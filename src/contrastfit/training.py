@@ -31,8 +31,7 @@ import pickle
 import shutil
 import time
 import warnings
-from dataclasses import asdict, dataclass, field, replace
-from functools import lru_cache
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -47,6 +46,7 @@ from .data.loading import LABEL, TEXT, TEXT_PAIR
 from .distributed import cpu_processes, world
 from .encoders import DEFAULT_MODEL, default_pooling
 from .errors import ConfigError, ModelError
+from .settings import check_fields, setting
 from .evaluation import evaluate_model, headline
 from .methods import get_method
 from .atomic import write_json_atomic
@@ -70,31 +70,6 @@ SEED_MAX = 2**32 - 1
 OPTION_GROUPS = ("options", "data", "sampling", "method", "model and optimisation", "model selection")
 #: Validation metrics that can pick the kept checkpoint (``metric_for_best``).
 SELECTION_METRICS = ("accuracy", "f1", "macro_f1", "mcc", "loss", "mse", "pearson", "spearman")
-
-
-def setting(default: Any = None, help: str = "", *, factory: Any = None, group: str | None = None,
-            flag: str | None = None, flag_help: str | None = None, metavar: str | None = None,
-            choices: tuple[str, ...] | None = None, ge: float | None = None, gt: float | None = None,
-            le: float | None = None, lt: float | None = None, check: Any = None) -> Any:
-    """A :class:`TrainConfig` field with everything about it in one place (``dataclasses.field``
-    metadata), read by :meth:`TrainConfig.validate` and by the CLI, which generates ``contrastfit
-    train``'s options from it:
-
-    * ``help``: what the setting does (the ``--help`` text; the CLI appends a non-None default);
-    * ``group``: its group of command-line options (:data:`OPTION_GROUPS`; None: no option) and
-      ``flag`` when the option is not ``--name-with-dashes``; a boolean is a switch that turns it on,
-      or, for one that is on by default, off (``flag``, default ``--no-name``; ``flag_help`` says what
-      that switch does); ``metavar`` names the value in ``--help``;
-    * the values it takes, besides the annotation's type: ``choices``, bounds ``ge``/``gt``/``le``/
-      ``lt`` (>=, >, <=, <), and ``check``, a function that raises :class:`ConfigError` for a
-      value the others cannot describe (called on values that are not None).
-    """
-    meta = {"help": help, "group": group, "flag": flag, "flag_help": flag_help, "metavar": metavar,
-            "choices": tuple(choices) if choices else None, "check": check,
-            "bounds": {k: v for k, v in (("ge", ge), ("gt", gt), ("le", le), ("lt", lt)) if v is not None}}
-    if factory is not None:
-        return field(default_factory=factory, metadata=meta)
-    return field(default=default, metadata=meta)
 
 
 def _check_output(value: str) -> None:
@@ -240,85 +215,7 @@ class TrainConfig:
             check_memory(self.method, self.memory_size)  # the method must have a SupCon-style term
 
     def _check_fields(self) -> None:
-        """Every field's value: its type from the annotation (strict: ``"3"`` is not an int, ``1`` is
-        not true, NaN is not a number; an int is a float), then its choices and bounds, then its
-        ``check``. The message names the field and the value, e.g. ``batch_size must be >= 1, got 0``."""
-        from dataclasses import fields
-
-        from pydantic import ValidationError
-
-        values = {f.name: getattr(self, f.name) for f in fields(self)}
-        try:
-            _field_schema().model_validate(values)
-        except ValidationError as exc:
-            error = exc.errors(include_url=False)[0]
-            name = str(error["loc"][0])
-            raise ConfigError(_field_error(name, error["type"], values[name])) from None
-        for f in fields(self):
-            if f.metadata.get("check") is not None and values[f.name] is not None:
-                f.metadata["check"](values[f.name])
-
-
-@lru_cache(maxsize=None)
-def _field_schema():
-    """A strict pydantic model of :class:`TrainConfig`'s values: each field's annotated type, its
-    ``choices`` as a ``Literal`` and its bounds as constraints."""
-    import typing
-
-    from pydantic import ConfigDict, Field, create_model
-
-    hints = typing.get_type_hints(TrainConfig)
-    spec = {}
-    for f in _fields():
-        kind = hints[f.name]
-        if f.metadata.get("choices"):
-            literal = typing.Literal[f.metadata["choices"]]
-            kind = literal | None if type(None) in typing.get_args(kind) else literal
-        spec[f.name] = (typing.Annotated[kind, Field(**f.metadata.get("bounds", {}))], ...)
-    return create_model("TrainConfigValues", __config__=ConfigDict(strict=True, allow_inf_nan=False), **spec)
-
-
-def _fields() -> tuple:
-    from dataclasses import fields
-
-    return fields(TrainConfig)
-
-
-def _field_error(name: str, error: str, value: Any) -> str:
-    """The one-line message for pydantic's ``error`` type on field ``name``."""
-    import typing
-
-    meta = next(f.metadata for f in _fields() if f.name == name)
-    if error == "literal_error":
-        return f"{name} must be one of {', '.join(meta['choices'])}, got {value!r}"
-    if error == "finite_number":
-        return f"{name} must be a finite number, got {value!r}"
-    if error in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
-        return f"{name} must be {_bounds_text(meta['bounds'])}, got {value!r}"
-    words = {bool: "true or false", int: "int", float: "float", str: "a string", dict: "a mapping with text keys"}
-    kind = typing.get_type_hints(TrainConfig)[name]
-    kinds = [k for k in (typing.get_args(kind) if typing.get_origin(kind) is not dict else ()) or (kind,)
-             if k is not type(None)]
-    expected = " or ".join(words.get(typing.get_origin(k) or k, str(k)) for k in kinds)
-    hint = ""
-    if float in kinds and isinstance(value, str) and "e" in value.lower():  # PyYAML wants a dot in a float
-        try:
-            float(value)
-            hint = " (YAML reads 2e-5 as text: write 2.0e-5)"
-        except ValueError:
-            pass
-    return f"{name} must be {expected}, got {value!r}{hint}"
-
-
-def _bounds_text(bounds: dict[str, float]) -> str:
-    """``{"ge": 0, "lt": 1}`` -> ``in [0, 1)``; ``{"ge": 1}`` -> ``>= 1``."""
-    low = ("[", bounds["ge"]) if "ge" in bounds else ("(", bounds["gt"]) if "gt" in bounds else None
-    high = (bounds["le"], "]") if "le" in bounds else (bounds["lt"], ")") if "lt" in bounds else None
-    if low and high:
-        return f"in {low[0]}{low[1]}, {high[0]}{high[1]}"
-    if low:
-        return f"{'>=' if low[0] == '[' else '>'} {low[1]}"
-    return f"{'<=' if high[1] == ']' else '<'} {high[0]}"
+        check_fields(self)
 
 
 # ---------------------------------------------------------------------------------------------

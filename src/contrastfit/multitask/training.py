@@ -28,7 +28,7 @@ import json
 import math
 import shutil
 import time
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -42,9 +42,10 @@ from ..data.loading import LABEL, TEXT, TEXT_PAIR
 from ..distributed import launched_processes
 from ..encoders import DEFAULT_MODEL, default_pooling
 from ..errors import ConfigError
+from ..settings import check_fields, setting
 from ..evaluation.metrics import classification_metrics, regression_metrics
 from ..atomic import write_json_atomic
-from ..training import (CHECKPOINT_DIR, DEFAULT_LEARNING_RATE, DEFAULT_MIN_STEPS, LOWER_IS_BETTER, RESULTS_NAME,
+from ..training import (CHECKPOINT_DIR, DEFAULT_LEARNING_RATE, DEFAULT_MIN_STEPS, LOWER_IS_BETTER, RESULTS_NAME, SEED_MAX,
                         LossPartLogging, TIE_BREAK, PreparedData, TrainConfig, TrainResult, _selection_args, _stopped_early,
                         _weights_only_loading, evaluation_history, last_checkpoint, prepare_data, record_provenance,
                         trainer_arguments)
@@ -68,43 +69,45 @@ class MultiTaskConfig:
     (the rule of ``train``).
     """
 
-    tasks: list[Any] = field(default_factory=list)
-    output: str = "runs/multitask"
-    model: str = DEFAULT_MODEL
-    pooling: str | None = None  # None: the encoder's own (mean for sentence-transformers models), else cls
-    max_length: int = 128
-    schedule: str = "round-robin"
-    temperature: float = DEFAULT_TEMPERATURE  # for schedule="temperature"
-    epochs: float | None = None
-    max_steps: int | None = None
-    min_steps: int = DEFAULT_MIN_STEPS
-    batch_size: int = 16  # a task's batch_size overrides it
-    learning_rate: float = DEFAULT_LEARNING_RATE  # the encoder's
-    head_learning_rate: float | None = DEFAULT_HEAD_LEARNING_RATE  # None: learning_rate
-    weight_decay: float = 0.01
-    warmup_ratio: float = 0.1
-    gradient_accumulation_steps: int = 1
-    seed: int = 0  # training seed; also the sampling seed unless sample_seed is given
-    sample_seed: int | None = None
-    sample_index: int = 0
-    select_best: bool = True
-    select_on: str = "average"  # or a task name
-    eval_steps: int | None = None  # None: about five evaluations per run
-    early_stopping_patience: int | None = None
-    resume: bool = False  # continue an interrupted run from its last checkpoint (as train's resume)
-    save_checkpoints: bool = True  # resumable Trainer checkpoints (weights, optimiser, schedule, RNG states)
-    save_steps: int = 50  # steps between checkpoints without validation selection (with it: at each evaluation)
-    keep_checkpoints: bool = False  # keep the checkpoints folder once the run has finished
-    save_model: bool = True
-    evaluate_test: bool = True
-    logging_steps: int = 10
-    report_to: str = "none"
-    progress: bool = True
-    fp16: bool = False
-    bf16: bool = False
-    use_cpu: bool = False
-    trust_remote_code: bool = False
-    tags: dict[str, Any] = field(default_factory=dict)
+    tasks: list[Any] = setting(factory=list, help="Task objects or mappings with the same keys")
+    output: str = setting("runs/multitask", "output folder")
+    model: str = setting(DEFAULT_MODEL, "the shared encoder: built-in name, local folder or Hub name")
+    pooling: str | None = setting(None, "None: the encoder's own (mean for sentence-transformers models), else cls",
+                                  choices=("cls", "pooler", "mean"))
+    max_length: int = setting(128, "longest input in tokens", ge=1)
+    schedule: str = setting("round-robin", "which task each batch comes from", choices=SCHEDULES)
+    temperature: float = setting(DEFAULT_TEMPERATURE, "for schedule='temperature'", gt=0)
+    epochs: float | None = setting(None, "sampler epochs", gt=0)
+    max_steps: int | None = setting(None, "optimisation steps (overrides epochs)", gt=0)
+    min_steps: int = setting(DEFAULT_MIN_STEPS, "fewest steps without epochs or max_steps", ge=1)
+    batch_size: int = setting(16, "a task's batch_size overrides it", ge=1)
+    learning_rate: float = setting(DEFAULT_LEARNING_RATE, "the encoder's peak learning rate", gt=0)
+    head_learning_rate: float | None = setting(DEFAULT_HEAD_LEARNING_RATE, "the heads'; None: learning_rate", gt=0)
+    weight_decay: float = setting(0.01, "AdamW weight decay", ge=0)
+    warmup_ratio: float = setting(0.1, "linear warm-up, as a fraction of the training steps", ge=0, lt=1)
+    gradient_accumulation_steps: int = setting(1, "batches per optimisation step", ge=1)
+    seed: int = setting(0, "training seed; also the sampling seed unless sample_seed is given", ge=0, le=SEED_MAX)
+    sample_seed: int | None = setting(None, "seed of the tasks' training-sample draws", ge=0, le=SEED_MAX)
+    sample_index: int = setting(0, "which sample of that seed", ge=0)
+    select_best: bool = setting(True, "evaluate on validation during training and keep the best step")
+    select_on: str = setting("average", "'average' of the tasks' metrics, or a task name")
+    eval_steps: int | None = setting(None, "None: about five evaluations per run", ge=1)
+    early_stopping_patience: int | None = setting(None, "evaluations without improvement before stopping", ge=1)
+    resume: bool = setting(False, "continue an interrupted run from its last checkpoint (as train's resume)")
+    save_checkpoints: bool = setting(True, "resumable Trainer checkpoints (weights, optimiser, schedule, RNG states)")
+    save_steps: int = setting(50, "steps between checkpoints without validation selection (with it: at each "
+                              "evaluation)", ge=1)
+    keep_checkpoints: bool = setting(False, "keep the checkpoints folder once the run has finished")
+    save_model: bool = setting(True, "save the trained model")
+    evaluate_test: bool = setting(True, "evaluate every task on its test split")
+    logging_steps: int = setting(10, "steps between logged losses", ge=1)
+    report_to: str = setting("none", "Trainer logging integrations")
+    progress: bool = setting(True, "progress bars and the closing summary line")
+    fp16: bool = setting(False, "float16 mixed precision (CUDA)")
+    bf16: bool = setting(False, "bfloat16 mixed precision")
+    use_cpu: bool = setting(False, "train on the CPU even if a GPU is present")
+    trust_remote_code: bool = setting(False, "allow a Hub model's own code")
+    tags: dict[str, Any] = setting(factory=dict, help="stored as-is in results.json")
 
     def task_list(self) -> list[Task]:
         if not isinstance(self.tasks, (list, tuple)) or not self.tasks:
@@ -119,40 +122,16 @@ class MultiTaskConfig:
         return tasks
 
     def validate(self) -> list[Task]:
-        """Check the settings; return the tasks (one-line :class:`ConfigError` otherwise)."""
-        for f in fields(self):
-            value, kind = getattr(self, f.name), str(f.type)
-            if value is None and "None" in kind:
-                continue
-            if kind.startswith(("float", "int", "bool")):
-                ok = (isinstance(value, bool) if kind.startswith("bool") else
-                      isinstance(value, (int, float)) and not isinstance(value, bool) and
-                      (kind.startswith("float") or float(value).is_integer()))
-                if not ok:
-                    raise ConfigError(f"{f.name} must be {kind.split(' |')[0].replace('bool', 'true or false')}, got {value!r}")
+        """Check every field against its :func:`~contrastfit.settings.setting` (as ``train``'s config), then
+        the tasks and the settings that depend on each other; return the tasks (one-line
+        :class:`ConfigError` otherwise)."""
+        check_fields(self)
         tasks = self.task_list()
-        if self.schedule not in SCHEDULES:
-            raise ConfigError(f"unknown schedule {self.schedule!r} (choose from {', '.join(SCHEDULES)})")
-        if not self.temperature > 0:
-            raise ConfigError(f"temperature must be > 0, got {self.temperature}")
-        for name in ("batch_size", "max_length", "gradient_accumulation_steps", "min_steps", "save_steps"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("learning_rate", "head_learning_rate", "epochs", "max_steps"):
-            value = getattr(self, name)
-            if value is not None and not value > 0:
-                raise ConfigError(f"{name} must be > 0, got {value}")
-        if not 0 <= self.warmup_ratio < 1:
-            raise ConfigError(f"warmup_ratio is a fraction of the training steps in [0, 1), got {self.warmup_ratio}")
         if self.fp16 and self.bf16:
             raise ConfigError("choose one of fp16 and bf16")
         if self.select_on != "average" and self.select_on not in {t.name for t in tasks}:
             raise ConfigError(f"select_on must be 'average' or a task name ({', '.join(t.name for t in tasks)}), "
                               f"got {self.select_on!r}")
-        for name in ("eval_steps", "early_stopping_patience"):
-            value = getattr(self, name)
-            if value is not None and value < 1:
-                raise ConfigError(f"{name} must be >= 1, got {value}")
         return tasks
 
 

@@ -1,0 +1,116 @@
+"""Settings declared once: a dataclass field with its help, command-line option and allowed values.
+
+:class:`~contrastfit.training.TrainConfig` and :class:`~contrastfit.multitask.MultiTaskConfig` declare
+their fields with :func:`setting`; :func:`check_fields` checks an instance against the declarations
+(types from the annotations, strictly; choices; bounds; a field's own ``check``) and raises the first
+problem as a one-line :class:`~contrastfit.errors.ConfigError` naming the field and the value, e.g.
+``batch_size must be >= 1, got 0``. ``contrastfit train``'s options are generated from the same
+declarations (:func:`contrastfit.cli.add_config_options`).
+"""
+
+from __future__ import annotations
+
+import typing
+from dataclasses import field, fields
+from functools import lru_cache
+from typing import Any
+
+from .errors import ConfigError
+
+__all__ = ["setting", "check_fields"]
+
+
+def setting(default: Any = None, help: str = "", *, factory: Any = None, group: str | None = None,
+            flag: str | None = None, flag_help: str | None = None, metavar: str | None = None,
+            choices: tuple[str, ...] | None = None, ge: float | None = None, gt: float | None = None,
+            le: float | None = None, lt: float | None = None, check: Any = None) -> Any:
+    """A dataclass field with everything about it in one place (``dataclasses.field`` metadata), read by
+    :func:`check_fields` and, for :class:`~contrastfit.training.TrainConfig`, by the CLI:
+
+    * ``help``: what the setting does (the ``--help`` text; the CLI appends a non-None default);
+    * ``group``: its group of command-line options (``training.OPTION_GROUPS``; None: no option) and
+      ``flag`` when the option is not ``--name-with-dashes``; a boolean is a switch that turns it on,
+      or, for one that is on by default, off (``flag``, default ``--no-name``; ``flag_help`` says what
+      that switch does); ``metavar`` names the value in ``--help``;
+    * the values it takes, besides the annotation's type: ``choices``, bounds ``ge``/``gt``/``le``/
+      ``lt`` (>=, >, <=, <), and ``check``, a function that raises :class:`ConfigError` for a
+      value the others cannot describe (called on values that are not None).
+    """
+    meta = {"help": help, "group": group, "flag": flag, "flag_help": flag_help, "metavar": metavar,
+            "choices": tuple(choices) if choices else None, "check": check,
+            "bounds": {k: v for k, v in (("ge", ge), ("gt", gt), ("le", le), ("lt", lt)) if v is not None}}
+    if factory is not None:
+        return field(default_factory=factory, metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+def check_fields(config: Any) -> None:
+    """Every field of the dataclass instance ``config``: its type from the annotation (strict: ``"3"``
+    is not an int, ``1`` is not true, NaN is not a number; an int is a float), then its choices and
+    bounds, then its ``check``. The first problem is a one-line :class:`ConfigError`."""
+    from pydantic import ValidationError
+
+    cls = type(config)
+    values = {f.name: getattr(config, f.name) for f in fields(cls)}
+    try:
+        _schema(cls).model_validate(values)
+    except ValidationError as exc:
+        error = exc.errors(include_url=False)[0]
+        name = str(error["loc"][0])
+        raise ConfigError(_field_error(cls, name, error["type"], values[name])) from None
+    for f in fields(cls):
+        if f.metadata.get("check") is not None and values[f.name] is not None:
+            f.metadata["check"](values[f.name])
+
+
+@lru_cache(maxsize=None)
+def _schema(cls: type):
+    """A strict pydantic model of ``cls``'s values: each field's annotated type, its ``choices`` as a
+    ``Literal`` and its bounds as constraints (fields declared without :func:`setting`: the type only)."""
+    from pydantic import ConfigDict, Field, create_model
+
+    hints = typing.get_type_hints(cls)
+    spec = {}
+    for f in fields(cls):
+        kind = hints[f.name]
+        if f.metadata.get("choices"):
+            literal = typing.Literal[f.metadata["choices"]]
+            kind = literal | None if type(None) in typing.get_args(kind) else literal
+        spec[f.name] = (typing.Annotated[kind, Field(**f.metadata.get("bounds", {}))], ...)
+    return create_model(f"{cls.__name__}Values", __config__=ConfigDict(strict=True, allow_inf_nan=False), **spec)
+
+
+def _field_error(cls: type, name: str, error: str, value: Any) -> str:
+    """The one-line message for pydantic's ``error`` type on field ``name`` of ``cls``."""
+    meta = next(f.metadata for f in fields(cls) if f.name == name)
+    if error == "literal_error":
+        return f"{name} must be one of {', '.join(meta['choices'])}, got {value!r}"
+    if error == "finite_number":
+        return f"{name} must be a finite number, got {value!r}"
+    if error in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
+        return f"{name} must be {_bounds_text(meta['bounds'])}, got {value!r}"
+    words = {bool: "true or false", int: "int", float: "float", str: "a string", dict: "a mapping with text keys",
+             list: "a list"}
+    kind = typing.get_type_hints(cls)[name]
+    kinds = [k for k in (typing.get_args(kind) if typing.get_origin(kind) not in (dict, list) else ()) or (kind,)
+             if k is not type(None)]
+    expected = " or ".join(words.get(typing.get_origin(k) or k, str(k)) for k in kinds)
+    hint = ""
+    if float in kinds and isinstance(value, str) and "e" in value.lower():  # PyYAML wants a dot in a float
+        try:
+            float(value)
+            hint = " (YAML reads 2e-5 as text: write 2.0e-5)"
+        except ValueError:
+            pass
+    return f"{name} must be {expected}, got {value!r}{hint}"
+
+
+def _bounds_text(bounds: dict[str, float]) -> str:
+    """``{"ge": 0, "lt": 1}`` -> ``in [0, 1)``; ``{"ge": 1}`` -> ``>= 1``."""
+    low = ("[", bounds["ge"]) if "ge" in bounds else ("(", bounds["gt"]) if "gt" in bounds else None
+    high = (bounds["le"], "]") if "le" in bounds else (bounds["lt"], ")") if "lt" in bounds else None
+    if low and high:
+        return f"in {low[0]}{low[1]}, {high[0]}{high[1]}"
+    if low:
+        return f"{'>=' if low[0] == '[' else '>'} {low[1]}"
+    return f"{'<=' if high[1] == ']' else '<'} {high[0]}"
