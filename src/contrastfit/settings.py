@@ -17,7 +17,7 @@ from typing import Any
 
 from .errors import ConfigError
 
-__all__ = ["setting", "check_fields"]
+__all__ = ["setting", "same_as", "check_fields"]
 
 
 def setting(default: Any = None, help: str = "", *, factory: Any = None, group: str | None = None,
@@ -42,6 +42,13 @@ def setting(default: Any = None, help: str = "", *, factory: Any = None, group: 
     if factory is not None:
         return field(default_factory=factory, metadata=meta)
     return field(default=default, metadata=meta)
+
+
+def same_as(cls: type, name: str) -> Any:
+    """The field ``name`` of the dataclass ``cls`` declared again (default, help, allowed values), without
+    its command-line option: a setting that means the same in two configurations is declared once."""
+    f = cls.__dataclass_fields__[name]
+    return field(default=f.default, default_factory=f.default_factory, metadata={**f.metadata, "group": None})
 
 
 def check_fields(config: Any) -> None:

@@ -42,10 +42,10 @@ from ..data.loading import LABEL, TEXT, TEXT_PAIR
 from ..distributed import launched_processes
 from ..encoders import DEFAULT_MODEL, default_pooling
 from ..errors import ConfigError
-from ..settings import check_fields, setting
+from ..settings import check_fields, same_as, setting
 from ..evaluation.metrics import classification_metrics, regression_metrics
 from ..atomic import write_json_atomic
-from ..training import (CHECKPOINT_DIR, DEFAULT_LEARNING_RATE, DEFAULT_MIN_STEPS, LOWER_IS_BETTER, RESULTS_NAME, SEED_MAX,
+from ..training import (CHECKPOINT_DIR, DEFAULT_LEARNING_RATE, DEFAULT_MIN_STEPS, LOWER_IS_BETTER, RESULTS_NAME,
                         LossPartLogging, TIE_BREAK, PreparedData, TrainConfig, TrainResult, _selection_args, _stopped_early,
                         _weights_only_loading, evaluation_history, last_checkpoint, prepare_data, record_provenance,
                         trainer_arguments)
@@ -72,9 +72,8 @@ class MultiTaskConfig:
     tasks: list[Any] = setting(factory=list, help="Task objects or mappings with the same keys")
     output: str = setting("runs/multitask", "output folder")
     model: str = setting(DEFAULT_MODEL, "the shared encoder: built-in name, local folder or Hub name")
-    pooling: str | None = setting(None, "None: the encoder's own (mean for sentence-transformers models), else cls",
-                                  choices=("cls", "pooler", "mean"))
-    max_length: int = setting(128, "longest input in tokens", ge=1)
+    pooling: str | None = same_as(TrainConfig, "pooling")
+    max_length: int = same_as(TrainConfig, "max_length")
     schedule: str = setting("round-robin", "which task each batch comes from", choices=SCHEDULES)
     temperature: float = setting(DEFAULT_TEMPERATURE, "for schedule='temperature'", gt=0)
     epochs: float | None = setting(None, "sampler epochs", gt=0)
@@ -83,31 +82,30 @@ class MultiTaskConfig:
     batch_size: int = setting(16, "a task's batch_size overrides it", ge=1)
     learning_rate: float = setting(DEFAULT_LEARNING_RATE, "the encoder's peak learning rate", gt=0)
     head_learning_rate: float | None = setting(DEFAULT_HEAD_LEARNING_RATE, "the heads'; None: learning_rate", gt=0)
-    weight_decay: float = setting(0.01, "AdamW weight decay", ge=0)
-    warmup_ratio: float = setting(0.1, "linear warm-up, as a fraction of the training steps", ge=0, lt=1)
-    gradient_accumulation_steps: int = setting(1, "batches per optimisation step", ge=1)
-    seed: int = setting(0, "training seed; also the sampling seed unless sample_seed is given", ge=0, le=SEED_MAX)
-    sample_seed: int | None = setting(None, "seed of the tasks' training-sample draws", ge=0, le=SEED_MAX)
-    sample_index: int = setting(0, "which sample of that seed", ge=0)
-    select_best: bool = setting(True, "evaluate on validation during training and keep the best step")
+    weight_decay: float = same_as(TrainConfig, "weight_decay")
+    warmup_ratio: float = same_as(TrainConfig, "warmup_ratio")
+    gradient_accumulation_steps: int = same_as(TrainConfig, "gradient_accumulation_steps")
+    seed: int = same_as(TrainConfig, "seed")
+    sample_seed: int | None = same_as(TrainConfig, "sample_seed")
+    sample_index: int = same_as(TrainConfig, "sample_index")
+    select_best: bool = same_as(TrainConfig, "select_best")
     select_on: str = setting("average", "'average' of the tasks' metrics, or a task name")
-    eval_steps: int | None = setting(None, "None: about five evaluations per run", ge=1)
-    early_stopping_patience: int | None = setting(None, "evaluations without improvement before stopping", ge=1)
-    resume: bool = setting(False, "continue an interrupted run from its last checkpoint (as train's resume)")
-    save_checkpoints: bool = setting(True, "resumable Trainer checkpoints (weights, optimiser, schedule, RNG states)")
-    save_steps: int = setting(50, "steps between checkpoints without validation selection (with it: at each "
-                              "evaluation)", ge=1)
-    keep_checkpoints: bool = setting(False, "keep the checkpoints folder once the run has finished")
-    save_model: bool = setting(True, "save the trained model")
+    eval_steps: int | None = same_as(TrainConfig, "eval_steps")
+    early_stopping_patience: int | None = same_as(TrainConfig, "early_stopping_patience")
+    resume: bool = same_as(TrainConfig, "resume")
+    save_checkpoints: bool = same_as(TrainConfig, "save_checkpoints")
+    save_steps: int = same_as(TrainConfig, "save_steps")
+    keep_checkpoints: bool = same_as(TrainConfig, "keep_checkpoints")
+    save_model: bool = same_as(TrainConfig, "save_model")
     evaluate_test: bool = setting(True, "evaluate every task on its test split")
-    logging_steps: int = setting(10, "steps between logged losses", ge=1)
-    report_to: str = setting("none", "Trainer logging integrations")
-    progress: bool = setting(True, "progress bars and the closing summary line")
-    fp16: bool = setting(False, "float16 mixed precision (CUDA)")
-    bf16: bool = setting(False, "bfloat16 mixed precision")
-    use_cpu: bool = setting(False, "train on the CPU even if a GPU is present")
-    trust_remote_code: bool = setting(False, "allow a Hub model's own code")
-    tags: dict[str, Any] = setting(factory=dict, help="stored as-is in results.json")
+    logging_steps: int = same_as(TrainConfig, "logging_steps")
+    report_to: str = same_as(TrainConfig, "report_to")
+    progress: bool = same_as(TrainConfig, "progress")
+    fp16: bool = same_as(TrainConfig, "fp16")
+    bf16: bool = same_as(TrainConfig, "bf16")
+    use_cpu: bool = same_as(TrainConfig, "use_cpu")
+    trust_remote_code: bool = same_as(TrainConfig, "trust_remote_code")
+    tags: dict[str, Any] = same_as(TrainConfig, "tags")
 
     def task_list(self) -> list[Task]:
         if not isinstance(self.tasks, (list, tuple)) or not self.tasks:
