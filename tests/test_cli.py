@@ -216,6 +216,8 @@ def test_evaluate_and_explain_a_task_of_a_multitask_folder(multitask_run, capsys
         f"contrastfit: error: {multitask_run} holds a multi-task model: give --task NAME (tasks: sent, para)")
     assert "encodes the two texts of a pair separately" in error("explain", str(multitask_run), "--task", "para",
                                                                  "--file", str(_tab_file(tmp_path)))
+    assert error("calibrate", str(multitask_run), "--data", str(folder / "sent.csv")) == (
+        f"contrastfit: error: {multitask_run} holds a multi-task model; calibrate takes a single-task model's folder")
     assert error("explain", str(multitask_run), "--task", "nli", "good") == (
         f"contrastfit: error: --task 'nli' is not a task of {multitask_run} (tasks: sent, para)")
 

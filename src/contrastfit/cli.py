@@ -138,6 +138,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int, default=64)
     _add_task_arg(p, "evaluate")
 
+    # -- calibrate -----------------------------------------------------------------------------
+    p = sub.add_parser("calibrate", help="fit the temperature of a model's probabilities on held-out data",
+                       description="Temperature scaling (Guo et al. 2017): fit one temperature that divides the logits, "
+                                   "on a built-in or Hub data set's validation split (or --split) or a local file whole, "
+                                   "and save it with the model; `predict` and `evaluate` then use it. Predicted labels "
+                                   "do not change. Prints the NLL and expected calibration error before and after.")
+    p.add_argument("run", help="output folder of `contrastfit train`")
+    add_config_options(p, names=_DATA_OPTIONS, required=("data",))
+    p.add_argument("--split", default="validation", choices=["train", "validation", "test"],
+                   help="split of a built-in or Hub data set (default: validation; not the split you report)")
+    p.add_argument("--batch-size", type=int, default=64)
+
     # -- predict -------------------------------------------------------------------------------
     p = sub.add_parser("predict", help="predict labels for texts (JSONL out)",
                        description="Predict labels. Texts come from arguments, --file, or standard input (one per line; "
@@ -326,6 +338,30 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    from .atomic import write_json_atomic
+    from .data.loading import LABEL, TEXT, TEXT_PAIR
+    from .modeling import CONFIG_NAME, ContrastiveClassifier
+    from .multitask import is_multitask_folder
+
+    if is_multitask_folder(args.run):
+        raise ContrastfitError(f"{args.run} holds a multi-task model; calibrate takes a single-task model's folder")
+    model = ContrastiveClassifier.from_pretrained(args.run)
+    if model.task != "classification":
+        raise ContrastfitError(f"{args.run} is a regression model; calibrate fits the temperature of class probabilities")
+    ds, what = _load_eval_split(args, model)
+    if len(ds) == 0:
+        raise ContrastfitError(f"{what}: no rows to calibrate on")
+    record = model.calibrate(ds[TEXT], ds[LABEL], ds[TEXT_PAIR] if TEXT_PAIR in ds.column_names else None,
+                             batch_size=args.batch_size, progress=True)
+    model.info["calibration"] = {**record, "data": what}
+    write_json_atomic(os.path.join(args.run, CONFIG_NAME), model.config_dict())  # the weights are unchanged
+    print(f"{args.run}: temperature {record['temperature']:.3f}, fitted on {what}")
+    print(f"  NLL {record['nll_before']:.4f} -> {record['nll_after']:.4f}   "
+          f"ECE {record['ece_before']:.4f} -> {record['ece_after']:.4f}")
+    return 0
+
+
 def _read_predict_inputs(args: argparse.Namespace) -> tuple[list[str], list[str] | None]:
     from pathlib import Path
 
@@ -505,7 +541,7 @@ def cmd_pretrain(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"train": cmd_train, "evaluate": cmd_evaluate, "predict": cmd_predict, "datasets": cmd_datasets,
+COMMANDS = {"train": cmd_train, "evaluate": cmd_evaluate, "calibrate": cmd_calibrate, "predict": cmd_predict, "datasets": cmd_datasets,
             "pretrain": cmd_pretrain,
             "methods": cmd_methods, "explain": cmd_explain, "experiment": cmd_experiment, "report": cmd_report, "compare": cmd_compare}
 

@@ -178,11 +178,40 @@ class ContrastiveClassifier(nn.Module):
         result[order] = logits
         return result
 
+    @property
+    def temperature(self) -> float:
+        """The temperature :meth:`predict_proba` divides the logits by: 1, or the one :meth:`calibrate` fitted."""
+        return float(self.info.get("calibration", {}).get("temperature", 1.0))
+
     def predict_proba(self, texts: Sequence[str], pairs: Sequence[str] | None = None, batch_size: int = 64) -> np.ndarray:
+        """Class probabilities, ``softmax(logits / temperature)`` (the predicted values for regression)."""
         logits = self.predict_logits(texts, pairs, batch_size)
         if self.task == "regression":
             return logits
-        return torch.softmax(torch.from_numpy(logits), dim=-1).numpy()
+        return torch.softmax(torch.from_numpy(logits) / self.temperature, dim=-1).numpy()
+
+    def calibrate(self, texts: Sequence[str], labels: Sequence[int], pairs: Sequence[str] | None = None,
+                  batch_size: int = 64, progress: bool = False) -> dict[str, float]:
+        """Temperature scaling (Guo et al. 2017; :mod:`contrastfit.evaluation.calibration`): fit the
+        temperature of :meth:`predict_proba` on held-out ``texts`` with their label ids, keep it in
+        ``info["calibration"]`` (saved with the model) and return it with the NLL and expected calibration
+        error before and after. Predictions (the arg max) do not change."""
+        from .evaluation.calibration import expected_calibration_error, fit_temperature, negative_log_likelihood
+
+        if self.task != "classification":
+            raise ModelError("temperature scaling calibrates class probabilities; this model is a regression model")
+        logits = self.predict_logits(texts, pairs, batch_size, progress=progress)
+        labels = np.asarray(labels, dtype=int)
+        t = fit_temperature(logits, labels)
+
+        def ece(temperature: float) -> float:
+            return expected_calibration_error(torch.softmax(torch.from_numpy(logits) / temperature, -1).numpy(), labels)
+
+        record = {"temperature": t, "n": int(len(labels)),
+                  "nll_before": negative_log_likelihood(logits, labels), "nll_after": negative_log_likelihood(logits, labels, t),
+                  "ece_before": ece(1.0), "ece_after": ece(t)}
+        self.info["calibration"] = record
+        return record
 
     def predict(self, texts: Sequence[str], pairs: Sequence[str] | None = None, batch_size: int = 64) -> list:
         """Label names (classification) or values (regression) for ``texts``."""

@@ -43,7 +43,7 @@ from ..distributed import launched_processes
 from ..encoders import DEFAULT_MODEL, default_pooling
 from ..errors import ConfigError
 from ..settings import check_fields, same_as, setting
-from ..evaluation.metrics import classification_metrics, regression_metrics
+from ..evaluation.metrics import classification_metrics, probability_metrics, regression_metrics
 from ..atomic import write_json_atomic
 from ..training import (CHECKPOINT_DIR, DEFAULT_LEARNING_RATE, DEFAULT_MIN_STEPS, LOWER_IS_BETTER, RESULTS_NAME,
                         LossPartLogging, TIE_BREAK, PreparedData, TrainConfig, TrainResult, _selection_args, _stopped_early,
@@ -199,9 +199,8 @@ def evaluate_task(model: MultiTaskModel, task: str, ds: datasets.Dataset, batch_
         out["loss"] = out["mse"]
         return out
     out = classification_metrics(labels, logits.argmax(axis=1), spec.label_names)
-    z = logits.astype(np.float64) - logits.max(axis=1, keepdims=True)
-    log_p = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
-    out["loss"] = float(-log_p[np.arange(len(labels)), labels.astype(int)].mean()) if len(labels) else float("nan")
+    out.update(probability_metrics(logits, labels.astype(int)))
+    out["loss"] = out["nll"]
     return out
 
 
