@@ -91,6 +91,8 @@ def test_calibrate_command_saves_a_temperature_that_predict_and_evaluate_use(tmp
     assert main(["train", "--method", "ce", "--data", str(data), "--text-column", "sentence", "--label-column",
                  "sentiment", "--model", str(tiny_encoder_dir), "--output", str(run), "--epochs", "3",
                  "--batch-size", "8", "--learning-rate", "1e-3", "--quiet"]) == 0
+    card = (run / "README.md").read_text(encoding="utf-8")  # train writes the model card
+    assert card.startswith("---\nbase_model:") and "# ce on " in card and "## Calibration" not in card
     before = ContrastiveClassifier.from_pretrained(run)
     texts = [r["sentence"] for r in sentiment_rows(n_per_class=10, seed=5)]
     labels = [before.label_names.index(r["sentiment"]) for r in sentiment_rows(n_per_class=10, seed=5)]
@@ -107,6 +109,7 @@ def test_calibrate_command_saves_a_temperature_that_predict_and_evaluate_use(tmp
     assert config["calibration"]["nll_after"] <= config["calibration"]["nll_before"] + 1e-12
     assert ((run / "head.safetensors").read_bytes(), (run / "encoder" / "model.safetensors").read_bytes()) == weights_before
 
+    assert f"softmax(logits / {t:.4f})" in (run / "README.md").read_text(encoding="utf-8")  # and calibrate rewrites it
     after = ContrastiveClassifier.from_pretrained(run)
     assert after.temperature == pytest.approx(t, rel=1e-6)
     expected = torch.softmax(torch.tensor(logits) / t, -1).numpy()

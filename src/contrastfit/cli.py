@@ -150,6 +150,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="split of a built-in or Hub data set (default: validation; not the split you report)")
     p.add_argument("--batch-size", type=int, default=64)
 
+    # -- card ----------------------------------------------------------------------------------
+    p = sub.add_parser("card", help="write a trained model's model card (README.md) again",
+                       description="Write README.md, the model card (Hugging Face front matter, method and paper, data, "
+                                   "training settings, metrics, calibration, usage, limitations, versions), from the "
+                                   "folder's results.json and contrastfit.json. `train` writes it with the model.")
+    p.add_argument("run", help="output folder of `contrastfit train`")
+
     # -- predict -------------------------------------------------------------------------------
     p = sub.add_parser("predict", help="predict labels for texts (JSONL out)",
                        description="Predict labels. Texts come from arguments, --file, or standard input (one per line; "
@@ -338,6 +345,13 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_card(args: argparse.Namespace) -> int:
+    from .card import write_model_card
+
+    print(f"wrote {write_model_card(args.run)}")
+    return 0
+
+
 def cmd_calibrate(args: argparse.Namespace) -> int:
     from .atomic import write_json_atomic
     from .data.loading import LABEL, TEXT, TEXT_PAIR
@@ -356,6 +370,10 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
                              batch_size=args.batch_size, progress=True)
     model.info["calibration"] = {**record, "data": what}
     write_json_atomic(os.path.join(args.run, CONFIG_NAME), model.config_dict())  # the weights are unchanged
+    if os.path.isfile(os.path.join(args.run, "results.json")):
+        from .card import write_model_card
+
+        write_model_card(args.run)  # the card states the temperature
     print(f"{args.run}: temperature {record['temperature']:.3f}, fitted on {what}")
     print(f"  NLL {record['nll_before']:.4f} -> {record['nll_after']:.4f}   "
           f"ECE {record['ece_before']:.4f} -> {record['ece_after']:.4f}")
@@ -541,7 +559,7 @@ def cmd_pretrain(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"train": cmd_train, "evaluate": cmd_evaluate, "calibrate": cmd_calibrate, "predict": cmd_predict, "datasets": cmd_datasets,
+COMMANDS = {"train": cmd_train, "evaluate": cmd_evaluate, "calibrate": cmd_calibrate, "card": cmd_card, "predict": cmd_predict, "datasets": cmd_datasets,
             "pretrain": cmd_pretrain,
             "methods": cmd_methods, "explain": cmd_explain, "experiment": cmd_experiment, "report": cmd_report, "compare": cmd_compare}
 

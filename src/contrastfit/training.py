@@ -884,6 +884,10 @@ def train(config: TrainConfig | None = None, *, text_data: TextData | None = Non
     if config.save_model:
         model.save_pretrained(output)
     write_json_atomic(results_path, result)
+    if config.save_model:
+        from .card import write_model_card
+
+        write_model_card(output)  # README.md, from the two records just written
     if not config.keep_checkpoints:
         shutil.rmtree(output / CHECKPOINT_DIR, ignore_errors=True)
     if config.progress:

@@ -1,0 +1,59 @@
+"""The model card (README.md) written from a run's records."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from contrastfit.card import model_card, write_model_card
+from contrastfit.errors import ModelError
+
+RECORD = {
+    "method": "ce-scl", "hparams": {"lambda": 0.9, "temperature": 0.3}, "model": "minilm-l6", "seed": 3,
+    "data": {"name": "glue/sst2", "source": {"kind": "hub", "name": "glue/sst2"}, "task": "classification",
+             "label_names": ["negative", "positive"], "text_pair": False,
+             "sampling": {"shots": 16, "train_size": None, "sample_seed": 3, "sample_index": 0},
+             "train_size": 32, "train_hash": "aaaa", "validation_size": 64, "validation_hash": "bbbb",
+             "test_size": 100, "test_hash": "cccc"},
+    "training": {"batch_size": 16, "learning_rate": 5e-05, "steps": 60,
+                 "selection": {"metric": "accuracy", "best_step": 48, "best_value": 0.71875, "evaluations": [{}] * 5}},
+    "metrics": {"validation": {"accuracy": 0.71875, "f1": 0.7, "macro_f1": 0.71, "mcc": 0.44, "nll": 0.6, "ece": 0.08},
+                "test": {"accuracy": 0.6912, "f1": 0.68, "macro_f1": 0.69, "mcc": 0.38, "nll": 0.62, "ece": 0.1}},
+    "versions": {"contrastfit": "0.1.0", "torch": "2.13.0"},
+}
+
+
+def test_card_front_matter_and_sections_come_from_the_record():
+    card = model_card(RECORD, {"method": "ce-scl"})
+    _, front, body = card.split("---", 2)
+    meta = yaml.safe_load(front)
+    assert meta == {"base_model": "minilm-l6", "library_name": "contrastfit", "pipeline_tag": "text-classification",
+                    "tags": ["contrastfit", "ce-scl", "classification"], "datasets": ["glue/sst2"],
+                    "metrics": ["accuracy", "f1", "macro_f1", "mcc"]}
+    assert body.lstrip().startswith("# ce-scl on glue/sst2")
+    assert "Gunel" in body  # the method's paper, from the registry
+    assert "`negative`, `positive`" in body
+    assert "| train | 32 | `aaaa` |" in body and "| test | 100 | `cccc` |" in body
+    assert "| accuracy | 0.7188 | 0.6912 |" in body and "| ece | 0.0800 | 0.1000 |" in body
+    assert "The kept step is 48, the best validation accuracy (0.7188) of 5 evaluations." in body
+    assert "| lambda | 0.9 |" in body and "| learning_rate | 5e-05 |" in body and "| seed | 3 |" in body
+    assert "## Calibration" not in body
+    # a built-in data set is not a Hub data set: no datasets entry
+    builtin = json.loads(json.dumps(RECORD))
+    builtin["data"]["source"] = {"kind": "builtin", "name": "mr"}
+    assert "datasets" not in yaml.safe_load(model_card(builtin, {}).split("---", 2)[1])
+    calibrated = model_card(RECORD, {"calibration": {"temperature": 1.8, "n": 64, "data": "mr (validation split, 64 rows)",
+                                                      "nll_before": 0.7, "nll_after": 0.6, "ece_before": 0.2,
+                                                      "ece_after": 0.05}})
+    assert "softmax(logits / 1.8000)" in calibrated and "ECE 0.2000 -> 0.0500" in calibrated
+
+
+def test_write_model_card_errors_are_one_line(tmp_path):
+    with pytest.raises(ModelError, match="no results.json"):
+        write_model_card(tmp_path)
+    (tmp_path / "results.json").write_text("{", encoding="utf-8")
+    (tmp_path / "contrastfit.json").write_text("{}", encoding="utf-8")
+    with pytest.raises(ModelError, match="not valid JSON"):
+        write_model_card(tmp_path)
