@@ -1,0 +1,185 @@
+"""Export a trained model to ONNX, verified against PyTorch, and serve it without PyTorch.
+
+:func:`export_onnx` writes a folder with
+
+* ``model.onnx``: the whole classifier (encoder, pooling, the method's head) from token ids and
+  attention mask (and token type ids where the tokenizer makes them) to **logits**, batch and
+  sequence length dynamic (``torch.onnx.export`` with the ``torch.export`` based exporter);
+* the tokenizer (Hugging Face files), so the folder is all a server needs;
+* ``export.json``: labels, task, maximum length, the temperature of the probabilities
+  (``softmax(logits / T)``, 1 unless ``contrastfit calibrate`` fitted one), opset, the source folder,
+  library versions, and the **verification**: the exported graph run by ONNX Runtime on texts of
+  different lengths, padded in batches of 1, 3 and all of them, against the PyTorch model's logits
+  (largest absolute difference, the tolerance, and whether every predicted label agrees).
+
+An export whose logits differ by more than ``atol`` or whose predictions differ is not written
+(:class:`~contrastfit.errors.ModelError`, and the folder is left as it was: the export is built in a
+temporary folder and renamed into place, :func:`contrastfit.atomic.atomic_folder`).
+
+:class:`OnnxClassifier` loads such a folder with ONNX Runtime and the tokenizer alone (no PyTorch
+model code) and predicts as :class:`~contrastfit.modeling.ContrastiveClassifier` does.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from .errors import ModelError
+
+__all__ = ["EXPORT_NAME", "ONNX_NAME", "OnnxClassifier", "export_onnx", "VERIFY_TEXTS"]
+
+ONNX_NAME = "model.onnx"
+EXPORT_NAME = "export.json"
+#: texts the export is checked on by default: short and long, so padding and truncation take part
+VERIFY_TEXTS = (
+    "good", "a fine film", "the plot was dull and the actors were weak", "not bad at all",
+    "it is a very long story about a family that moves to the city and the film follows every one of them "
+    "through the years, with great music, superb acting and a plot that never gets boring", "awful",
+    "was it fun? yes, very", "the movie is not good but not bad either",
+)
+
+
+def _require_runtime() -> None:
+    import importlib.util
+
+    missing = [m for m in ("onnx", "onnxscript", "onnxruntime") if importlib.util.find_spec(m) is None]
+    if missing:
+        raise ModelError(f"ONNX export needs {', '.join(missing)}: pip install 'contrastfit[export]'")
+
+
+def _inputs_of(tokenizer) -> list[str]:
+    """The model inputs the tokenizer makes (``input_ids``, ``attention_mask`` and maybe ``token_type_ids``)."""
+    made = set(tokenizer("a"))
+    return [k for k in ("input_ids", "attention_mask", "token_type_ids") if k in made]
+
+
+def _tokenize(tokenizer, texts, pairs, max_length: int, tensors: str):
+    return tokenizer(list(texts), list(pairs) if pairs is not None else None, truncation=True, max_length=max_length,
+                     padding=True, return_tensors=tensors)
+
+
+def export_onnx(run: str | os.PathLike, output: str | os.PathLike, *, texts: Sequence[str] | None = None,
+                pairs: Sequence[str] | None = None, atol: float = 1e-4, opset: int | None = None) -> dict[str, Any]:
+    """Export the model in ``run`` (a ``contrastfit train`` folder) to the folder ``output``; verify it
+    on ``texts`` (and ``pairs`` for a pair model; default :data:`VERIFY_TEXTS`); return ``export.json``."""
+    import torch
+
+    from .atomic import atomic_folder, write_json_atomic
+    from .modeling import ContrastiveClassifier
+    from .versions import library_versions
+
+    _require_runtime()
+    model = ContrastiveClassifier.from_pretrained(run, device="cpu").eval()
+    pair_model = bool(model.info.get("data", {}).get("text_pair"))
+    texts = list(texts) if texts is not None else list(VERIFY_TEXTS)
+    if pair_model and pairs is None:
+        pairs = list(reversed(texts))
+    if not texts:
+        raise ModelError("export: no texts to verify the export on")
+    names = _inputs_of(model.tokenizer)
+
+    class Logits(torch.nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, input_ids, attention_mask, token_type_ids=None):
+            return self.inner(input_ids=input_ids, attention_mask=attention_mask,
+                              token_type_ids=token_type_ids).logits.float()
+
+    example = _tokenize(model.tokenizer, texts[:2], pairs[:2] if pairs is not None else None, model.max_length, "pt")
+    batch, sequence = torch.export.Dim("batch"), torch.export.Dim("sequence")
+    import warnings
+
+    with atomic_folder(output) as staging, torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the exporter's deprecation and tracing notes
+        program = torch.onnx.export(Logits(model), tuple(example[k] for k in names), str(staging / ONNX_NAME),
+                                    input_names=names, output_names=["logits"], opset_version=opset,
+                                    dynamic_shapes={k: {0: batch, 1: sequence} for k in names}, dynamo=True,
+                                    verbose=False)
+        if program is None or not (staging / ONNX_NAME).is_file():
+            raise ModelError(f"export: torch.onnx.export wrote no {ONNX_NAME}")
+        model.tokenizer.save_pretrained(staging)
+        reference = model.predict_logits(texts, pairs)
+        served = OnnxClassifier(staging, _meta={"inputs": names, "max_length": model.max_length, "temperature": 1.0,
+                                                "label_names": model.label_names, "task": model.task})
+        worst, same = 0.0, True
+        for size in sorted({1, min(3, len(texts)), len(texts)}):
+            for start in range(0, len(texts), size):
+                got = served.predict_logits(texts[start:start + size], pairs[start:start + size] if pairs is not None else None)
+                want = reference[start:start + size]
+                worst = max(worst, float(np.abs(got - want).max()))
+                same = same and bool((got.argmax(1) == want.argmax(1)).all())
+        if worst > atol or (model.task == "classification" and not same):
+            raise ModelError(f"export: ONNX Runtime's logits differ from PyTorch's by {worst:.2e} (tolerance {atol:g})"
+                             f"{'' if same else ' and change predictions'}; nothing written to {output}")
+        meta = {"format": "onnx", "onnx": ONNX_NAME, "inputs": names, "output": "logits",
+                "opset": int(program.model.opset_imports.get("", 0)) if hasattr(program, "model") else opset,
+                "task": model.task, "label_names": model.label_names, "text_pair": pair_model,
+                "max_length": model.max_length, "temperature": model.temperature, "method": model.config_dict()["method"],
+                "source": str(Path(run).absolute()),
+                "verification": {"texts": len(texts), "batch_sizes": sorted({1, min(3, len(texts)), len(texts)}),
+                                 "max_abs_diff": worst, "atol": atol, "same_predictions": same,
+                                 "runtime": "onnxruntime"},
+                "versions": library_versions()}
+        write_json_atomic(staging / EXPORT_NAME, meta)
+    return meta
+
+
+class OnnxClassifier:
+    """A folder written by :func:`export_onnx`, served by ONNX Runtime and the tokenizer alone."""
+
+    def __init__(self, folder: str | os.PathLike, *, providers: Sequence[str] | None = None,
+                 _meta: dict[str, Any] | None = None):
+        _require_runtime()
+        import onnxruntime
+        from transformers import AutoTokenizer
+
+        folder = Path(folder)
+        if _meta is None:
+            path = folder / EXPORT_NAME
+            if not path.is_file():
+                raise ModelError(f"{folder} is not an ONNX export of contrastfit (no {EXPORT_NAME}); write one with "
+                                 "`contrastfit export`")
+            _meta = json.loads(path.read_text(encoding="utf-8"))
+        self.meta = _meta
+        self.label_names: list[str] | None = _meta["label_names"]
+        self.task: str = _meta["task"]
+        self.temperature = float(_meta.get("temperature", 1.0))
+        self.tokenizer = AutoTokenizer.from_pretrained(str(folder))
+        self.session = onnxruntime.InferenceSession(str(folder / ONNX_NAME),
+                                                    providers=list(providers or ["CPUExecutionProvider"]))
+
+    @classmethod
+    def from_pretrained(cls, folder: str | os.PathLike, **kwargs) -> "OnnxClassifier":
+        return cls(folder, **kwargs)
+
+    def predict_logits(self, texts: Sequence[str], pairs: Sequence[str] | None = None, batch_size: int = 64) -> np.ndarray:
+        out = []
+        for start in range(0, len(texts), batch_size):
+            enc = _tokenize(self.tokenizer, texts[start:start + batch_size],
+                            pairs[start:start + batch_size] if pairs is not None else None,
+                            self.meta["max_length"], "np")
+            feed = {k: np.asarray(enc[k], dtype=np.int64) for k in self.meta["inputs"]}
+            out.append(self.session.run(["logits"], feed)[0])
+        width = 1 if self.task == "regression" else len(self.label_names or [])
+        return np.concatenate(out) if out else np.zeros((0, width), np.float32)
+
+    def predict_proba(self, texts: Sequence[str], pairs: Sequence[str] | None = None, batch_size: int = 64) -> np.ndarray:
+        logits = self.predict_logits(texts, pairs, batch_size)
+        if self.task == "regression":
+            return logits
+        z = logits.astype(np.float64) / self.temperature
+        z = np.exp(z - z.max(axis=1, keepdims=True))
+        return z / z.sum(axis=1, keepdims=True)
+
+    def predict(self, texts: Sequence[str], pairs: Sequence[str] | None = None, batch_size: int = 64) -> list:
+        logits = self.predict_logits(texts, pairs, batch_size)
+        if self.task == "regression":
+            return logits[:, 0].tolist()
+        return [self.label_names[i] for i in logits.argmax(axis=1)]
