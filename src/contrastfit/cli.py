@@ -157,6 +157,17 @@ def build_parser() -> argparse.ArgumentParser:
                                    "folder's results.json and contrastfit.json. `train` writes it with the model.")
     p.add_argument("run", help="output folder of `contrastfit train`")
 
+    # -- serve ---------------------------------------------------------------------------------
+    p = sub.add_parser("serve", help="serve a model over HTTP (POST /predict, GET /health)",
+                       description="A small HTTP server (standard library) for a trained model, a multi-task folder's "
+                                   "--task, or an ONNX export: POST /predict with {\"texts\": [...]} (and \"pairs\") "
+                                   "answers {\"predictions\": [{\"label\", \"probabilities\"}, ...]}; GET /health "
+                                   "answers the labels.")
+    p.add_argument("run", help="output folder of `contrastfit train`, or of `contrastfit export`")
+    _add_task_arg(p, "serve")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
+    p.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 picks a free one)")
+
     # -- export --------------------------------------------------------------------------------
     p = sub.add_parser("export", help="export a trained model to ONNX, verified against PyTorch",
                        description="Write OUTPUT/model.onnx (token ids to logits, batch and length dynamic), the tokenizer "
@@ -311,28 +322,18 @@ def _add_task_arg(p: argparse.ArgumentParser, verb: str) -> None:
 
 
 def _load_model(args: argparse.Namespace):
-    """The model in ``args.run``: a single-task :class:`ContrastiveClassifier`, or the task ``--task`` of a
-    multi-task folder seen as one (:class:`contrastfit.multitask.model.TaskModel`)."""
-    from .modeling import ContrastiveClassifier
-    from .multitask import MultiTaskModel, is_multitask_folder
+    """The model in ``args.run`` (:func:`contrastfit.serve.load_for_inference`): a single-task model, the
+    task ``--task`` of a multi-task folder, or an ONNX export."""
+    from .serve import load_for_inference
 
-    if not is_multitask_folder(args.run):
-        if args.task is not None:
-            raise ContrastfitError(f"--task {args.task}: {args.run} holds a single-task model (it has no tasks); "
-                                   "leave --task out")
-        return ContrastiveClassifier.from_pretrained(args.run)
-    model = MultiTaskModel.from_pretrained(args.run)
-    tasks = ", ".join(model.task_names)
-    if args.task is None:
-        raise ContrastfitError(f"{args.run} holds a multi-task model: give --task NAME (tasks: {tasks})")
-    if args.task not in model.task_names:
-        raise ContrastfitError(f"--task {args.task!r} is not a task of {args.run} (tasks: {tasks})")
-    return model.for_task(args.task)
+    return load_for_inference(args.run, getattr(args, "task", None))
 
 
 def _check_pairs(args: argparse.Namespace, model, pairs) -> None:
     """One text per line for a single-text model, two tab-separated texts for a pair model."""
-    takes_pairs = bool(model.info.get("data", {}).get("text_pair"))
+    from .serve import takes_pairs as pair_model
+
+    takes_pairs = pair_model(model)
     what = f"task '{args.task}' of {args.run}" if args.task is not None else args.run
     if takes_pairs and pairs is None:
         raise ContrastfitError(f"{what} takes text pairs: give two tab-separated texts per line")
@@ -362,6 +363,22 @@ def cmd_card(args: argparse.Namespace) -> int:
     from .card import write_model_card
 
     print(f"wrote {write_model_card(args.run)}")
+    return 0
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from .serve import make_server
+
+    model = _load_model(args)
+    server = make_server(model, args.host, args.port, name=str(args.run))
+    host, port = server.server_address[:2]
+    print(f"serving {args.run} on http://{host}:{port} (POST /predict, GET /health); Ctrl-C stops", file=sys.stderr)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
     return 0
 
 
@@ -448,20 +465,13 @@ def cmd_predict(args: argparse.Namespace) -> int:
     model = _load_model(args)
     texts, pairs = _read_predict_inputs(args)
     _check_pairs(args, model, pairs)
-    scores = model.predict_proba(texts, pairs, batch_size=args.batch_size)
-    label_names = None if model.task == "regression" else model.label_names
     from .atomic import atomic_open
+    from .serve import prediction_rows
 
+    rows = prediction_rows(model, texts, pairs, batch_size=args.batch_size)
     with atomic_open(args.output) if args.output else contextlib.nullcontext(sys.stdout) as out:
-        for i, text in enumerate(texts):
-            row: dict = {"text": text}
-            if pairs is not None:
-                row["text_pair"] = pairs[i]
-            if label_names is None:
-                row["score"] = float(scores[i, 0])
-            else:
-                row["label"] = label_names[int(scores[i].argmax())]
-                row["probabilities"] = {name: round(float(p), 6) for name, p in zip(label_names, scores[i])}
+        for i, (text, predicted) in enumerate(zip(texts, rows)):
+            row = {"text": text, **({"text_pair": pairs[i]} if pairs is not None else {}), **predicted}
             out.write(json.dumps(row, ensure_ascii=False) + "\n")
     return 0
 
@@ -477,6 +487,9 @@ def cmd_explain(args: argparse.Namespace) -> int:
     model = _load_model(args)
     texts, pairs = _read_predict_inputs(args)
     _check_pairs(args, model, pairs)
+    if getattr(model, "session", None) is not None:
+        raise ContrastfitError(f"{args.run} is an ONNX export; explain needs the PyTorch model: give the folder "
+                               "`contrastfit train` wrote")
     if getattr(model, "spec", None) is not None and model.spec.separate:
         raise ContrastfitError(f"task '{args.task}' of {args.run} encodes the two texts of a pair separately "
                                f"({model.spec.head} head): explain reads one sequence; it explains single-text and "
@@ -589,7 +602,7 @@ def cmd_pretrain(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"train": cmd_train, "evaluate": cmd_evaluate, "calibrate": cmd_calibrate, "card": cmd_card, "export": cmd_export, "predict": cmd_predict, "datasets": cmd_datasets,
+COMMANDS = {"train": cmd_train, "evaluate": cmd_evaluate, "calibrate": cmd_calibrate, "card": cmd_card, "export": cmd_export, "serve": cmd_serve, "predict": cmd_predict, "datasets": cmd_datasets,
             "pretrain": cmd_pretrain,
             "methods": cmd_methods, "explain": cmd_explain, "experiment": cmd_experiment, "report": cmd_report, "compare": cmd_compare}
 

@@ -155,13 +155,21 @@ class OnnxClassifier:
         self.session = onnxruntime.InferenceSession(str(folder / ONNX_NAME),
                                                     providers=list(providers or ["CPUExecutionProvider"]))
 
+    @property
+    def info(self) -> dict[str, Any]:
+        """What the command line reads of a model's record: whether it takes text pairs."""
+        return {"data": {"text_pair": bool(self.meta.get("text_pair"))}}
+
     @classmethod
     def from_pretrained(cls, folder: str | os.PathLike, **kwargs) -> "OnnxClassifier":
         return cls(folder, **kwargs)
 
-    def predict_logits(self, texts: Sequence[str], pairs: Sequence[str] | None = None, batch_size: int = 64) -> np.ndarray:
+    def predict_logits(self, texts: Sequence[str], pairs: Sequence[str] | None = None, batch_size: int = 64,
+                       progress: bool = False) -> np.ndarray:
+        from tqdm.auto import tqdm
+
         out = []
-        for start in range(0, len(texts), batch_size):
+        for start in tqdm(range(0, len(texts), batch_size), desc="predict", disable=not progress, leave=False):
             enc = _tokenize(self.tokenizer, texts[start:start + batch_size],
                             pairs[start:start + batch_size] if pairs is not None else None,
                             self.meta["max_length"], "np")
