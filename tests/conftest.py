@@ -66,13 +66,17 @@ def sentiment_rows(n_per_class: int = 12, seed: int = 0):
     return rows
 
 
-@pytest.fixture()
-def sentiment_csv(tmp_path) -> Path:
+def write_sentiment_csv(path: Path, delimiter: str = ",", **rows) -> Path:
+    """``sentiment_rows(**rows)`` as a CSV with columns ``sentence`` and ``sentiment``."""
     import csv
 
-    path = tmp_path / "toy.csv"
     with open(path, "w", newline="", encoding="utf-8") as fh:
-        writer = csv.DictWriter(fh, fieldnames=["sentence", "sentiment"])
+        writer = csv.DictWriter(fh, fieldnames=["sentence", "sentiment"], delimiter=delimiter)
         writer.writeheader()
-        writer.writerows(sentiment_rows())
+        writer.writerows(sentiment_rows(**rows))
     return path
+
+
+@pytest.fixture()
+def sentiment_csv(tmp_path) -> Path:
+    return write_sentiment_csv(tmp_path / "toy.csv")

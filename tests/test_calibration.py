@@ -71,22 +71,12 @@ def test_fit_temperature_recovers_the_temperature_that_made_the_labels():
 
 
 def test_calibrate_command_saves_a_temperature_that_predict_and_evaluate_use(tmp_path, tiny_encoder_dir, capsys):
-    import csv
-
-    from conftest import sentiment_rows
+    from conftest import sentiment_rows, write_sentiment_csv
     from contrastfit import ContrastiveClassifier
     from contrastfit.cli import main
 
-    data = tmp_path / "toy.csv"
-    with open(data, "w", newline="", encoding="utf-8") as fh:
-        writer = csv.DictWriter(fh, fieldnames=["sentence", "sentiment"])
-        writer.writeheader()
-        writer.writerows(sentiment_rows())
-    held_out = tmp_path / "held_out.csv"
-    with open(held_out, "w", newline="", encoding="utf-8") as fh:
-        writer = csv.DictWriter(fh, fieldnames=["sentence", "sentiment"])
-        writer.writeheader()
-        writer.writerows(sentiment_rows(n_per_class=10, seed=5))
+    data = write_sentiment_csv(tmp_path / "toy.csv")
+    held_out = write_sentiment_csv(tmp_path / "held_out.csv", n_per_class=10, seed=5)
     run = tmp_path / "run"
     assert main(["train", "--method", "ce", "--data", str(data), "--text-column", "sentence", "--label-column",
                  "sentiment", "--model", str(tiny_encoder_dir), "--output", str(run), "--epochs", "3",

@@ -15,16 +15,10 @@ from contrastfit.cli import main
 @pytest.fixture(scope="module")
 def trained_run(tmp_path_factory, tiny_encoder_dir):
     """One tiny ce-scl model trained through the CLI, shared by the evaluate/predict tests."""
-    import csv
-
-    from conftest import sentiment_rows
+    from conftest import write_sentiment_csv
 
     folder = tmp_path_factory.mktemp("cli")
-    data = folder / "toy.csv"
-    with open(data, "w", newline="", encoding="utf-8") as fh:
-        writer = csv.DictWriter(fh, fieldnames=["sentence", "sentiment"])
-        writer.writeheader()
-        writer.writerows(sentiment_rows())
+    data = write_sentiment_csv(folder / "toy.csv")
     out = folder / "run"
     code = main(["train", "--method", "ce-scl", "--data", str(data), "--text-column", "sentence",
                  "--label-column", "sentiment", "--model", str(tiny_encoder_dir), "--output", str(out),
@@ -116,14 +110,11 @@ def multitask_run(tmp_path_factory, tiny_encoder_dir):
     import csv
     import random
 
-    from conftest import WORDS, sentiment_rows
+    from conftest import WORDS, write_sentiment_csv
     from contrastfit.multitask import train_multitask
 
     folder = tmp_path_factory.mktemp("cli-multitask")
-    with open(folder / "sent.csv", "w", newline="", encoding="utf-8") as fh:
-        writer = csv.DictWriter(fh, fieldnames=["sentence", "sentiment"])
-        writer.writeheader()
-        writer.writerows(sentiment_rows())
+    write_sentiment_csv(folder / "sent.csv")
     rng = random.Random(0)
     with open(folder / "pairs.csv", "w", newline="", encoding="utf-8") as fh:
         writer = csv.DictWriter(fh, fieldnames=["sentence1", "sentence2", "label"])
@@ -447,16 +438,10 @@ def test_more_bad_inputs_get_one_line_errors(tmp_path, tiny_encoder_dir, capsys)
 
 @pytest.mark.parametrize("delimiter", [";", "\t"])
 def test_semicolon_or_tab_separated_csv_is_read_correctly(trained_run, tmp_path, capsys, delimiter):
-    import csv
-
-    from conftest import sentiment_rows
+    from conftest import write_sentiment_csv
 
     out, _ = trained_run
-    path = tmp_path / "reviews.csv"
-    with open(path, "w", newline="", encoding="utf-8") as fh:
-        writer = csv.DictWriter(fh, fieldnames=["sentence", "sentiment"], delimiter=delimiter)
-        writer.writeheader()
-        writer.writerows(sentiment_rows())
+    path = write_sentiment_csv(tmp_path / "reviews.csv", delimiter=delimiter)
     report = tmp_path / "metrics.json"
     assert main(["evaluate", str(out), "--data", str(path), "--json", str(report)]) == 0
     assert "(all 24 rows)" in capsys.readouterr().out
