@@ -169,14 +169,20 @@ class OnnxClassifier:
         from tqdm.auto import tqdm
 
         out = []
+        order = np.argsort([-len(t) for t in texts], kind="stable")  # similar lengths batch together (less padding)
         for start in tqdm(range(0, len(texts), batch_size), desc="predict", disable=not progress, leave=False):
-            enc = _tokenize(self.tokenizer, texts[start:start + batch_size],
-                            pairs[start:start + batch_size] if pairs is not None else None,
-                            self.meta["max_length"], "np")
+            idx = order[start:start + batch_size]
+            enc = _tokenize(self.tokenizer, [texts[i] for i in idx],
+                            [pairs[i] for i in idx] if pairs is not None else None, self.meta["max_length"], "np")
             feed = {k: np.asarray(enc[k], dtype=np.int64) for k in self.meta["inputs"]}
             out.append(self.session.run(["logits"], feed)[0])
         width = 1 if self.task == "regression" else len(self.label_names or [])
-        return np.concatenate(out) if out else np.zeros((0, width), np.float32)
+        if not out:
+            return np.zeros((0, width), np.float32)
+        logits = np.concatenate(out)
+        result = np.empty_like(logits)
+        result[order] = logits
+        return result
 
     def predict_proba(self, texts: Sequence[str], pairs: Sequence[str] | None = None, batch_size: int = 64) -> np.ndarray:
         logits = self.predict_logits(texts, pairs, batch_size)
