@@ -123,5 +123,5 @@ def test_the_serve_command_listens_and_stops(saved):
         status, answer = _call(url + "/predict", {"texts": ["good fun film"]})
         assert status == 200 and answer["predictions"][0]["label"] == model.predict(["good fun film"])[0]
     finally:
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(signal.SIGTERM)  # what a service manager sends (SIGINT may be ignored in a background job)
         assert proc.wait(timeout=30) == 0

@@ -372,6 +372,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
     model = _load_model(args)
     server = make_server(model, args.host, args.port, name=str(args.run))
     host, port = server.server_address[:2]
+    import signal
+
+    def stop(signum, frame):
+        raise KeyboardInterrupt
+
+    # Ctrl-C and a service manager's SIGTERM stop the server (a shell's background job starts with SIGINT ignored)
+    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGTERM, stop)
     print(f"serving {args.run} on http://{host}:{port} (POST /predict, GET /health); Ctrl-C stops", file=sys.stderr)
     try:
         server.serve_forever()
