@@ -213,6 +213,24 @@ def test_evaluate_and_explain_a_task_of_a_multitask_folder(multitask_run, capsys
         f"contrastfit: error: --task 'nli' is not a task of {multitask_run} (tasks: sent, para)")
 
 
+def test_export_a_task_of_a_multitask_folder(multitask_run, capsys, tmp_path):
+    import numpy as np
+
+    from contrastfit.export import OnnxClassifier
+    from contrastfit.multitask import MultiTaskModel
+
+    model = MultiTaskModel.from_pretrained(multitask_run)
+    assert main(["export", str(multitask_run), "--task", "sent", "--output", str(tmp_path / "sent")]) == 0
+    assert "ONNX Runtime matches PyTorch" in capsys.readouterr().out
+    served = OnnxClassifier(tmp_path / "sent")
+    texts = ["good fun film", "awful dull plot was very weak"]
+    np.testing.assert_allclose(served.predict_logits(texts), model.predict_logits(texts, task="sent"), atol=1e-4)
+    assert served.meta["method"] == "multitask:sent:ce" and served.label_names == ["negative", "positive"]
+    assert main(["export", str(multitask_run), "--task", "para", "--output", str(tmp_path / "para")]) == 2
+    assert "encodes the two texts of a pair separately" in capsys.readouterr().err
+    assert not (tmp_path / "para").exists()
+
+
 def _tab_file(tmp_path):
     path = tmp_path / "pairs.txt"
     path.write_text("good film\tgreat plot\n", encoding="utf-8")

@@ -180,6 +180,7 @@ def build_parser() -> argparse.ArgumentParser:
                                          "sentences)")
     p.add_argument("--atol", type=float, default=1e-4, help="largest allowed difference of a logit (default 1e-4)")
     p.add_argument("--opset", type=int, default=None, help="ONNX opset (default: the exporter's)")
+    _add_task_arg(p, "export")
 
     # -- predict -------------------------------------------------------------------------------
     p = sub.add_parser("predict", help="predict labels for texts (JSONL out)",
@@ -392,15 +393,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 def cmd_export(args: argparse.Namespace) -> int:
     from .export import export_onnx
-    from .multitask import is_multitask_folder
 
-    if is_multitask_folder(args.run):
-        raise ContrastfitError(f"{args.run} holds a multi-task model; export takes a single-task model's folder")
     texts = pairs = None
     if args.verify_file:
         texts, pairs = _read_predict_inputs(argparse.Namespace(texts=None, file=args.verify_file, text_column=None,
                                                                text_pair_column=None))
-    meta = export_onnx(args.run, args.output, texts=texts, pairs=pairs, atol=args.atol, opset=args.opset)
+    meta = export_onnx(args.run, args.output, task=args.task, texts=texts, pairs=pairs, atol=args.atol, opset=args.opset)
     check = meta["verification"]
     print(f"wrote {args.output} (opset {meta['opset']}): ONNX Runtime matches PyTorch on {check['texts']} texts in "
           f"batches of {', '.join(map(str, check['batch_sizes']))}, largest logit difference {check['max_abs_diff']:.1e}")

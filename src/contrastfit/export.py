@@ -63,18 +63,27 @@ def _tokenize(tokenizer, texts, pairs, max_length: int, tensors: str):
                      padding=True, return_tensors=tensors)
 
 
-def export_onnx(run: str | os.PathLike, output: str | os.PathLike, *, texts: Sequence[str] | None = None,
-                pairs: Sequence[str] | None = None, atol: float = 1e-4, opset: int | None = None) -> dict[str, Any]:
-    """Export the model in ``run`` (a ``contrastfit train`` folder) to the folder ``output``; verify it
-    on ``texts`` (and ``pairs`` for a pair model; default :data:`VERIFY_TEXTS`); return ``export.json``."""
+def export_onnx(run: str | os.PathLike, output: str | os.PathLike, *, task: str | None = None,
+                texts: Sequence[str] | None = None, pairs: Sequence[str] | None = None, atol: float = 1e-4,
+                opset: int | None = None) -> dict[str, Any]:
+    """Export the model in ``run`` (a ``contrastfit train`` folder, or the task ``task`` of a multi-task
+    folder) to the folder ``output``; verify it on ``texts`` (and ``pairs`` for a pair model; default
+    :data:`VERIFY_TEXTS`); return ``export.json``."""
     import torch
 
     from .atomic import atomic_folder, write_json_atomic
-    from .modeling import ContrastiveClassifier
+    from .serve import load_for_inference
     from .versions import library_versions
 
     _require_runtime()
-    model = ContrastiveClassifier.from_pretrained(run, device="cpu").eval()
+    if (Path(run) / EXPORT_NAME).is_file():
+        raise ModelError(f"{run} is already an ONNX export; export the folder `contrastfit train` wrote")
+    model = load_for_inference(str(run), task).to("cpu").eval()
+    spec = getattr(model, "spec", None)
+    if spec is not None and spec.separate:
+        raise ModelError(f"task '{spec.name}' encodes the two texts of a pair separately ({spec.head} head); the "
+                         "export takes one tokenised sequence: single-text tasks and joint-pair heads")
+    method = f"multitask:{spec.name}:{spec.objective}" if spec is not None else model.config_dict()["method"]
     pair_model = bool(model.info.get("data", {}).get("text_pair"))
     texts = list(texts) if texts is not None else list(VERIFY_TEXTS)
     if pair_model and pairs is None:
@@ -121,7 +130,7 @@ def export_onnx(run: str | os.PathLike, output: str | os.PathLike, *, texts: Seq
         meta = {"format": "onnx", "onnx": ONNX_NAME, "inputs": names, "output": "logits",
                 "opset": int(program.model.opset_imports.get("", 0)) if hasattr(program, "model") else opset,
                 "task": model.task, "label_names": model.label_names, "text_pair": pair_model,
-                "max_length": model.max_length, "temperature": model.temperature, "method": model.config_dict()["method"],
+                "max_length": model.max_length, "temperature": getattr(model, "temperature", 1.0), "method": method,
                 "source": str(Path(run).absolute()),
                 "verification": {"texts": len(texts), "batch_sizes": sorted({1, min(3, len(texts)), len(texts)}),
                                  "max_abs_diff": worst, "atol": atol, "same_predictions": same,

@@ -312,7 +312,6 @@ class TaskModel(nn.Module):
         super().__init__()
         self.spec = model.task(name)
         self.model = model
-        self.task_id = model.task_index[name]
         data = model.info.get("data", {})
         task_data = dict(data.get(name, {})) if isinstance(data, dict) else {}
         task_data["text_pair"] = self.spec.pairs
@@ -349,9 +348,14 @@ class TaskModel(nn.Module):
         if self.spec.separate:
             raise ModelError(f"task '{self.name}' encodes the two sentences of a pair separately ({self.spec.head} "
                              "head): it has no single-sequence forward")
-        task_ids = torch.full((input_ids.shape[0],), self.task_id, dtype=torch.long, device=input_ids.device)
-        return self.model(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
-                          labels=labels, task_ids=task_ids)
+        inputs = {"input_ids": input_ids, "attention_mask": attention_mask}
+        if token_type_ids is not None:
+            inputs["token_type_ids"] = token_type_ids
+        # the task is known: no task ids to check (which would make the graph depend on the data, for torch.export)
+        features = self.model.features(self.spec, inputs)
+        logits = self.model.heads[self.name](features)
+        loss = None if labels is None else self.model.objective(self.spec, features, logits, labels)[0]
+        return ClassifierOutput(loss=loss, logits=logits)
 
     def predict_logits(self, texts: Sequence[str], pairs: Sequence[str] | None = None, batch_size: int = 64,
                        progress: bool = False) -> np.ndarray:
