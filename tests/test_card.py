@@ -35,8 +35,8 @@ def test_card_front_matter_and_sections_come_from_the_record():
     assert body.lstrip().startswith("# ce-scl on glue/sst2")
     assert "Gunel" in body  # the method's paper, from the registry
     assert "`negative`, `positive`" in body
-    assert "| train | 32 | `aaaa` |" in body and "| test | 100 | `cccc` |" in body
-    assert "| accuracy | 0.7188 | 0.6912 |" in body and "| ece | 0.0800 | 0.1000 |" in body
+    assert "| train | 32 | `aaaa` | shots 16, sample seed 3, sample index 0 |" in body and "| test | 100 | `cccc` |  |" in body
+    assert "| ce-scl | accuracy | 0.7188 | 0.6912 |" in body and "| ce-scl | ece | 0.0800 | 0.1000 |" in body
     assert "The kept step is 48, the best validation accuracy (0.7188) of 5 evaluations." in body
     assert "| lambda | 0.9 |" in body and "| learning_rate | 5e-05 |" in body and "| seed | 3 |" in body
     assert "## Calibration" not in body

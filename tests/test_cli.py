@@ -231,6 +231,24 @@ def test_export_a_task_of_a_multitask_folder(multitask_run, capsys, tmp_path):
     assert not (tmp_path / "para").exists()
 
 
+def test_a_multitask_folder_gets_a_model_card(multitask_run):
+    import yaml
+
+    card = (multitask_run / "README.md").read_text(encoding="utf-8")
+    record = json.loads((multitask_run / "results.json").read_text(encoding="utf-8"))
+    meta = yaml.safe_load(card.split("---", 2)[1])
+    assert meta["tags"] == ["contrastfit", "multi-task", "classification", "pair-classification"]
+    assert meta["metrics"] == ["accuracy"] and "datasets" not in meta
+    assert "# Multi-task model: sent, para" in card
+    assert "| sent | classification | mlp | ce | 1 | `negative`, `positive` | accuracy |" in card
+    assert "| para | pair-classification | concat | ce | 1 | `no`, `yes` | accuracy |" in card
+    splits = [split for split in ("validation", "test") if split in record["metrics"]]
+    assert splits == ["validation"]  # local files without test rows
+    assert "| task | metric | validation |" in card
+    assert f"| sent | accuracy | {record['metrics']['validation']['sent']['accuracy']:.4f} |" in card
+    assert 'model.predict(["a fine film"], task="sent")' in card
+
+
 def _tab_file(tmp_path):
     path = tmp_path / "pairs.txt"
     path.write_text("good film\tgreat plot\n", encoding="utf-8")

@@ -15,12 +15,12 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from .atomic import write_text_atomic
 from .errors import ModelError
 
-__all__ = ["CARD_NAME", "model_card", "write_model_card"]
+__all__ = ["CARD_NAME", "model_card", "multitask_card", "write_model_card"]
 
 CARD_NAME = "README.md"
 _CLASSIFICATION = ("accuracy", "f1", "macro_f1", "mcc", "nll", "ece")
@@ -37,32 +37,76 @@ def _fmt(value: Any, metric: bool = False) -> str:
     return "-" if value is None else str(value)
 
 
+def _front_matter(base: Any, tags: list[str], datasets: list[str], metrics: list[str]) -> str:
+    front = ["---", f"base_model: {json.dumps(str(base))}", "library_name: contrastfit",
+             "pipeline_tag: text-classification", f"tags:{_yaml_list(tags)}"]
+    if datasets:
+        front.append(f"datasets:{_yaml_list(datasets)}")
+    front += [f"metrics:{_yaml_list(metrics)}", "---"]
+    return "\n".join(front)
+
+
+def _hub_names(*data: dict[str, Any]) -> list[str]:
+    """The Hub data sets among ``data`` records (built-in and local data are not on the Hub)."""
+    return [str(d.get("source", {}).get("name", d.get("name"))) for d in data if d.get("source", {}).get("kind") == "hub"]
+
+
+def _data_rows(data: dict[str, Any], prefix: str = "") -> list[str]:
+    sampling = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in data.get("sampling", {}).items() if v is not None)
+    splits = [split for split in ("train", "validation", "test") if data.get(f"{split}_size") is not None]
+    return [f"| {prefix}{split} | {data[f'{split}_size']} | `{data.get(f'{split}_hash', '-')}` | "
+            f"{(sampling or '-') if i == 0 else ''} |" for i, split in enumerate(splits)]
+
+
+def _settings(record: dict[str, Any], hparams: dict[str, Any]) -> list[str]:
+    training = record.get("training", {})
+    shown = {k: v for k, v in training.items() if k not in ("selection", "train_loss") and not isinstance(v, dict)}
+    return (["## Training", "", "| setting | value |", "|---|---|", f"| seed | {record.get('seed')} |"]
+            + [f"| {k} | {_fmt(v)} |" for k, v in {**hparams, **shown}.items()])
+
+
+def _metric_table(first: str, rows: list[tuple[str, dict[str, Any]]], names: Sequence[str], splits: list[str]) -> list[str]:
+    """``| first | metric | split... |`` for each (row label, {split: metrics}) and metric present."""
+    out = [f"| {first} | metric | " + " | ".join(splits) + " |", "|---" * (len(splits) + 2) + "|"]
+    for label, by_split in rows:
+        for name in names:
+            if any(name in by_split.get(s, {}) for s in splits):
+                out.append(f"| {label} | {name} | "
+                           + " | ".join(_fmt(by_split.get(s, {}).get(name), metric=True) for s in splits) + " |")
+    return out
+
+
+def _closing(record: dict[str, Any], rows: Any) -> list[str]:
+    out = ["## Limitations", "",
+           f"One training run (seed {record.get('seed')}) on {rows} training rows: the metrics above are one draw. "
+           "Few-shot results vary by several points from one training sample to the next; compare methods with "
+           "`contrastfit experiment` (several samples, the same for every method, paired tests). The model knows "
+           "only the labels above and the domain of its training data.", ""]
+    versions = record.get("versions", {})
+    if versions:
+        out += ["## Versions", "", ", ".join(f"{k} {v}" for k, v in versions.items() if k != "platform") + ".", ""]
+    return out
+
+
 def model_card(record: dict[str, Any], config: dict[str, Any]) -> str:
-    """The card of a single-task model from its run record (``results.json``) and its
-    ``contrastfit.json`` (which holds the calibration, if any)."""
+    """The card of a model from its run record (``results.json``) and its ``contrastfit.json`` (which
+    holds the calibration, if any); a multi-task record gets :func:`multitask_card`."""
     from .methods import available_methods
 
+    if record.get("kind") == "multitask":
+        return multitask_card(record)
     method = record.get("method") or config.get("method")
     spec = available_methods().get(method)
     data = record.get("data", {})
-    training = record.get("training", {})
     metrics = record.get("metrics", {})
     task = data.get("task") or config.get("task", "classification")
     labels = data.get("label_names") or config.get("label_names")
     names = _REGRESSION if task == "regression" else _CLASSIFICATION
     base = record.get("model") or config.get("base_model")
-    source = data.get("source", {})
-    data_name = data.get("name", "?")
-    hub_data = source.get("kind") == "hub"
 
-    front = ["---", f"base_model: {json.dumps(str(base))}", "library_name: contrastfit",
-             f"pipeline_tag: {'text-classification'}", f"tags:{_yaml_list(['contrastfit', str(method), task])}"]
-    if hub_data:
-        front.append(f"datasets:{_yaml_list([str(source.get('name', data_name))])}")
-    front.append(f"metrics:{_yaml_list([m for m in names if m not in ('nll', 'ece')])}")
-    front.append("---")
-
-    out = ["\n".join(front), "", f"# {method} on {data_name}", ""]
+    out = [_front_matter(base, ["contrastfit", str(method), task], _hub_names(data),
+                         [m for m in names if m not in ("nll", "ece")]),
+           "", f"# {method} on {data.get('name', '?')}", ""]
     what = f"`{base}` fine-tuned with contrastfit's `{method}` method"
     if spec is not None:
         what += f": {spec.description}. Paper: {spec.reference}"
@@ -71,23 +115,10 @@ def model_card(record: dict[str, Any], config: dict[str, Any]) -> str:
     else:
         what += f". It classifies {'text pairs' if data.get('text_pair') else 'texts'} into {len(labels or [])} labels: " \
                 + ", ".join(f"`{n}`" for n in labels or []) + "."
-    out += [what, ""]
-
-    sampling = data.get("sampling", {})
-    drawn = [f"{k.replace('_', ' ')} {v}" for k, v in sampling.items() if v is not None]
-    out += ["## Training data", "",
-            "| split | rows | hash |", "|---|---|---|"]
-    for split in ("train", "validation", "test"):
-        if data.get(f"{split}_size") is not None:
-            out.append(f"| {split} | {data[f'{split}_size']} | `{data.get(f'{split}_hash', '-')}` |")
-    out += ["", f"Source: `{json.dumps(source, sort_keys=True)}`.", f"Sampling: {', '.join(drawn) or 'none'}.", ""]
-
-    shown = {k: v for k, v in training.items() if k not in ("selection", "train_loss") and not isinstance(v, dict)}
-    out += ["## Training", "", "| setting | value |", "|---|---|"]
-    out += [f"| seed | {record.get('seed')} |"]
-    out += [f"| {k} | {_fmt(v)} |" for k, v in (record.get("hparams") or {}).items()]
-    out += [f"| {k} | {_fmt(v)} |" for k, v in shown.items()]
-    selection = training.get("selection")
+    out += [what, "", "## Training data", "", "| split | rows | hash | sampling |", "|---|---|---|---|",
+            *_data_rows(data), "", f"Source: `{json.dumps(data.get('source', {}), sort_keys=True)}`.", ""]
+    out += _settings(record, record.get("hparams") or {})
+    selection = record.get("training", {}).get("selection")
     if selection:
         out += ["", f"The kept step is {selection.get('best_step')}, the best validation {selection.get('metric')} "
                     f"({_fmt(selection.get('best_value'), metric=True)}) of {len(selection.get('evaluations', []))} evaluations."]
@@ -95,11 +126,7 @@ def model_card(record: dict[str, Any], config: dict[str, Any]) -> str:
 
     splits = [s for s in ("validation", "test") if s in metrics]
     if splits:
-        out += ["## Evaluation", "", "| metric | " + " | ".join(splits) + " |", "|---" * (len(splits) + 1) + "|"]
-        for name in names:
-            if any(name in metrics[s] for s in splits):
-                out.append(f"| {name} | " + " | ".join(_fmt(metrics[s].get(name), metric=True) for s in splits) + " |")
-        out.append("")
+        out += ["## Evaluation", "", *_metric_table("model", [(str(method), metrics)], names, splits), ""]
         if any("ece" in metrics[s] for s in splits):
             out += ["`nll` is the mean cross-entropy of the predicted probabilities and `ece` their expected "
                     "calibration error (15 bins), both before any temperature scaling.", ""]
@@ -117,19 +144,57 @@ def model_card(record: dict[str, Any], config: dict[str, Any]) -> str:
             f'model.{"predict" if task == "regression" else "predict_proba"}(["a fine film"]'
             + (', ["great acting"]' if data.get("text_pair") else "") + ")", "```", "",
             f"or `echo -e \"{example}\" | contrastfit predict path/to/this/folder`.", ""]
-    out += ["## Limitations", "",
-            f"One training run (seed {record.get('seed')}) on {data.get('train_size', '?')} training rows: the metrics "
-            "above are one draw. Few-shot results vary by several points from one training sample to the next; "
-            "compare methods with `contrastfit experiment` (several samples, the same for every method, paired "
-            "tests). The model knows only the labels above and the domain of its training data.", ""]
-    versions = record.get("versions", {})
-    if versions:
-        out += ["## Versions", "", ", ".join(f"{k} {v}" for k, v in versions.items() if k != "platform") + ".", ""]
-    return "\n".join(out)
+    return "\n".join(out + _closing(record, data.get("train_size", "?")))
+
+
+def multitask_card(record: dict[str, Any]) -> str:
+    """The card of a multi-task model (one encoder, a head per task) from its ``results.json``."""
+    tasks = record.get("tasks", {})
+    specs = {name: t.get("spec", {}) for name, t in tasks.items()}
+    base = record.get("model")
+    kinds = sorted({s.get("type", "?") for s in specs.values()})
+    metric_names = sorted({s.get("metric") for s in specs.values() if s.get("metric")})
+    out = [_front_matter(base, ["contrastfit", "multi-task", *kinds], _hub_names(*(t.get("data", {}) for t in tasks.values())),
+                         metric_names),
+           "", f"# Multi-task model: {', '.join(tasks)}", "",
+           f"`{base}` fine-tuned by contrastfit on {len(tasks)} tasks at once: one shared encoder, one head per task "
+           "(the CS224N report's multi-task setup, Behrman & Christoglou). Each batch holds one task; the "
+           f"schedule was `{record.get('schedule', {}).get('name')}`.", "",
+           "| task | type | head | objective | weight | labels | selection metric |", "|---|---|---|---|---|---|---|"]
+    for name, s in specs.items():
+        labels = ", ".join(f"`{n}`" for n in s.get("label_names") or []) or "(a score)"
+        pairs = " (pairs)" if s.get("pairs") and s.get("type") != "pair-classification" else ""
+        out.append(f"| {name} | {s.get('type')}{pairs} | {s.get('head')} | "
+                   f"{s.get('objective')} | {_fmt(s.get('weight'))} | {labels} | {s.get('metric')} |")
+    out += ["", "## Training data", "", "| task: split | rows | hash | sampling |", "|---|---|---|---|"]
+    for name, t in tasks.items():
+        out += _data_rows(t.get("data", {}), prefix=f"{name}: ")
+    out.append("")
+    out += _settings(record, {})
+    selection = record.get("training", {}).get("selection") or {}
+    if selection.get("best_step") is not None:
+        out += ["", f"The kept step is {selection.get('best_step')}, the best validation "
+                    + ("average of the tasks' selection metrics." if record.get("select_on") == "average"
+                       else f"selection metric of task {record.get('select_on')}.")]
+    out.append("")
+    metrics = record.get("metrics", {})
+    splits = [s for s in ("validation", "test") if s in metrics]
+    if splits:
+        rows = [(name, {s: metrics[s].get(name, {}) for s in splits}) for name in tasks]
+        out += ["## Evaluation", "", *_metric_table("task", rows, (*_CLASSIFICATION, *_REGRESSION), splits), "",
+                "Average of the tasks' selection metrics: "
+                + ", ".join(f"{s} {_fmt(metrics[s].get('average'), metric=True)}" for s in splits) + ".", ""]
+    first = next(iter(tasks), "TASK")
+    out += ["## Usage", "", "```python", "from contrastfit.multitask import MultiTaskModel", "",
+            'model = MultiTaskModel.from_pretrained("path/to/this/folder")',
+            f'model.predict(["a fine film"], task="{first}")', "```", "",
+            f"or `contrastfit predict path/to/this/folder --task {first} \"a fine film\"`.", ""]
+    rows = ", ".join(f"{t.get('data', {}).get('train_size', '?')} ({name})" for name, t in tasks.items())
+    return "\n".join(out + _closing(record, rows))
 
 
 def write_model_card(folder: str | os.PathLike) -> Path:
-    """Write ``README.md`` (:func:`model_card`) in a single-task model's output folder, atomically."""
+    """Write ``README.md`` (:func:`model_card`) in a model's output folder (single- or multi-task), atomically."""
     folder = Path(folder)
     try:
         record = json.loads((folder / "results.json").read_text(encoding="utf-8"))
@@ -139,6 +204,4 @@ def write_model_card(folder: str | os.PathLike) -> Path:
                          "results.json and contrastfit.json") from None
     except json.JSONDecodeError as exc:
         raise ModelError(f"{folder}: a record is not valid JSON ({exc.msg} at line {exc.lineno})") from None
-    if config.get("kind") == "multitask":
-        raise ModelError(f"{folder} holds a multi-task model; model cards are written for single-task models")
     return write_text_atomic(folder / CARD_NAME, model_card(record, config))

@@ -431,6 +431,10 @@ def train_multitask(config: MultiTaskConfig | None = None, *, callbacks: list[Tr
     if config.save_model:
         model.save_pretrained(output)
     write_json_atomic(output / RESULTS_NAME, result)
+    if config.save_model:
+        from ..card import write_model_card
+
+        write_model_card(output)  # README.md, from the two records just written
     if not config.keep_checkpoints:
         shutil.rmtree(output / CHECKPOINT_DIR, ignore_errors=True)
     if config.progress:
