@@ -1,5 +1,5 @@
-"""Command line: ``contrastfit train | evaluate | predict | explain | pretrain | datasets | methods |
-experiment | report | compare``.
+"""Command line: ``contrastfit train | evaluate | predict | explain | calibrate | export | serve | card |
+pretrain | datasets | methods | experiment | report | compare``.
 
 Every user error (:class:`~contrastfit.errors.ContrastfitError`) is printed as one line,
 ``contrastfit: error: ...``, with exit status 2 and no traceback.
@@ -115,7 +115,7 @@ def _add_text_input_args(p: argparse.ArgumentParser, verb: str) -> None:
 def build_parser() -> argparse.ArgumentParser:
     from . import __version__
 
-    parser = argparse.ArgumentParser(prog="contrastfit", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="contrastfit", description="Fine-tune text classifiers with supervised contrastive objectives; `contrastfit COMMAND --help` for each.")
     parser.add_argument("--version", action="version", version=f"contrastfit {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -137,50 +137,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", dest="json_out", help="also write all metrics (per class, confusion matrix) to this JSON file")
     p.add_argument("--batch-size", type=int, default=64)
     _add_task_arg(p, "evaluate")
-
-    # -- calibrate -----------------------------------------------------------------------------
-    p = sub.add_parser("calibrate", help="fit the temperature of a model's probabilities on held-out data",
-                       description="Temperature scaling (Guo et al. 2017): fit one temperature that divides the logits, "
-                                   "on a built-in or Hub data set's validation split (or --split) or a local file whole, "
-                                   "and save it with the model; `predict` and `evaluate` then use it. Predicted labels "
-                                   "do not change. Prints the NLL and expected calibration error before and after.")
-    p.add_argument("run", help="output folder of `contrastfit train`")
-    add_config_options(p, names=_DATA_OPTIONS, required=("data",))
-    p.add_argument("--split", default="validation", choices=["train", "validation", "test"],
-                   help="split of a built-in or Hub data set (default: validation; not the split you report)")
-    p.add_argument("--batch-size", type=int, default=64)
-
-    # -- card ----------------------------------------------------------------------------------
-    p = sub.add_parser("card", help="write a trained model's model card (README.md) again",
-                       description="Write README.md, the model card (Hugging Face front matter, method and paper, data, "
-                                   "training settings, metrics, calibration, usage, limitations, versions), from the "
-                                   "folder's results.json and contrastfit.json. `train` writes it with the model.")
-    p.add_argument("run", help="output folder of `contrastfit train`")
-
-    # -- serve ---------------------------------------------------------------------------------
-    p = sub.add_parser("serve", help="serve a model over HTTP (POST /predict, GET /health)",
-                       description="A small HTTP server (standard library) for a trained model, a multi-task folder's "
-                                   "--task, or an ONNX export: POST /predict with {\"texts\": [...]} (and \"pairs\") "
-                                   "answers {\"predictions\": [{\"label\", \"probabilities\"}, ...]}; GET /health "
-                                   "answers the labels.")
-    p.add_argument("run", help="output folder of `contrastfit train`, or of `contrastfit export`")
-    _add_task_arg(p, "serve")
-    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
-    p.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 picks a free one)")
-
-    # -- export --------------------------------------------------------------------------------
-    p = sub.add_parser("export", help="export a trained model to ONNX, verified against PyTorch",
-                       description="Write OUTPUT/model.onnx (token ids to logits, batch and length dynamic), the tokenizer "
-                                   "and export.json (labels, temperature, the verification), after checking ONNX Runtime's "
-                                   "logits against the PyTorch model's on texts of several lengths in batches of several "
-                                   "sizes. A failed check writes nothing. Serve it with contrastfit.export.OnnxClassifier.")
-    p.add_argument("run", help="output folder of `contrastfit train`")
-    p.add_argument("--output", required=True, help="folder to write the export to")
-    p.add_argument("--verify-file", help="texts to verify on, one per line (a tab separates a pair; default: built-in "
-                                         "sentences)")
-    p.add_argument("--atol", type=float, default=1e-4, help="largest allowed difference of a logit (default 1e-4)")
-    p.add_argument("--opset", type=int, default=None, help="ONNX opset (default: the exporter's)")
-    _add_task_arg(p, "export")
 
     # -- predict -------------------------------------------------------------------------------
     p = sub.add_parser("predict", help="predict labels for texts (JSONL out)",
@@ -205,6 +161,50 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--plot", help="also draw the texts with their words coloured by value to this PNG")
     _add_task_arg(p, "explain")
     p.add_argument("--output", help="write the JSONL here instead of standard output")
+
+    # -- calibrate -----------------------------------------------------------------------------
+    p = sub.add_parser("calibrate", help="fit the temperature of a model's probabilities on held-out data",
+                       description="Temperature scaling (Guo et al. 2017): fit one temperature that divides the logits, "
+                                   "on a built-in or Hub data set's validation split (or --split) or a local file whole, "
+                                   "and save it with the model; `predict` and `evaluate` then use it. Predicted labels "
+                                   "do not change. Prints the NLL and expected calibration error before and after.")
+    p.add_argument("run", help="output folder of `contrastfit train`")
+    add_config_options(p, names=_DATA_OPTIONS, required=("data",))
+    p.add_argument("--split", default="validation", choices=["train", "validation", "test"],
+                   help="split of a built-in or Hub data set (default: validation; not the split you report)")
+    p.add_argument("--batch-size", type=int, default=64)
+
+    # -- export --------------------------------------------------------------------------------
+    p = sub.add_parser("export", help="export a trained model to ONNX, verified against PyTorch",
+                       description="Write OUTPUT/model.onnx (token ids to logits, batch and length dynamic), the tokenizer "
+                                   "and export.json (labels, temperature, the verification), after checking ONNX Runtime's "
+                                   "logits against the PyTorch model's on texts of several lengths in batches of several "
+                                   "sizes. A failed check writes nothing. Serve it with contrastfit.export.OnnxClassifier.")
+    p.add_argument("run", help="output folder of `contrastfit train`")
+    p.add_argument("--output", required=True, help="folder to write the export to")
+    p.add_argument("--verify-file", help="texts to verify on, one per line (a tab separates a pair; default: built-in "
+                                         "sentences)")
+    p.add_argument("--atol", type=float, default=1e-4, help="largest allowed difference of a logit (default 1e-4)")
+    p.add_argument("--opset", type=int, default=None, help="ONNX opset (default: the exporter's)")
+    _add_task_arg(p, "export")
+
+    # -- serve ---------------------------------------------------------------------------------
+    p = sub.add_parser("serve", help="serve a model over HTTP (POST /predict, GET /health)",
+                       description="A small HTTP server (standard library) for a trained model, a multi-task folder's "
+                                   "--task, or an ONNX export: POST /predict with {\"texts\": [...]} (and \"pairs\") "
+                                   "answers {\"predictions\": [{\"label\", \"probabilities\"}, ...]}; GET /health "
+                                   "answers the labels.")
+    p.add_argument("run", help="output folder of `contrastfit train`, or of `contrastfit export`")
+    _add_task_arg(p, "serve")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
+    p.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 picks a free one)")
+
+    # -- card ----------------------------------------------------------------------------------
+    p = sub.add_parser("card", help="write a trained model's model card (README.md) again",
+                       description="Write README.md, the model card (Hugging Face front matter, method and paper, data, "
+                                   "training settings, metrics, calibration, usage, limitations, versions), from the "
+                                   "folder's results.json and contrastfit.json. `train` writes it with the model.")
+    p.add_argument("run", help="output folder of `contrastfit train`")
 
     # -- pretrain ------------------------------------------------------------------------------
     p = sub.add_parser("pretrain", help="train the encoder alone on a corpus (SimCSE / DiffCSE stage 1), save an encoder folder",
