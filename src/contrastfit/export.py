@@ -197,9 +197,9 @@ class OnnxClassifier:
         logits = self.predict_logits(texts, pairs, batch_size)
         if self.task == "regression":
             return logits
-        z = logits.astype(np.float64) / self.temperature
-        z = np.exp(z - z.max(axis=1, keepdims=True))
-        return z / z.sum(axis=1, keepdims=True)
+        from .evaluation.calibration import log_softmax
+
+        return np.exp(log_softmax(logits / self.temperature))
 
     def predict(self, texts: Sequence[str], pairs: Sequence[str] | None = None, batch_size: int = 64) -> list:
         logits = self.predict_logits(texts, pairs, batch_size)

@@ -196,20 +196,17 @@ class ContrastiveClassifier(nn.Module):
         temperature of :meth:`predict_proba` on held-out ``texts`` with their label ids, keep it in
         ``info["calibration"]`` (saved with the model) and return it with the NLL and expected calibration
         error before and after. Predictions (the arg max) do not change."""
-        from .evaluation.calibration import expected_calibration_error, fit_temperature, negative_log_likelihood
+        from .evaluation.calibration import fit_temperature
+        from .evaluation.metrics import probability_metrics
 
         if self.task != "classification":
             raise ModelError("temperature scaling calibrates class probabilities; this model is a regression model")
         logits = self.predict_logits(texts, pairs, batch_size, progress=progress)
         labels = np.asarray(labels, dtype=int)
         t = fit_temperature(logits, labels)
-
-        def ece(temperature: float) -> float:
-            return expected_calibration_error(torch.softmax(torch.from_numpy(logits) / temperature, -1).numpy(), labels)
-
-        record = {"temperature": t, "n": int(len(labels)),
-                  "nll_before": negative_log_likelihood(logits, labels), "nll_after": negative_log_likelihood(logits, labels, t),
-                  "ece_before": ece(1.0), "ece_after": ece(t)}
+        before, after = probability_metrics(logits, labels), probability_metrics(logits, labels, t)
+        record = {"temperature": t, "n": int(len(labels)), "nll_before": before["nll"], "nll_after": after["nll"],
+                  "ece_before": before["ece"], "ece_after": after["ece"]}
         self.info["calibration"] = record
         return record
 
