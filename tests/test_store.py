@@ -198,3 +198,42 @@ def test_sigkill_mid_run_loses_nothing_and_run_is_reclaimed(tmp_path):
     assert len(restarted.done()) == 4
     restarted.close()
     assert integrity_ok(path)
+
+
+OTHER_RUNNER = """
+assert store.claim("a", {})
+print("claimed", flush=True)
+while not os.path.exists(sys.argv[2]):
+    time.sleep(0.05)
+if sys.argv[3] == "finish":
+    store.finish("a", {"run": "a"})
+print("done", flush=True)
+time.sleep(0 if sys.argv[3] == "finish" else 60)
+"""
+
+
+@pytest.mark.parametrize("other_finishes", [True, False])
+def test_run_pending_reports_only_units_still_running_elsewhere(tmp_path, other_finishes):
+    """Two runners share a store: the one that ends last must not count a unit the other finished in
+    the meantime as pending (else neither writes the report); one still running is reported."""
+    path, signal_file = tmp_path / "results.sqlite", tmp_path / "go"
+    proc = child(OTHER_RUNNER, str(path), str(signal_file), "finish" if other_finishes else "hold")
+    try:
+        assert proc.stdout.readline().strip() == "claimed"
+        store = ResultsStore(path)
+
+        def work_b():  # runs while "a" is in the other process; lets it end, waits until it has
+            signal_file.touch()
+            assert proc.stdout.readline().strip() == "done"
+            return {"run": "b"}
+
+        units = [store_module.Unit("a", "a", lambda: pytest.fail("a belongs to the other runner")),
+                 store_module.Unit("b", "b", work_b)]
+        ran, skipped, elsewhere = store_module.run_pending(store, units)
+        assert (ran, skipped) == (1, 0)
+        assert elsewhere == ([] if other_finishes else ["a"])
+        store.close()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()

@@ -360,7 +360,9 @@ def run_pending(store: ResultsStore, units: Sequence[Unit]) -> tuple[int, int, l
     """Run every unit the store does not hold as done, in order: claim it (a unit claimed by a live
     process is left to it), run its ``work``, record its result with :meth:`ResultsStore.finish` (or
     :meth:`ResultsStore.fail` when ``work`` raises, which then propagates). Prints one progress line
-    per unit (with an estimate of the time left). Returns ``(ran, skipped, left to other processes)``."""
+    per unit (with an estimate of the time left). Returns ``(ran, skipped, still running elsewhere)``:
+    the last list holds the units left to other processes that are not done when this call returns,
+    so the last of several runners sharing a store sees none and writes the report."""
     started = time.perf_counter()
     ran, skipped, elsewhere = 0, 0, []
     for i, unit in enumerate(units, 1):
@@ -390,4 +392,5 @@ def run_pending(store: ResultsStore, units: Sequence[Unit]) -> tuple[int, int, l
             raise
         store.finish(unit.run_id, result)
         ran += 1
-    return ran, skipped, elsewhere
+    still_running = [run_id for run_id in elsewhere if (row := store.get(run_id)) is None or row["status"] != "done"]
+    return ran, skipped, still_running
