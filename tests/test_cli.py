@@ -208,7 +208,7 @@ def test_evaluate_and_explain_a_task_of_a_multitask_folder(multitask_run, capsys
     assert "encodes the two texts of a pair separately" in error("explain", str(multitask_run), "--task", "para",
                                                                  "--file", str(_tab_file(tmp_path)))
     assert error("calibrate", str(multitask_run), "--data", str(folder / "sent.csv")) == (
-        f"contrastfit: error: {multitask_run} holds a multi-task model; calibrate takes a single-task model's folder")
+        f"contrastfit: error: {multitask_run} holds a multi-task model: give --task NAME (tasks: sent, para)")
     assert error("explain", str(multitask_run), "--task", "nli", "good") == (
         f"contrastfit: error: --task 'nli' is not a task of {multitask_run} (tasks: sent, para)")
 
@@ -482,3 +482,58 @@ def test_semicolon_or_tab_separated_csv_is_read_correctly(trained_run, tmp_path,
     assert main(["evaluate", str(out), "--data", str(path), "--json", str(report)]) == 0
     assert "(all 24 rows)" in capsys.readouterr().out
     assert sum(map(sum, json.loads(report.read_text())["metrics"]["confusion_matrix"])) == 24
+
+
+def test_calibrate_each_task_of_a_multitask_folder(multitask_run, capsys, tmp_path):
+    """One temperature per task, fitted on that task's data, saved in contrastfit.json, used by the
+    task's probabilities (and no other task's), and stated in the model card."""
+    import csv
+    import shutil
+
+    import numpy as np
+    import torch
+
+    from contrastfit.evaluation.calibration import fit_temperature
+    from contrastfit.multitask import MultiTaskModel
+
+    folder = multitask_run.parent
+    run = tmp_path / "run"
+    shutil.copytree(multitask_run, run)  # the fixture's folder is shared with other tests
+    before = MultiTaskModel.from_pretrained(run)
+    sent = list(csv.DictReader(open(folder / "sent.csv", encoding="utf-8")))
+    texts = [r["sentence"] for r in sent]
+    labels = [before.task("sent").label_names.index(r["sentiment"]) for r in sent]
+    pairs = list(csv.DictReader(open(folder / "pairs.csv", encoding="utf-8")))
+    firsts, seconds = [r["sentence1"] for r in pairs], [r["sentence2"] for r in pairs]
+    para_before = before.predict_proba(firsts, seconds, task="para")
+    logits = before.predict_logits(texts, task="sent")
+    t = fit_temperature(logits, labels)
+
+    assert main(["calibrate", str(run), "--task", "sent", "--data", str(folder / "sent.csv")]) == 0
+    assert f"{run} task sent: temperature {t:.3f}" in capsys.readouterr().out
+    assert main(["calibrate", str(run), "--task", "para", "--data", str(folder / "pairs.csv")]) == 0
+    config = json.loads((run / "contrastfit.json").read_text())
+    assert set(config["calibration"]) == {"sent", "para"}  # the second task's calibration kept the first's
+    assert config["calibration"]["sent"]["temperature"] == pytest.approx(t, rel=1e-6)
+    assert config["calibration"]["sent"]["data"].endswith("(all 24 rows)")
+
+    after = MultiTaskModel.from_pretrained(run)
+    assert after.task_temperature("sent") == pytest.approx(t, rel=1e-6)
+    expected = torch.softmax(torch.tensor(logits) / t, -1).numpy()
+    assert after.predict_proba(texts, task="sent") == pytest.approx(expected, abs=1e-5)
+    assert after.for_task("sent").temperature == after.task_temperature("sent")
+    assert after.for_task("sent").info["calibration"]["temperature"] == pytest.approx(t, rel=1e-6)
+    t_para = after.task_temperature("para")
+    para_logits = before.predict_logits(firsts, seconds, task="para")
+    assert after.predict_proba(firsts, seconds, task="para") == pytest.approx(
+        torch.softmax(torch.tensor(para_logits) / t_para, -1).numpy(), abs=1e-5)
+    assert not np.allclose(para_before, after.predict_proba(firsts, seconds, task="para"))  # it did change
+    assert after.predict(texts, task="sent") == before.predict(texts, task="sent")
+    exported = tmp_path / "sent-onnx"  # an export of the task carries its temperature
+    assert main(["export", str(run), "--task", "sent", "--output", str(exported)]) == 0
+    from contrastfit.export import OnnxClassifier
+
+    assert OnnxClassifier(exported).predict_proba(texts) == pytest.approx(expected, abs=1e-4)
+    card = (run / "README.md").read_text(encoding="utf-8")
+    assert f"the probabilities of task sent are `softmax(logits / {t:.4f})`" in card
+    assert f"the probabilities of task para are `softmax(logits / {t_para:.4f})`" in card

@@ -88,13 +88,21 @@ def _closing(record: dict[str, Any], rows: Any) -> list[str]:
     return out
 
 
+def _calibration_sentence(calibration: dict[str, Any], subject: str = "the probabilities") -> str:
+    """What a temperature-scaling record (``calibrate``) did, in one sentence."""
+    return (f"Temperature scaling (Guo et al. 2017): {subject} are `softmax(logits / {calibration['temperature']:.4f})`, "
+            f"the temperature fitted on {calibration.get('data', 'held-out data')} ({calibration.get('n')} rows): "
+            f"NLL {calibration['nll_before']:.4f} -> {calibration['nll_after']:.4f}, "
+            f"ECE {calibration['ece_before']:.4f} -> {calibration['ece_after']:.4f} on those rows.")
+
+
 def model_card(record: dict[str, Any], config: dict[str, Any]) -> str:
     """The card of a model from its run record (``results.json``) and its ``contrastfit.json`` (which
     holds the calibration, if any); a multi-task record gets :func:`multitask_card`."""
     from .methods import available_methods
 
     if record.get("kind") == "multitask":
-        return multitask_card(record)
+        return multitask_card(record, config)
     method = record.get("method") or config.get("method")
     spec = available_methods().get(method)
     data = record.get("data", {})
@@ -132,11 +140,7 @@ def model_card(record: dict[str, Any], config: dict[str, Any]) -> str:
                     "calibration error (15 bins), both before any temperature scaling.", ""]
     calibration = config.get("calibration")
     if calibration:
-        out += ["## Calibration", "",
-                f"Temperature scaling (Guo et al. 2017): the probabilities are `softmax(logits / {calibration['temperature']:.4f})`, "
-                f"the temperature fitted on {calibration.get('data', 'held-out data')} ({calibration.get('n')} rows): "
-                f"NLL {calibration['nll_before']:.4f} -> {calibration['nll_after']:.4f}, "
-                f"ECE {calibration['ece_before']:.4f} -> {calibration['ece_after']:.4f} on those rows.", ""]
+        out += ["## Calibration", "", _calibration_sentence(calibration), ""]
 
     example = "a fine film" + ("\\tgreat acting" if data.get("text_pair") else "")
     out += ["## Usage", "", "```python", "from contrastfit import ContrastiveClassifier", "",
@@ -147,8 +151,9 @@ def model_card(record: dict[str, Any], config: dict[str, Any]) -> str:
     return "\n".join(out + _closing(record, data.get("train_size", "?")))
 
 
-def multitask_card(record: dict[str, Any]) -> str:
-    """The card of a multi-task model (one encoder, a head per task) from its ``results.json``."""
+def multitask_card(record: dict[str, Any], config: dict[str, Any] | None = None) -> str:
+    """The card of a multi-task model (one encoder, a head per task) from its ``results.json`` and its
+    ``contrastfit.json`` (which holds each calibrated task's temperature)."""
     tasks = record.get("tasks", {})
     specs = {name: t.get("spec", {}) for name, t in tasks.items()}
     base = record.get("model")
@@ -184,6 +189,11 @@ def multitask_card(record: dict[str, Any]) -> str:
         out += ["## Evaluation", "", *_metric_table("task", rows, (*_CLASSIFICATION, *_REGRESSION), splits), "",
                 "Average of the tasks' selection metrics: "
                 + ", ".join(f"{s} {_fmt(metrics[s].get('average'), metric=True)}" for s in splits) + ".", ""]
+    calibration = (config or {}).get("calibration") or {}
+    if calibration:
+        out += ["## Calibration", ""]
+        out += [f"- {_calibration_sentence(c, f'the probabilities of task {name}')}" for name, c in calibration.items()]
+        out.append("")
     first = next(iter(tasks), "TASK")
     out += ["## Usage", "", "```python", "from contrastfit.multitask import MultiTaskModel", "",
             'model = MultiTaskModel.from_pretrained("path/to/this/folder")',

@@ -167,12 +167,14 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Temperature scaling (Guo et al. 2017): fit one temperature that divides the logits, "
                                    "on a built-in or Hub data set's validation split (or --split) or a local file whole, "
                                    "and save it with the model; `predict` and `evaluate` then use it. Predicted labels "
-                                   "do not change. Prints the NLL and expected calibration error before and after.")
-    p.add_argument("run", help="output folder of `contrastfit train`")
+                                   "do not change. Prints the NLL and expected calibration error before and after. "
+                                   "A multi-task model gets one temperature per task (--task).")
+    p.add_argument("run", help="output folder of a trained model (of a multi-task model: with --task)")
     add_config_options(p, names=_DATA_OPTIONS, required=("data",))
     p.add_argument("--split", default="validation", choices=["train", "validation", "test"],
                    help="split of a built-in or Hub data set (default: validation; not the split you report)")
     p.add_argument("--batch-size", type=int, default=64)
+    _add_task_arg(p, "calibrate")
 
     # -- export --------------------------------------------------------------------------------
     p = sub.add_parser("export", help="export a trained model to ONNX, verified against PyTorch",
@@ -408,26 +410,30 @@ def cmd_export(args: argparse.Namespace) -> int:
 def cmd_calibrate(args: argparse.Namespace) -> int:
     from .atomic import write_json_atomic
     from .data.loading import LABEL, TEXT, TEXT_PAIR
-    from .modeling import CONFIG_NAME, ContrastiveClassifier
-    from .multitask import is_multitask_folder
+    from .export import EXPORT_NAME
+    from .modeling import CONFIG_NAME
+    from .serve import load_for_inference
 
-    if is_multitask_folder(args.run):
-        raise ContrastfitError(f"{args.run} holds a multi-task model; calibrate takes a single-task model's folder")
-    model = ContrastiveClassifier.from_pretrained(args.run)
+    if os.path.isfile(os.path.join(args.run, EXPORT_NAME)):
+        raise ContrastfitError(f"{args.run} is an ONNX export; calibrate the model folder it was exported from, "
+                               "then export again")
+    model = load_for_inference(args.run, args.task)  # a multi-task folder: the task's TaskModel
     if model.task != "classification":
-        raise ContrastfitError(f"{args.run} is a regression model; calibrate fits the temperature of class probabilities")
+        raise ContrastfitError(f"{args.run}{f' (task {args.task})' if args.task else ''} is a regression model; "
+                               "calibrate fits the temperature of class probabilities")
     ds, what = _load_eval_split(args, model)
     if len(ds) == 0:
         raise ContrastfitError(f"{what}: no rows to calibrate on")
     record = model.calibrate(ds[TEXT], ds[LABEL], ds[TEXT_PAIR] if TEXT_PAIR in ds.column_names else None,
                              batch_size=args.batch_size, progress=True)
-    model.info["calibration"] = {**record, "data": what}
-    write_json_atomic(os.path.join(args.run, CONFIG_NAME), model.config_dict())  # the weights are unchanged
+    record["data"] = what  # (the same dict the model keeps in its info)
+    saved = getattr(model, "model", model)  # a task's model saves the whole multi-task configuration
+    write_json_atomic(os.path.join(args.run, CONFIG_NAME), saved.config_dict())  # the weights are unchanged
     if os.path.isfile(os.path.join(args.run, "results.json")):
         from .card import write_model_card
 
         write_model_card(args.run)  # the card states the temperature
-    print(f"{args.run}: temperature {record['temperature']:.3f}, fitted on {what}")
+    print(f"{args.run}{f' task {args.task}' if args.task else ''}: temperature {record['temperature']:.3f}, fitted on {what}")
     print(f"  NLL {record['nll_before']:.4f} -> {record['nll_after']:.4f}   "
           f"ECE {record['ece_before']:.4f} -> {record['ece_after']:.4f}")
     return 0

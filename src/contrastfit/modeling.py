@@ -196,17 +196,11 @@ class ContrastiveClassifier(nn.Module):
         temperature of :meth:`predict_proba` on held-out ``texts`` with their label ids, keep it in
         ``info["calibration"]`` (saved with the model) and return it with the NLL and expected calibration
         error before and after. Predictions (the arg max) do not change."""
-        from .evaluation.calibration import fit_temperature
-        from .evaluation.metrics import probability_metrics
+        from .evaluation.calibration import temperature_scaling
 
         if self.task != "classification":
             raise ModelError("temperature scaling calibrates class probabilities; this model is a regression model")
-        logits = self.predict_logits(texts, pairs, batch_size, progress=progress)
-        labels = np.asarray(labels, dtype=int)
-        t = fit_temperature(logits, labels)
-        before, after = probability_metrics(logits, labels), probability_metrics(logits, labels, t)
-        record = {"temperature": t, "n": int(len(labels)), "nll_before": before["nll"], "nll_after": after["nll"],
-                  "ece_before": before["ece"], "ece_after": after["ece"]}
+        record = temperature_scaling(self.predict_logits(texts, pairs, batch_size, progress=progress), labels)
         self.info["calibration"] = record
         return record
 

@@ -28,7 +28,8 @@ from typing import Sequence
 
 import numpy as np
 
-__all__ = ["log_softmax", "negative_log_likelihood", "expected_calibration_error", "fit_temperature"]
+__all__ = ["log_softmax", "negative_log_likelihood", "expected_calibration_error", "fit_temperature",
+           "temperature_scaling"]
 
 #: bins of the expected calibration error (Guo et al. use 15)
 ECE_BINS = 15
@@ -74,3 +75,15 @@ def fit_temperature(logits: np.ndarray, labels: Sequence[int]) -> float:
     result = minimize_scalar(lambda log_t: negative_log_likelihood(logits, labels, float(np.exp(log_t))),
                              bounds=(-5.0, 5.0), method="bounded", options={"xatol": 1e-6})
     return float(np.exp(result.x))
+
+
+def temperature_scaling(logits: np.ndarray, labels: Sequence[int]) -> dict[str, float]:
+    """Fit the temperature on (``logits``, ``labels``) and return the record a model keeps:
+    ``temperature``, ``n`` and the NLL and ECE of those rows before and after."""
+    from .metrics import probability_metrics
+
+    labels = np.asarray(labels, dtype=int)
+    t = fit_temperature(logits, labels)
+    before, after = probability_metrics(logits, labels), probability_metrics(logits, labels, t)
+    return {"temperature": t, "n": int(len(labels)), "nll_before": before["nll"], "nll_after": after["nll"],
+            "ece_before": before["ece"], "ece_after": after["ece"]}

@@ -240,13 +240,35 @@ class MultiTaskModel(nn.Module):
         result[order] = logits
         return result
 
+    def task_temperature(self, task: str) -> float:
+        """The temperature :meth:`predict_proba` divides ``task``'s logits by: 1, or the one
+        :meth:`calibrate` fitted for that task."""
+        self.task(task)  # a one-line error for an unknown task
+        return float(self.info.get("calibration", {}).get(task, {}).get("temperature", 1.0))
+
     def predict_proba(self, texts: Sequence[str], pairs: Sequence[str] | None = None, *, task: str,
                       batch_size: int = 64) -> np.ndarray:
-        """Class probabilities (softmax of the logits), or the predicted values for a regression task."""
+        """Class probabilities, ``softmax(logits / temperature)`` with the task's temperature, or the
+        predicted values for a regression task."""
         logits = self.predict_logits(texts, pairs, task=task, batch_size=batch_size)
         if self.task(task).type == "regression":
             return logits
-        return torch.softmax(torch.from_numpy(logits), dim=-1).numpy()
+        return torch.softmax(torch.from_numpy(logits) / self.task_temperature(task), dim=-1).numpy()
+
+    def calibrate(self, texts: Sequence[str], labels: Sequence[int], pairs: Sequence[str] | None = None, *,
+                  task: str, batch_size: int = 64, progress: bool = False) -> dict[str, float]:
+        """Temperature scaling of one classification task's probabilities (as
+        :meth:`contrastfit.modeling.ContrastiveClassifier.calibrate`): fit it on held-out ``texts`` with
+        their label ids, keep it in ``info["calibration"][task]`` (saved with the model) and return it
+        with the NLL and ECE before and after. Other tasks keep theirs."""
+        from ..evaluation.calibration import temperature_scaling
+
+        if self.task(task).type == "regression":
+            raise ModelError(f"task '{task}' is a regression task; temperature scaling calibrates class probabilities")
+        record = temperature_scaling(self.predict_logits(texts, pairs, task=task, batch_size=batch_size,
+                                                         progress=progress), labels)
+        self.info.setdefault("calibration", {})[task] = record
+        return record
 
     def predict(self, texts: Sequence[str], pairs: Sequence[str] | None = None, *, task: str,
                 batch_size: int = 64) -> list:
@@ -315,7 +337,17 @@ class TaskModel(nn.Module):
         data = model.info.get("data", {})
         task_data = dict(data.get(name, {})) if isinstance(data, dict) else {}
         task_data["text_pair"] = self.spec.pairs
-        self.info: dict[str, Any] = {**{k: v for k, v in model.info.items() if k != "data"}, "data": task_data}
+        self.info: dict[str, Any] = {**{k: v for k, v in model.info.items() if k not in ("data", "calibration")},
+                                     "data": task_data}
+        self._sync_calibration()
+
+    def _sync_calibration(self) -> None:
+        """``info["calibration"]`` is this task's record (as a single-task model's), when it has one."""
+        record = self.model.info.get("calibration", {}).get(self.name)
+        if record is None:
+            self.info.pop("calibration", None)
+        else:
+            self.info["calibration"] = record
 
     @property
     def name(self) -> str:
@@ -361,8 +393,19 @@ class TaskModel(nn.Module):
                        progress: bool = False) -> np.ndarray:
         return self.model.predict_logits(texts, pairs, task=self.name, batch_size=batch_size, progress=progress)
 
+    @property
+    def temperature(self) -> float:
+        return self.model.task_temperature(self.name)
+
     def predict_proba(self, texts: Sequence[str], pairs: Sequence[str] | None = None, batch_size: int = 64) -> np.ndarray:
         return self.model.predict_proba(texts, pairs, task=self.name, batch_size=batch_size)
+
+    def calibrate(self, texts: Sequence[str], labels: Sequence[int], pairs: Sequence[str] | None = None,
+                  batch_size: int = 64, progress: bool = False) -> dict[str, float]:
+        """:meth:`MultiTaskModel.calibrate` of this task (the record lands in the shared model's ``info``)."""
+        record = self.model.calibrate(texts, labels, pairs, task=self.name, batch_size=batch_size, progress=progress)
+        self._sync_calibration()
+        return record
 
     def predict(self, texts: Sequence[str], pairs: Sequence[str] | None = None, batch_size: int = 64) -> list:
         return self.model.predict(texts, pairs, task=self.name, batch_size=batch_size)
