@@ -114,7 +114,8 @@ def test_subword_tokens_of_one_word_are_one_player():
     stub = Stub()
     stub.tokenizer = tokenizer
     text = "An unwatchable, overlong mess."
-    batch, features, words, _ = _word_features(stub, text, None)
+    batch, features, words, _, split = _word_features(stub, text, None)
+    assert split is None
     tokens = tokenizer.convert_ids_to_tokens(batch["input_ids"][0].tolist())
     assert len(tokens) > len(words) + 2  # some word is split into several tokens
     assert words == ["An", "unwatchable", ",", "overlong", "mess", "."]
@@ -137,7 +138,7 @@ def test_slow_tokenizer_players_are_tokens_and_unknown_words_count():
     stub = Stub()
     stub.tokenizer = BertTokenizerLegacy(os.path.join(path, "vocab.txt"))
     assert not stub.tokenizer.is_fast
-    _, features, words, segments = _word_features(stub, "An unwatchable mess \u2603", None)
+    _, features, words, segments, _ = _word_features(stub, "An unwatchable mess \u2603", None)
     assert words == ["an", "un", "##watch", "##able", "mess", "[UNK]"]  # one player per token, [UNK] included
     assert features[0].tolist() == [-1, 0, 1, 2, 3, 4, 5, -1] and segments == [0] * 6
 
@@ -154,3 +155,54 @@ def test_plot_attributions_writes_a_png(model, tmp_path):
     assert drawn == [f"ce: p({a.target_name}) = {a.probability:.2f} (all words removed: {a.base_probability:.2f})",
                      *a.words, f"ce-scl: p({b.target_name}) = {b.probability:.2f} (all words removed: "
                                f"{b.base_probability:.2f})", *b.words]
+
+
+def test_separately_encoded_pairs_match_the_coalition_formula(tiny_encoder_dir):
+    """A multi-task pair task whose head reads [u; v] of the two texts encoded apart: the players are
+    the words of both texts, each text keeps its own special tokens, and the exact values are the
+    coalition formula over the model's own (two-encoding) predictions."""
+    from contrastfit.multitask import MultiTaskModel, Task
+    from contrastfit.multitask.tasks import resolve_task
+
+    torch.manual_seed(0)
+    spec = resolve_task(Task("para", "x"), label_names=["no", "yes"], pairs=True, data_name="x")
+    mt = MultiTaskModel.from_encoder(str(tiny_encoder_dir), [spec], pooling="mean").eval()
+    with torch.no_grad():
+        for p in mt.heads["para"].parameters():
+            p.mul_(20)
+    task = mt.for_task("para")
+    assert task.separate_pairs
+    first, second = "great film but", "boring plot"
+    words = first.split() + second.split()
+
+    def value(keep: set[int]) -> float:
+        enc_a, enc_b = mt.tokenizer([first]), mt.tokenizer([second])
+        ids_a, att_a = torch.tensor(enc_a["input_ids"]), torch.tensor(enc_a["attention_mask"])
+        ids_b, att_b = torch.tensor(enc_b["input_ids"]), torch.tensor(enc_b["attention_mask"])
+        for i in range(len(words)):  # word-level tokenizer: token 1 + i of its own text
+            if i not in keep:
+                if i < 3:
+                    att_a[0, 1 + i] = 0
+                else:
+                    att_b[0, 1 + i - 3] = 0
+        with torch.no_grad():
+            out = mt(input_ids=ids_a, attention_mask=att_a, input_ids_b=ids_b, attention_mask_b=att_b,
+                     task_ids=torch.zeros(1, dtype=torch.long))
+        return float(out.logits.softmax(-1)[0, 1])
+
+    n = len(words)
+    want = np.zeros(n)
+    for i in range(n):
+        others = [j for j in range(n) if j != i]
+        for size in range(n):
+            for subset in itertools.combinations(others, size):
+                w = math.factorial(size) * math.factorial(n - size - 1) / math.factorial(n)
+                want[i] += w * (value(set(subset) | {i}) - value(set(subset)))
+    got = token_attributions(task, first, second, target=1, exact=True)
+    assert got.words == words and got.segments == [0, 0, 0, 1, 1]
+    np.testing.assert_allclose(got.values, want, atol=1e-5)
+    assert got.probability == pytest.approx(value(set(range(n))), abs=1e-6)
+    assert got.probability == pytest.approx(float(mt.predict_proba([first], [second], task="para")[0, 1]), abs=1e-5)
+    assert np.abs(want).max() > 1e-3
+    with pytest.raises(Exception, match="give input_ids_b"):
+        task(**{k: torch.tensor(v) for k, v in mt.tokenizer([first]).items()})

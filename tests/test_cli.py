@@ -205,8 +205,14 @@ def test_evaluate_and_explain_a_task_of_a_multitask_folder(multitask_run, capsys
 
     assert error("evaluate", str(multitask_run), "--data", str(folder / "sent.csv")) == (
         f"contrastfit: error: {multitask_run} holds a multi-task model: give --task NAME (tasks: sent, para)")
-    assert "encodes the two texts of a pair separately" in error("explain", str(multitask_run), "--task", "para",
-                                                                 "--file", str(_tab_file(tmp_path)))
+    # a pair task whose head encodes the two texts separately: the words of both texts are the players
+    assert main(["explain", str(multitask_run), "--task", "para", "--file", str(_tab_file(tmp_path)), "--samples", "3"]) == 0
+    row = json.loads(capsys.readouterr().out)
+    reference = token_attributions(model.for_task("para"), "good film", "great plot", n_samples=3)
+    assert row["words"] == ["good", "film", "great", "plot"] and row["segments"] == [0, 0, 1, 1]
+    assert row["values"] == pytest.approx(reference.values.tolist(), abs=1e-6)
+    assert row["probability"] == pytest.approx(
+        float(model.predict_proba(["good film"], ["great plot"], task="para")[0].max()), abs=1e-5)
     assert error("calibrate", str(multitask_run), "--data", str(folder / "sent.csv")) == (
         f"contrastfit: error: {multitask_run} holds a multi-task model: give --task NAME (tasks: sent, para)")
     assert error("explain", str(multitask_run), "--task", "nli", "good") == (

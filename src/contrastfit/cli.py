@@ -502,10 +502,6 @@ def cmd_explain(args: argparse.Namespace) -> int:
     if getattr(model, "session", None) is not None:
         raise ContrastfitError(f"{args.run} is an ONNX export; explain needs the PyTorch model: give the folder "
                                "`contrastfit train` wrote")
-    if getattr(model, "spec", None) is not None and model.spec.separate:
-        raise ContrastfitError(f"task '{args.task}' of {args.run} encodes the two texts of a pair separately "
-                               f"({model.spec.head} head): explain reads one sequence; it explains single-text and "
-                               "joint-pair tasks")
     if args.target is not None and model.task == "classification" and args.target not in model.label_names:
         raise ContrastfitError(f"--target {args.target!r} is not a label of {args.run} "
                                f"({', '.join(map(str, model.label_names))})")

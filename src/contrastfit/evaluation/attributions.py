@@ -13,6 +13,10 @@ Conventions
   attention (``attention_mask = 0``): the encoder and the pooling never see it, the other words
   keep their positions. ``baseline="mask"`` instead replaces its tokens by the tokenizer's mask
   token and keeps them attended (the usual choice for BERT-style masked-LM encoders).
+* A sentence pair is one input with the words of both texts as players (``segments`` says which
+  text a word is in). A model that encodes the two texts separately (``separate_pairs``: a
+  multi-task task with a ``concat`` or cosine pair head) gets each text tokenised on its own, with
+  its own special tokens, and reads the two encodings apart.
 * Values are in probability units for classification (softmax of the model's logits; for LaCon
   the cosine-matching logits of Eq. 8), in output units for regression.
 * Efficiency holds exactly for every sampled ordering, hence for their mean:
@@ -61,11 +65,10 @@ class TokenAttribution:
                    text_pair=d.get("text_pair"), segments=list(d.get("segments") or []))
 
 
-def _word_features(model, text: str, text_pair: str | None) -> tuple[dict[str, torch.Tensor], torch.Tensor, list[str], list[int]]:
-    """Tokenize one input; return the encoding, a feature id per token (-1 for special tokens),
-    the words (as they read in the text) and the segment of each word."""
-    tok = model.tokenizer
-    enc = tok(text, text_pair, truncation=True, max_length=model.max_length,
+def _encode_words(tok, text: str, text_pair: str | None, max_length: int) -> tuple[dict[str, list[int]], list[int], list[str], list[int]]:
+    """Tokenize one input as one sequence; return the encoding (lists), a feature id per token (-1
+    for special tokens), the words (as they read in the text) and the segment of each word."""
+    enc = tok(text, text_pair, truncation=True, max_length=max_length,
               return_offsets_mapping=bool(getattr(tok, "is_fast", False)))
     ids = enc["input_ids"]
     features = [-1] * len(ids)
@@ -96,8 +99,27 @@ def _word_features(model, text: str, text_pair: str | None) -> tuple[dict[str, t
                 features[i] = len(words)
                 words.append(t)
                 segments.append(int(types[i]))
-    batch = {k: torch.tensor([v], device=model.device) for k, v in enc.items() if k != "offset_mapping"}
-    return batch, torch.tensor([features], device=model.device), words, segments
+    return {k: v for k, v in enc.items() if k != "offset_mapping"}, features, words, segments
+
+
+def _word_features(model, text: str, text_pair: str | None) -> tuple[dict[str, torch.Tensor], torch.Tensor, list[str], list[int], int | None]:
+    """The input as one row of tokens with a feature (player) id per token (-1 for special tokens),
+    the words, the segment of each word, and where the second text starts when the model encodes the
+    two texts of a pair separately (``model.separate_pairs``: the row is then the two encodings one
+    after the other, split again before the forward), else None."""
+    tok = model.tokenizer
+    if text_pair is None or not getattr(model, "separate_pairs", False):
+        enc, features, words, segments = _encode_words(tok, text, text_pair, model.max_length)
+        split = None
+    else:
+        enc, features, words, segments = _encode_words(tok, text, None, model.max_length)
+        enc_b, features_b, words_b, _ = _encode_words(tok, text_pair, None, model.max_length)
+        split = len(enc["input_ids"])
+        enc = {k: enc[k] + enc_b[k] for k in enc}
+        features = features + [f + len(words) if f >= 0 else -1 for f in features_b]
+        words, segments = words + words_b, segments + [1] * len(words_b)
+    batch = {k: torch.tensor([v], device=model.device) for k, v in enc.items()}
+    return batch, torch.tensor([features], device=model.device), words, segments, split
 
 
 def token_attributions(model, text: str, text_pair: str | None = None, target: int | str | None = None, *,
@@ -117,7 +139,7 @@ def token_attributions(model, text: str, text_pair: str | None = None, target: i
         raise ValueError(f"baseline must be one of {', '.join(BASELINES)}, got {baseline!r}")
     if n_samples < 1:
         raise ValueError(f"n_samples must be >= 1, got {n_samples}")
-    batch, features, words, segments = _word_features(model, text, text_pair)
+    batch, features, words, segments, split = _word_features(model, text, text_pair)
     regression = model.task != "classification"
     names = list(model.label_names or [])
     if regression:
@@ -136,8 +158,11 @@ def token_attributions(model, text: str, text_pair: str | None = None, target: i
 
     def forward(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         n = input_ids.shape[0]
-        inputs = {k: v.expand(n, -1) for k, v in extra.items()}
-        logits = model(input_ids=input_ids, attention_mask=attention_mask, **inputs).logits.float()
+        inputs = {"input_ids": input_ids, "attention_mask": attention_mask,
+                  **{k: v.expand(n, -1) for k, v in extra.items()}}
+        if split is not None:  # the two texts' encodings, one after the other: the model reads them apart
+            inputs = {**{k: v[:, :split] for k, v in inputs.items()}, **{f"{k}_b": v[:, split:] for k, v in inputs.items()}}
+        logits = model(**inputs).logits.float()
         return logits if regression else logits.softmax(-1)
 
     was_training = model.training

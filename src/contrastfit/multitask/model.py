@@ -373,18 +373,32 @@ class TaskModel(nn.Module):
     def device(self) -> torch.device:
         return self.model.device
 
+    @property
+    def separate_pairs(self) -> bool:
+        """Whether the task's head reads the two texts of a pair encoded separately (``*_b`` inputs)."""
+        return self.spec.separate
+
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor | None = None,
-                labels: torch.Tensor | None = None) -> ClassifierOutput:
-        """The task's logits for a batch tokenised as one sequence (a text, or a pair jointly). A task whose
-        head reads the two sentences of a pair encoded separately has no such input: refused."""
-        if self.spec.separate:
+                labels: torch.Tensor | None = None, input_ids_b: torch.Tensor | None = None,
+                attention_mask_b: torch.Tensor | None = None, token_type_ids_b: torch.Tensor | None = None) -> ClassifierOutput:
+        """The task's logits for a batch tokenised as one sequence (a text, or a pair jointly), or, for a
+        task whose head reads the two texts of a pair encoded separately, for the two encodings
+        (``input_ids`` / ``attention_mask`` of the first texts, ``input_ids_b`` / ``attention_mask_b``
+        of the second)."""
+        if self.spec.separate != (input_ids_b is not None):
             raise ModelError(f"task '{self.name}' encodes the two sentences of a pair separately ({self.spec.head} "
-                             "head): it has no single-sequence forward")
+                             "head): give input_ids_b and attention_mask_b" if self.spec.separate else
+                             f"task '{self.name}' reads one sequence: input_ids_b is not an input of it")
         inputs = {"input_ids": input_ids, "attention_mask": attention_mask}
         if token_type_ids is not None:
             inputs["token_type_ids"] = token_type_ids
+        second = None
+        if input_ids_b is not None:
+            second = {"input_ids": input_ids_b, "attention_mask": attention_mask_b}
+            if token_type_ids_b is not None:
+                second["token_type_ids"] = token_type_ids_b
         # the task is known: no task ids to check (which would make the graph depend on the data, for torch.export)
-        features = self.model.features(self.spec, inputs)
+        features = self.model.features(self.spec, inputs, second)
         logits = self.model.heads[self.name](features)
         loss = None if labels is None else self.model.objective(self.spec, features, logits, labels)[0]
         return ClassifierOutput(loss=loss, logits=logits)
