@@ -232,9 +232,14 @@ def test_export_a_task_of_a_multitask_folder(multitask_run, capsys, tmp_path):
     texts = ["good fun film", "awful dull plot was very weak"]
     np.testing.assert_allclose(served.predict_logits(texts), model.predict_logits(texts, task="sent"), atol=1e-4)
     assert served.meta["method"] == "multitask:sent:ce" and served.label_names == ["negative", "positive"]
-    assert main(["export", str(multitask_run), "--task", "para", "--output", str(tmp_path / "para")]) == 2
-    assert "encodes the two texts of a pair separately" in capsys.readouterr().err
-    assert not (tmp_path / "para").exists()
+    # a pair task whose head encodes the two texts apart: the graph takes both texts' inputs, each with its own length
+    assert main(["export", str(multitask_run), "--task", "para", "--output", str(tmp_path / "para")]) == 0
+    served = OnnxClassifier(tmp_path / "para")
+    assert served.meta["separate_pairs"] and {"input_ids_b", "attention_mask_b"} <= set(served.meta["inputs"])
+    firsts = ["good fun film", "awful", "the plot was very weak and dull"]
+    seconds = ["dull", "a great plot with superb acting", "fine"]
+    np.testing.assert_allclose(served.predict_logits(firsts, seconds),
+                               model.predict_logits(firsts, seconds, task="para"), atol=1e-4)
 
 
 def test_a_multitask_folder_gets_a_model_card(multitask_run):

@@ -4,7 +4,9 @@
 
 * ``model.onnx``: the whole classifier (encoder, pooling, the method's head) from token ids and
   attention mask (and token type ids where the tokenizer makes them) to **logits**, batch and
-  sequence length dynamic (``torch.onnx.export`` with the ``torch.export`` based exporter);
+  sequence length dynamic (``torch.onnx.export`` with the ``torch.export`` based exporter); for a
+  multi-task pair task whose head reads the two texts encoded apart, the second text's inputs too
+  (``input_ids_b``, ``attention_mask_b``, ..., with their own length);
 * the tokenizer (Hugging Face files), so the folder is all a server needs;
 * ``export.json``: labels, task, maximum length, the temperature of the probabilities
   (``softmax(logits / T)``, 1 unless ``contrastfit calibrate`` fitted one), opset, the source folder,
@@ -58,9 +60,13 @@ def _inputs_of(tokenizer) -> list[str]:
     return [k for k in ("input_ids", "attention_mask", "token_type_ids") if k in made]
 
 
-def _tokenize(tokenizer, texts, pairs, max_length: int, tensors: str):
-    return tokenizer(list(texts), list(pairs) if pairs is not None else None, truncation=True, max_length=max_length,
-                     padding=True, return_tensors=tensors)
+def _tokenize(tokenizer, texts, pairs, max_length: int, tensors: str, separate: bool = False):
+    """The model's inputs: the texts (and pairs) as one sequence each, or, for a head that reads the two
+    texts of a pair encoded apart (``separate``), each text on its own with ``*_b`` for the second."""
+    kw = dict(truncation=True, max_length=max_length, padding=True, return_tensors=tensors)
+    if separate:
+        return {**tokenizer(list(texts), **kw), **{f"{k}_b": v for k, v in tokenizer(list(pairs), **kw).items()}}
+    return tokenizer(list(texts), list(pairs) if pairs is not None else None, **kw)
 
 
 def export_onnx(run: str | os.PathLike, output: str | os.PathLike, *, task: str | None = None,
@@ -80,9 +86,7 @@ def export_onnx(run: str | os.PathLike, output: str | os.PathLike, *, task: str 
         raise ModelError(f"{run} is already an ONNX export; export the folder `contrastfit train` wrote")
     model = load_for_inference(str(run), task).to("cpu").eval()
     spec = getattr(model, "spec", None)
-    if spec is not None and spec.separate:
-        raise ModelError(f"task '{spec.name}' encodes the two texts of a pair separately ({spec.head} head); the "
-                         "export takes one tokenised sequence: single-text tasks and joint-pair heads")
+    separate = bool(getattr(model, "separate_pairs", False))  # a head reading the pair's texts encoded apart
     method = f"multitask:{spec.name}:{spec.objective}" if spec is not None else model.config_dict()["method"]
     pair_model = bool(model.info.get("data", {}).get("text_pair"))
     texts = list(texts) if texts is not None else list(VERIFY_TEXTS)
@@ -91,32 +95,40 @@ def export_onnx(run: str | os.PathLike, output: str | os.PathLike, *, task: str 
     if not texts:
         raise ModelError("export: no texts to verify the export on")
     names = _inputs_of(model.tokenizer)
+    if separate:
+        names += [f"{k}_b" for k in names]
 
     class Logits(torch.nn.Module):
         def __init__(self, inner):
             super().__init__()
             self.inner = inner
 
-        def forward(self, input_ids, attention_mask, token_type_ids=None):
-            return self.inner(input_ids=input_ids, attention_mask=attention_mask,
-                              token_type_ids=token_type_ids).logits.float()
+        def forward(self, input_ids, attention_mask, token_type_ids=None, input_ids_b=None, attention_mask_b=None,
+                    token_type_ids_b=None):
+            second = {} if input_ids_b is None else {"input_ids_b": input_ids_b, "attention_mask_b": attention_mask_b,
+                                                     "token_type_ids_b": token_type_ids_b}
+            return self.inner(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
+                              **second).logits.float()
 
-    example = _tokenize(model.tokenizer, texts[:2], pairs[:2] if pairs is not None else None, model.max_length, "pt")
-    batch, sequence = torch.export.Dim("batch"), torch.export.Dim("sequence")
+    example = _tokenize(model.tokenizer, texts[:2], pairs[:2] if pairs is not None else None, model.max_length, "pt",
+                        separate)
+    batch = torch.export.Dim("batch")
+    sequence = {"": torch.export.Dim("sequence"), "_b": torch.export.Dim("sequence_b")}  # the two texts' lengths
     import warnings
 
     with atomic_folder(output) as staging, torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the exporter's deprecation and tracing notes
-        program = torch.onnx.export(Logits(model), tuple(example[k] for k in names), str(staging / ONNX_NAME),
+        program = torch.onnx.export(Logits(model), (), str(staging / ONNX_NAME), kwargs={k: example[k] for k in names},
                                     input_names=names, output_names=["logits"], opset_version=opset,
-                                    dynamic_shapes={k: {0: batch, 1: sequence} for k in names}, dynamo=True,
-                                    verbose=False)
+                                    dynamic_shapes={k: {0: batch, 1: sequence["_b" if k.endswith("_b") else ""]}
+                                                    for k in names}, dynamo=True, verbose=False)
         if program is None or not (staging / ONNX_NAME).is_file():
             raise ModelError(f"export: torch.onnx.export wrote no {ONNX_NAME}")
         model.tokenizer.save_pretrained(staging)
         reference = model.predict_logits(texts, pairs)
         served = OnnxClassifier(staging, _meta={"inputs": names, "max_length": model.max_length, "temperature": 1.0,
-                                                "label_names": model.label_names, "task": model.task})
+                                                "label_names": model.label_names, "task": model.task,
+                                                "separate_pairs": separate})
         worst, same = 0.0, True
         for size in sorted({1, min(3, len(texts)), len(texts)}):
             for start in range(0, len(texts), size):
@@ -129,7 +141,7 @@ def export_onnx(run: str | os.PathLike, output: str | os.PathLike, *, task: str 
                              f"{'' if same else ' and change predictions'}; nothing written to {output}")
         meta = {"format": "onnx", "onnx": ONNX_NAME, "inputs": names, "output": "logits",
                 "opset": int(program.model.opset_imports.get("", 0)) if hasattr(program, "model") else opset,
-                "task": model.task, "label_names": model.label_names, "text_pair": pair_model,
+                "task": model.task, "label_names": model.label_names, "text_pair": pair_model, "separate_pairs": separate,
                 "max_length": model.max_length, "temperature": getattr(model, "temperature", 1.0), "method": method,
                 "source": str(Path(run).absolute()),
                 "verification": {"texts": len(texts), "batch_sizes": sorted({1, min(3, len(texts)), len(texts)}),
@@ -181,8 +193,8 @@ class OnnxClassifier:
         order = np.argsort([-len(t) for t in texts], kind="stable")  # similar lengths batch together (less padding)
         for start in tqdm(range(0, len(texts), batch_size), desc="predict", disable=not progress, leave=False):
             idx = order[start:start + batch_size]
-            enc = _tokenize(self.tokenizer, [texts[i] for i in idx],
-                            [pairs[i] for i in idx] if pairs is not None else None, self.meta["max_length"], "np")
+            enc = _tokenize(self.tokenizer, [texts[i] for i in idx], [pairs[i] for i in idx] if pairs is not None else None,
+                            self.meta["max_length"], "np", bool(self.meta.get("separate_pairs")))
             feed = {k: np.asarray(enc[k], dtype=np.int64) for k in self.meta["inputs"]}
             out.append(self.session.run(["logits"], feed)[0])
         width = 1 if self.task == "regression" else len(self.label_names or [])
