@@ -31,9 +31,10 @@ Task heads (report Sec. 4.2; :class:`~contrastfit.heads.SimCSETaskHead`, dropout
 
 Randomness: dropout, masking and sampling use the global torch RNG (seeded by the Trainer).
 
-Not implemented: the report's round-robin multi-task training over several data sets (Sec. 5.3.5),
-and its fine-tuning of the encoder together with the heads at 1e-6 (the heads here train on the frozen
-encoder). Stage-1 optimisation values of the report (Sec. 5.3; learning rate 1e-5 for SimCSE and 1e-6
+The report's round-robin multi-task training over several data sets (Sec. 5.3.5) is
+:mod:`contrastfit.multitask` (one encoder, a head per task; start it from a stage-1 encoder saved by
+``contrastfit pretrain``). Not implemented in these methods: the report's fine-tuning of the encoder
+together with the heads at 1e-6 (the heads here train on the frozen encoder). Stage-1 optimisation values of the report (Sec. 5.3; learning rate 1e-5 for SimCSE and 1e-6
 for DiffCSE, weight decay 0.1, batch 64 / 32 / 64, maximum length 64 / 100 / 64) are Trainer settings
 (``--learning-rate`` etc.), not method hyper-parameters. Stage-2 values are the project's shared
 :data:`~contrastfit.methods.base.HEAD_STAGE_DEFAULTS` (the report's heads used learning rate 1e-3 and
