@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import sqlite3
 import subprocess
@@ -213,7 +214,7 @@ time.sleep(0 if sys.argv[3] == "finish" else 60)
 
 
 @pytest.mark.parametrize("other_finishes", [True, False])
-def test_run_pending_reports_only_units_still_running_elsewhere(tmp_path, other_finishes):
+def test_run_pending_reports_only_units_still_running_elsewhere(tmp_path, other_finishes, capsys):
     """Two runners share a store: the one that ends last must not count a unit the other finished in
     the meantime as pending (else neither writes the report); one still running is reported."""
     path, signal_file = tmp_path / "results.sqlite", tmp_path / "go"
@@ -228,9 +229,11 @@ def test_run_pending_reports_only_units_still_running_elsewhere(tmp_path, other_
             return {"run": "b"}
 
         units = [store_module.Unit("a", "a", lambda: pytest.fail("a belongs to the other runner")),
-                 store_module.Unit("b", "b", work_b)]
+                 store_module.Unit("b", "b", work_b), store_module.Unit("c", "c", lambda: {"run": "c"})]
         ran, skipped, elsewhere = store_module.run_pending(store, units)
-        assert (ran, skipped) == (1, 0)
+        assert (ran, skipped) == (2, 0)
+        # with another runner on the store, the time left is an upper bound (it may take some units)
+        assert re.search(r"^\[3/3\] c, at most about \d+\.\d min left$", capsys.readouterr().out, re.M)
         assert elsewhere == ([] if other_finishes else ["a"])
         store.close()
     finally:

@@ -383,7 +383,9 @@ def run_pending(store: ResultsStore, units: Sequence[Unit]) -> tuple[int, int, l
         eta = ""
         if ran:
             per_run = (time.perf_counter() - started) / ran
-            eta = f", about {per_run * (len(units) - i + 1 - len(elsewhere)) / 60:.1f} min left"
+            # the units from here on, this one included; other runners sharing the store may take some
+            left = per_run * (len(units) - i + 1) / 60
+            eta = f", at most about {left:.1f} min left" if elsewhere else f", about {left:.1f} min left"
         print(f"{label}{eta}", flush=True)
         try:
             result = unit.work()
