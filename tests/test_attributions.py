@@ -42,9 +42,8 @@ def _value(model, text: str, keep: set[int], target: int, baseline: str) -> floa
         return float(model(input_ids=ids, attention_mask=att).logits.softmax(-1)[0, target])
 
 
-def _exact_shapley(model, text: str, target: int, baseline: str) -> np.ndarray:
-    """phi_i = sum over S not containing i of |S|! (n-|S|-1)! / n! [v(S + i) - v(S)]."""
-    n = len(text.split())
+def _coalition_shapley(n: int, value) -> np.ndarray:
+    """phi_i = sum over S not containing i of |S|! (n-|S|-1)! / n! [v(S + i) - v(S)], for players 0..n-1."""
     phi = np.zeros(n)
     for i in range(n):
         others = [j for j in range(n) if j != i]
@@ -52,8 +51,12 @@ def _exact_shapley(model, text: str, target: int, baseline: str) -> np.ndarray:
             for subset in itertools.combinations(others, size):
                 w = math.factorial(size) * math.factorial(n - size - 1) / math.factorial(n)
                 s = set(subset)
-                phi[i] += w * (_value(model, text, s | {i}, target, baseline) - _value(model, text, s, target, baseline))
+                phi[i] += w * (value(s | {i}) - value(s))
     return phi
+
+
+def _exact_shapley(model, text: str, target: int, baseline: str) -> np.ndarray:
+    return _coalition_shapley(len(text.split()), lambda keep: _value(model, text, keep, target, baseline))
 
 
 @pytest.mark.parametrize("baseline", ["remove", "mask"])
@@ -191,13 +194,7 @@ def test_separately_encoded_pairs_match_the_coalition_formula(tiny_encoder_dir):
         return float(out.logits.softmax(-1)[0, 1])
 
     n = len(words)
-    want = np.zeros(n)
-    for i in range(n):
-        others = [j for j in range(n) if j != i]
-        for size in range(n):
-            for subset in itertools.combinations(others, size):
-                w = math.factorial(size) * math.factorial(n - size - 1) / math.factorial(n)
-                want[i] += w * (value(set(subset) | {i}) - value(set(subset)))
+    want = _coalition_shapley(n, value)
     got = token_attributions(task, first, second, target=1, exact=True)
     assert got.words == words and got.segments == [0, 0, 0, 1, 1]
     np.testing.assert_allclose(got.values, want, atol=1e-5)
