@@ -10,6 +10,34 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+def _devices() -> list[str]:
+    import torch
+
+    return ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+
+
+#: The devices a device-sensitive test runs on: the CPU always, and CUDA where a GPU is visible (so
+#: the same test checks the CUDA path on a machine that has one; CI has none).
+DEVICES = _devices()
+
+
+def rng_state(device: str):
+    """The random state a dropout draw on ``device`` advances: the CPU generator's, and the CUDA
+    generator's of the current device on CUDA."""
+    import torch
+
+    state = [torch.get_rng_state()]
+    if device == "cuda":
+        state.append(torch.cuda.get_rng_state())
+    return state
+
+
+def assert_same_rng(a, b) -> None:
+    import torch
+
+    assert len(a) == len(b) and all(torch.equal(x, y) for x, y in zip(a, b))
+
+
 WORDS = ("good great fine film movie bad awful boring plot actor story dull superb weak fun a the is was very not "
          "and but it this that of to").split()
 

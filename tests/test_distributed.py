@@ -350,7 +350,7 @@ def test_torchrun_two_processes_train_save_once_and_reload(tmp_path, tiny_encode
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
            "-m", "contrastfit", "train", "--data", str(sentiment_csv), "--text-column", "sentence",
            "--label-column", "sentiment", "--model", str(tiny_encoder_dir), "--method", "ce-scl",
-           "--batch-size", "8", "--min-steps", "6", "--epochs", "1", "--output", str(out), "--quiet", *extra]
+           "--batch-size", "8", "--min-steps", "6", "--epochs", "1", "--output", str(out), "--quiet", "--cpu", *extra]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
     assert proc.returncode == 0, "\n".join(l for l in proc.stderr.splitlines() if "contrastfit" in l or "Error" in l)[-3000:]
@@ -411,3 +411,22 @@ def test_balanced_batches_shard_into_distinct_valid_shares_per_process():
         for share in rows:  # each share alone has a positive pair
             ys = [labels[i] for i in share]
             assert len(set(ys)) < len(ys)
+
+
+def test_more_processes_than_gpus_is_a_one_line_error(monkeypatch):
+    """Two processes on one GPU fail inside NCCL's first collective ("invalid usage"): refused up front,
+    naming both counts; with --cpu (or without CUDA) they run on gloo."""
+    from contrastfit.distributed import cpu_processes
+    from contrastfit.errors import ConfigError
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    with pytest.raises(ConfigError, match=r"^2 processes were launched but only 1 GPU\(s\) are visible.*--cpu") as err:
+        cpu_processes(False)
+    assert "\n" not in str(err.value)
+    assert cpu_processes(True) is True
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    assert cpu_processes(False) is False
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert cpu_processes(False) is True

@@ -226,7 +226,7 @@ def test_ce_softtriple_end_to_end_centres_train_and_reload(tmp_path, tiny_encode
     centres = result.model.method.soft_triple.centers.detach().cpu()
     assert len(initial) == 1 and initial[0].shape == centres.shape == (2 * 4, 32)
     assert not torch.allclose(initial[0].cpu(), centres)  # the optimizer trained them (pitfall 3)
-    reloaded = ContrastiveClassifier.from_pretrained(tmp_path / "r")
+    reloaded = ContrastiveClassifier.from_pretrained(tmp_path / "r", device=result.model.device)  # on the device it trained on: the same kernels, so bitwise the same
     assert torch.equal(reloaded.method.soft_triple.centers.detach().cpu(), centres)
     assert reloaded.method.hparams == record["hparams"]
     texts = ["good fun", "dull awful plot"]

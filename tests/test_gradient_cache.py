@@ -1,7 +1,12 @@
 """Gradient caching (issue 11, section 1): the gradients of every method's loss with caching equal
 those of one full-batch pass with the same dropout masks, in float64, at chunk sizes that do and do
 not divide the batch; refusals are one line; training runs with and without caching end with the
-same weights; mixed precision and gradient accumulation compose."""
+same weights; mixed precision and gradient accumulation compose.
+
+Device-sensitive tests run on every device of ``conftest.DEVICES``: the CPU, and CUDA where a GPU is
+visible (the replay must restore the CUDA generator of the device the chunk runs on). The tolerances
+are the same on both: the reference and the cache run the same kernels on the same device, in
+float64 (1e-6 absolute), or bf16 autocast (1e-2 of the largest gradient)."""
 
 from __future__ import annotations
 
@@ -14,6 +19,7 @@ import datasets
 import pytest
 import torch
 
+from conftest import DEVICES, assert_same_rng, rng_state
 from contrastfit import ContrastiveClassifier
 from contrastfit.encoders import dropout_probabilities, set_dropout
 from contrastfit.errors import ConfigError
@@ -51,10 +57,10 @@ CASES = [
 CHUNKS = [1, 4, 20]  # every row alone; 4 + 4 + 1 (does not divide 9); one chunk larger than the batch
 
 
-def _model(tiny_encoder_dir, name, hparams, seed=0):
+def _model(tiny_encoder_dir, name, hparams, seed=0, device="cpu"):
     torch.manual_seed(seed)
     model = ContrastiveClassifier.from_encoder(str(tiny_encoder_dir), name, LABEL_NAMES, hparams=hparams)
-    model.double().train()  # every method, LaCon's fusion block included (heads.LabelFusion follows the dtype)
+    model.double().to(device).train()  # every method, LaCon's fusion block included (heads.LabelFusion follows the dtype)
     if name == "diffcse":  # the unigram generator is built from the tokenised training set
         ids = model.tokenize(TEXTS)["input_ids"]
         model.method.prepare(model, datasets.Dataset.from_dict({"input_ids": ids}))
@@ -63,7 +69,8 @@ def _model(tiny_encoder_dir, name, hparams, seed=0):
 
 def _batch(model, texts=TEXTS, labels=LABELS):
     enc = model.tokenize(texts, padding=True)
-    return {k: torch.tensor(v) for k, v in enc.items()}, torch.tensor(labels)
+    return ({k: torch.tensor(v, device=model.device) for k, v in enc.items()},
+            torch.tensor(labels, device=model.device))
 
 
 @contextlib.contextmanager
@@ -106,14 +113,14 @@ def _reference_grads(model, inputs, labels, chunk, seed):
     with _chunked_with_graph(model.encoder, chunk):
         out = model.method.training_loss(model, inputs, labels)
     out.loss.backward()
-    return float(out.loss.detach()), _grads(model), torch.get_rng_state()
+    return float(out.loss.detach()), _grads(model), rng_state(model.device.type)
 
 
 def _cached_grads(model, inputs, labels, chunk, seed):
     model.zero_grad(set_to_none=True)
     torch.manual_seed(seed)
     out = cached_backward(model, inputs, labels, chunk)
-    return float(out.loss.detach()), _grads(model), torch.get_rng_state()
+    return float(out.loss.detach()), _grads(model), rng_state(model.device.type)
 
 
 def _assert_same_grads(expected, actual, atol=1e-6, rtol=0.0):
@@ -133,8 +140,9 @@ def test_every_training_method_is_covered():
 
 @pytest.mark.parametrize("name,hparams", CASES, ids=[f"{n}{'-' + '-'.join(map(str, h.values())) if h else ''}"
                                                      for n, h in CASES])
-def test_cached_gradients_equal_full_batch_gradients_with_the_same_dropout(tiny_encoder_dir, name, hparams):
-    model = _model(tiny_encoder_dir, name, hparams)
+@pytest.mark.parametrize("device", DEVICES)
+def test_cached_gradients_equal_full_batch_gradients_with_the_same_dropout(tiny_encoder_dir, name, hparams, device):
+    model = _model(tiny_encoder_dir, name, hparams, device=device)
     inputs, labels = _batch(model)
     encoder_grad_seen = False
     for chunk in CHUNKS:
@@ -143,7 +151,7 @@ def test_cached_gradients_equal_full_batch_gradients_with_the_same_dropout(tiny_
         assert loss == pytest.approx(loss_ref, rel=1e-12, abs=1e-12)
         _assert_same_grads(ref, got)
         # the random stream continues where it would have without caching
-        assert torch.equal(rng, rng_ref)
+        assert_same_rng(rng, rng_ref)
         encoder_grad_seen |= any(g is not None and bool(g.abs().sum() > 0)
                                  for n, g in got.items() if n.startswith("encoder."))
     assert encoder_grad_seen  # the comparison is not vacuous: the encoder gets a gradient
@@ -151,9 +159,10 @@ def test_cached_gradients_equal_full_batch_gradients_with_the_same_dropout(tiny_
 
 @pytest.mark.parametrize("name,hparams", [("ce-scl", {}), ("ce-softtriple", {"centers_per_class": 3}),
                                           ("lacon-fusion", {"heads": 4})])
-def test_with_dropout_off_cached_gradients_equal_one_unchunked_pass(tiny_encoder_dir, name, hparams):
+@pytest.mark.parametrize("device", DEVICES)
+def test_with_dropout_off_cached_gradients_equal_one_unchunked_pass(tiny_encoder_dir, name, hparams, device):
     """Splitting the rows is invisible: against a single encoder call on the whole batch."""
-    model = _model(tiny_encoder_dir, name, hparams)
+    model = _model(tiny_encoder_dir, name, hparams, device=device)
     inputs, labels = _batch(model)
     with set_dropout(model.encoder, 0.0):
         model.zero_grad(set_to_none=True)
@@ -167,11 +176,12 @@ def test_with_dropout_off_cached_gradients_equal_one_unchunked_pass(tiny_encoder
             _assert_same_grads(ref, got)
 
 
-def test_without_replaying_the_random_state_the_gradients_differ(tiny_encoder_dir, monkeypatch):
+@pytest.mark.parametrize("device", DEVICES)
+def test_without_replaying_the_random_state_the_gradients_differ(tiny_encoder_dir, monkeypatch, device):
     """The equality above depends on the replay of dropout masks: skip the replay and it fails."""
     import contrastfit.gradcache as gc
 
-    model = _model(tiny_encoder_dir, "ce-scl", {})
+    model = _model(tiny_encoder_dir, "ce-scl", {}, device=device)
     inputs, labels = _batch(model)
     _, ref, _ = _reference_grads(model, inputs, labels, 4, seed=1)
     monkeypatch.setattr(gc, "_restore_random_state", lambda state: None)
@@ -214,31 +224,32 @@ def _replayed_outputs(model, cache, loss):
     finally:
         hook.remove()
     assert len(seen) == len(places)
-    result = torch.empty((offset, seen[0].shape[1]), dtype=seen[0].dtype)
+    result = torch.empty((offset, seen[0].shape[1]), dtype=seen[0].dtype, device=seen[0].device)
     for rows, out in zip(places, seen):
         result[rows] = out
     return result
 
 
-def test_mixed_precision_replays_autocast(tiny_encoder_dir):
+@pytest.mark.parametrize("device", DEVICES)
+def test_mixed_precision_replays_autocast(tiny_encoder_dir, device):
     """Under bf16 autocast the replay recomputes exactly what the first pass cached (same autocast,
     same dropout masks), and the gradients agree with the reference up to bf16 rounding."""
-    model = _model(tiny_encoder_dir, "ce-scl", {}).float()
+    model = _model(tiny_encoder_dir, "ce-scl", {}, device=device).float()
     inputs, labels = _batch(model)
-    with torch.autocast("cpu", dtype=torch.bfloat16):
+    with torch.autocast(device, dtype=torch.bfloat16):
         _, ref, _ = _reference_grads(model, inputs, labels, 4, seed=3)
 
     def first_pass():
         model.zero_grad(set_to_none=True)
         torch.manual_seed(3)
         cache = GradientCache(model.encoder, 4)
-        with torch.autocast("cpu", dtype=torch.bfloat16):
+        with torch.autocast(device, dtype=torch.bfloat16):
             with cache.caching():
                 out = model.method.training_loss(model, inputs, labels)
         return cache, out.loss, cache.calls[0].leaves["pooled"].detach().clone()
 
     cache, loss, cached = first_pass()
-    assert cache.calls[0].autocast == ("cpu", True, torch.bfloat16)
+    assert cache.calls[0].autocast == (device, True, torch.bfloat16)
     # the Trainer back-propagates outside autocast; the replay puts the recorded autocast back
     assert torch.equal(_replayed_outputs(model, cache, loss), cached)
     grads = _grads(model)
@@ -248,13 +259,14 @@ def test_mixed_precision_replays_autocast(tiny_encoder_dir):
             torch.testing.assert_close(grads[name], g, rtol=0, atol=1e-2 * scale, msg=lambda m: f"{name}: {m}")
     # the check has teeth: a replay in full precision recomputes something else
     cache, loss, cached = first_pass()
-    cache.calls[0].autocast = ("cpu", False, torch.bfloat16)
+    cache.calls[0].autocast = (device, False, torch.bfloat16)
     assert not torch.equal(_replayed_outputs(model, cache, loss), cached)
 
 
-def test_replay_recomputes_the_cached_embeddings_with_dropout(tiny_encoder_dir):
+@pytest.mark.parametrize("device", DEVICES)
+def test_replay_recomputes_the_cached_embeddings_with_dropout(tiny_encoder_dir, device):
     """With dropout on, every replayed chunk equals what the first pass cached, for each view."""
-    model = _model(tiny_encoder_dir, "simcse-unsup", {})
+    model = _model(tiny_encoder_dir, "simcse-unsup", {}, device=device)
     inputs, labels = _batch(model)
     torch.manual_seed(5)
     cache = GradientCache(model.encoder, 4)
@@ -341,15 +353,18 @@ def _run(model, tmp_path, name, chunk, steps=4, **kw):
     return trainer
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("name,hparams,accumulation", [("ce-scl", {}, 1),
                                                       ("ce-softtriple", {"centers_per_class": 3}, 2)])
 def test_training_with_and_without_caching_gives_the_same_weights(tiny_no_dropout_dir, tmp_path, name, hparams,
-                                                                   accumulation):
-    plain = _model(tiny_no_dropout_dir, name, hparams)
+                                                                   accumulation, device):
+    plain = _model(tiny_no_dropout_dir, name, hparams, device=device)
     cached = copy.deepcopy(plain)
     start = {k: v.clone() for k, v in plain.state_dict().items()}
-    t_plain = _run(plain, tmp_path, "plain", None, gradient_accumulation_steps=accumulation)
-    t_cached = _run(cached, tmp_path, "cached", 3, gradient_accumulation_steps=accumulation)
+    cpu = device == "cpu"
+    t_plain = _run(plain, tmp_path, "plain", None, gradient_accumulation_steps=accumulation, use_cpu=cpu)
+    t_cached = _run(cached, tmp_path, "cached", 3, gradient_accumulation_steps=accumulation, use_cpu=cpu)
+    assert plain.device.type == cached.device.type == device
     assert t_plain.state.global_step == t_cached.state.global_step == 4
     after_plain, after_cached = plain.state_dict(), cached.state_dict()
     moved = [k for k in start if k.startswith("encoder.") and not torch.equal(start[k], after_plain[k])]
@@ -360,20 +375,23 @@ def test_training_with_and_without_caching_gives_the_same_weights(tiny_no_dropou
     assert losses(t_cached) == pytest.approx(losses(t_plain), rel=1e-6)
 
 
-def test_trainer_step_with_mixed_precision_and_caching(tiny_no_dropout_dir, tmp_path):
-    """bf16 on CPU (autocast through the accelerator): the cached run trains, and its weights stay
-    close to the uncached run's (bf16 arithmetic, so not equal)."""
-    plain = _model(tiny_no_dropout_dir, "ce-scl", {}).float()
+@pytest.mark.parametrize("device", DEVICES)
+def test_trainer_step_with_mixed_precision_and_caching(tiny_no_dropout_dir, tmp_path, device):
+    """bf16 (autocast through the accelerator, on the CPU and on CUDA): the cached run trains, and its
+    weights stay close to the uncached run's (bf16 arithmetic, so not equal)."""
+    plain = _model(tiny_no_dropout_dir, "ce-scl", {}, device=device).float()
     cached = copy.deepcopy(plain)
-    _run(plain, tmp_path, "plain", None, steps=2, bf16=True, use_cpu=True)
-    trainer = _run(cached, tmp_path, "cached", 3, steps=2, bf16=True, use_cpu=True)
+    _run(plain, tmp_path, "plain", None, steps=2, bf16=True, use_cpu=device == "cpu")
+    trainer = _run(cached, tmp_path, "cached", 3, steps=2, bf16=True, use_cpu=device == "cpu")
+    assert plain.device.type == cached.device.type == device
     assert all(torch.isfinite(torch.tensor(h["loss"])) for h in trainer.state.log_history if "loss" in h)
     a, b = plain.state_dict(), cached.state_dict()
     worst = max(float((a[k].float() - b[k].float()).abs().max()) for k in a)
     assert worst < 1e-2
 
 
-def test_resume_with_caching_gives_the_uninterrupted_model(tmp_path, tiny_encoder_dir, sentiment_csv):
+@pytest.mark.parametrize("device", DEVICES)
+def test_resume_with_caching_gives_the_uninterrupted_model(tmp_path, tiny_encoder_dir, sentiment_csv, device):
     """Checkpoints and --resume keep working: an interrupted cached run, resumed, ends where an
     uninterrupted cached run does (dropout on: the random state travels with the checkpoint)."""
     import numpy as np
@@ -389,11 +407,12 @@ def test_resume_with_caching_gives_the_uninterrupted_model(tmp_path, tiny_encode
 
     kw = dict(method="ce-scl", data=str(sentiment_csv), model=str(tiny_encoder_dir), label_column="sentiment",
               epochs=2, batch_size=8, learning_rate=1e-3, progress=False, save_steps=2, shots=8, select_best=False,
-              gradient_cache_chunk=3)
+              gradient_cache_chunk=3, use_cpu=device == "cpu")
     full = train(output=str(tmp_path / "full"), **kw)
     cut = train(output=str(tmp_path / "cut"), callbacks=[StopAt()], **kw)
     assert cut["interrupted_at_step"] == 2 and not (tmp_path / "cut" / "results.json").exists()
     resumed = train(output=str(tmp_path / "cut"), resume=True, **kw)
+    assert full.model.device.type == resumed.model.device.type == device
     assert resumed["training"]["resumed_from"].endswith("checkpoint-2")
     assert resumed["training"]["steps"] == full["training"]["steps"] == 4
     assert resumed["training"]["gradient_cache_chunk"] == full["training"]["gradient_cache_chunk"] == 3

@@ -224,9 +224,9 @@ def test_end_to_end_training_moves_labels_and_reload_is_identical(tmp_path, tiny
     logged = [h for h in record_json["log_history"] if "loss" in h]
     assert logged and all({"loss_icl", "loss_lcl", "loss_ler"} <= set(h) for h in logged)
     trained = result.model.head.label_embeddings.detach()
-    assert not torch.equal(initial["labels"], trained)  # no weight decay: the gradient moved them
+    assert not torch.equal(initial["labels"].to(trained.device), trained)  # no weight decay: the gradient moved them
 
-    reloaded = ContrastiveClassifier.from_pretrained(out)
+    reloaded = ContrastiveClassifier.from_pretrained(out, device=result.model.device)  # on the device it trained on: the same kernels, so bitwise the same
     assert reloaded.method.name == method
     torch.testing.assert_close(reloaded.head.label_embeddings, trained, rtol=0, atol=0)
     for key, value in result.model.head.state_dict().items():
@@ -397,9 +397,9 @@ def test_ce_projection_trains_and_reloads_with_identical_predictions(tmp_path, t
     assert initial and set(initial) == set(trained)
     for key in ("projection.layers.1.weight", "projection.layers.4.weight", "projection.layers.7.weight",
                 "classifier.linear.weight"):
-        assert not torch.equal(initial[key], trained[key]), key  # g (and the classifier) trained
+        assert not torch.equal(initial[key].to(trained[key].device), trained[key]), key  # g (and the classifier) trained
 
-    reloaded = ContrastiveClassifier.from_pretrained(out)
+    reloaded = ContrastiveClassifier.from_pretrained(out, device=result.model.device)  # on the device it trained on: the same kernels, so bitwise the same
     assert reloaded.method.name == "ce-projection"
     for key, value in trained.items():
         assert torch.equal(reloaded.head.state_dict()[key], value), key

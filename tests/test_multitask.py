@@ -306,7 +306,7 @@ def test_two_task_run_reloads_with_identical_predictions(tmp_path, tiny_encoder_
     result = _run(tmp_path, tiny_encoder_dir, tasks, schedule="proportional", eval_steps=3)
     texts = ["good fun film", "awful dull plot", "the movie was very weak", "superb"]
     seconds = ["bad film", "great plot", "dull", "fine actor"]
-    reloaded = MultiTaskModel.from_pretrained(tmp_path / "run")
+    reloaded = MultiTaskModel.from_pretrained(tmp_path / "run", device=result.model.device)  # on the device it trained on: the same kernels, so bitwise the same
     for model in (result.model, reloaded):
         assert model.task_names == ["sent", "sts"]
     np.testing.assert_array_equal(result.model.predict_logits(texts, task="sent"), reloaded.predict_logits(texts, task="sent"))
@@ -439,7 +439,8 @@ def test_an_interrupted_run_resumes_to_the_uninterrupted_model(tmp_path, tiny_en
     # a finished run is returned, not trained again, with resume; refused without
     again = _run(tmp_path, tiny_encoder_dir, tasks, name="cut", resume=True, **kw)
     assert dict(again) == json.loads((tmp_path / "cut" / "results.json").read_text())
-    np.testing.assert_array_equal(again.model.predict_logits(texts, task="sent"),
+    # the finished run's folder, loaded on the device the resumed run trained on: bitwise the same
+    np.testing.assert_array_equal(again.model.to(resumed.model.device).predict_logits(texts, task="sent"),
                                   resumed.model.predict_logits(texts, task="sent"))
     with pytest.raises(ConfigError, match="finished run"):
         _run(tmp_path, tiny_encoder_dir, tasks, name="cut", **kw)

@@ -70,7 +70,7 @@ def test_a_pretrained_encoder_is_a_model_for_train(tmp_path, tiny_encoder_dir, c
     result = train(method="linear-probe", data=str(sentiment_csv), label_column="sentiment", model=str(out),
                    output=str(tmp_path / "run"), progress=False)
     assert result["model"] == str(out) and result["training"]["pooling"] == "mean"
-    used = result.model.encoder.backbone.state_dict()
+    used = {k: v.cpu() for k, v in result.model.encoder.backbone.state_dict().items()}
     pre = AutoModel.from_pretrained(out, local_files_only=True).state_dict()
     base = AutoModel.from_pretrained(tiny_encoder_dir, local_files_only=True).state_dict()
     assert all(torch.equal(pre[k], used[k]) for k in pre)

@@ -108,8 +108,8 @@ def _train(tiny_encoder_dir, sentiment_csv, tmp_path, method, **kw):
 def _normalised_features(model, ds):
     enc = model.tokenize(list(ds["text"]), padding=True)
     with torch.no_grad():
-        pooled = model.encoder(**{k: torch.tensor(v) for k, v in enc.items()}).pooled
-    return F.normalize(pooled, dim=-1).numpy()
+        pooled = model.encoder(**{k: torch.tensor(v, device=model.device) for k, v in enc.items()}).pooled
+    return F.normalize(pooled, dim=-1).cpu().numpy()
 
 
 def test_linear_probe_leaves_the_encoder_and_fits_sklearns_logistic_regression(tiny_encoder_dir, sentiment_csv, tmp_path):
@@ -119,7 +119,7 @@ def test_linear_probe_leaves_the_encoder_and_fits_sklearns_logistic_regression(t
     model = result.model
     fresh = ContrastiveClassifier.from_encoder(str(tiny_encoder_dir), "ce", ["negative", "positive"])
     for (name, a), (_, b) in zip(model.encoder.state_dict().items(), fresh.encoder.state_dict().items()):
-        assert torch.equal(a, b), name
+        assert torch.equal(a.cpu(), b), name
     assert result["training"]["steps"] == 0 and result["training"]["head_stage"]["solver"] == "logistic"
     data = load_data(str(sentiment_csv), label_column="sentiment")
     x = _normalised_features(model, data.train)
@@ -139,7 +139,7 @@ def test_setfit_trains_the_encoder_for_the_librarys_step_count_then_a_logistic_h
     assert result["training"]["learning_rate"] == 2e-5
     model = result.model
     fresh = ContrastiveClassifier.from_encoder(str(tiny_encoder_dir), "ce", ["negative", "positive"])
-    moved = [not torch.equal(a, b) for a, b in zip(model.encoder.parameters(), fresh.encoder.parameters())]
+    moved = [not torch.equal(a.cpu(), b) for a, b in zip(model.encoder.parameters(), fresh.encoder.parameters())]
     assert any(moved)
     data = load_data(str(sentiment_csv), label_column="sentiment")
     from contrastfit.data import sample_per_class

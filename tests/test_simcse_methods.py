@@ -453,7 +453,7 @@ def test_end_to_end_and_reload(tmp_path, tiny_encoder_dir, sentiment_csv, method
     part = {"simcse-unsup": "loss_simcse", "simcse-sup": "loss_simcse_sup", "diffcse": "loss_rtd"}[method]
     assert logged and all(part in h and np.isfinite(h[part]) for h in logged)
     texts = ["good fun", "dull awful plot"]
-    reloaded = ContrastiveClassifier.from_pretrained(tmp_path / "r")
+    reloaded = ContrastiveClassifier.from_pretrained(tmp_path / "r", device=result.model.device)  # on the device it trained on: the same kernels, so bitwise the same
     np.testing.assert_array_equal(result.model.predict_logits(texts), reloaded.predict_logits(texts))
     if method == "diffcse":
         for k, v in result.model.method.discriminator.state_dict().items():
@@ -479,7 +479,7 @@ def test_pair_regression_end_to_end_uses_the_cosine_head(tmp_path, pair_encoder_
     model = result.model
     assert model.task == "regression" and isinstance(model.head.pair, CosineRegressionHead)
     assert np.isfinite(result["training"]["head_stage"]["final_loss"])
-    reloaded = ContrastiveClassifier.from_pretrained(tmp_path / "r")
+    reloaded = ContrastiveClassifier.from_pretrained(tmp_path / "r", device=model.device)  # on the device it trained on: the same kernels, so bitwise the same
     a, b = ["good film", "bad plot"], ["great movie", "fun story"]
     np.testing.assert_array_equal(model.predict_logits(a, b), reloaded.predict_logits(a, b))
     # the prediction is the cosine head on the separately encoded sentences

@@ -30,7 +30,7 @@ def test_round_trip_predictions_identical(tmp_path, tiny_encoder_dir, sentiment_
     result = _train(tmp_path, tiny_encoder_dir, sentiment_csv)
     texts = ["good fun film", "awful dull plot", "the movie was very weak", "superb"]
     before = result.model.predict_logits(texts)
-    reloaded = ContrastiveClassifier.from_pretrained(tmp_path / "run")
+    reloaded = ContrastiveClassifier.from_pretrained(tmp_path / "run", device=result.model.device)  # on the device it trained on: the same kernels, so bitwise the same
     after = reloaded.predict_logits(texts)
     np.testing.assert_array_equal(before, after)
     assert reloaded.label_names == ["negative", "positive"]

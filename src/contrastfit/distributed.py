@@ -65,8 +65,20 @@ def launched_processes() -> int:
 def cpu_processes(use_cpu: bool = False) -> bool:
     """Whether the Trainer must be told ``use_cpu``: asked for, or several processes launched on a
     machine without CUDA. (Accelerate sets up a multi-process CPU run, gloo, only when told the run
-    is on the CPU; otherwise every process would train alone on the whole data set.)"""
-    return use_cpu or (launched_processes() > 1 and not torch.cuda.is_available())
+    is on the CPU; otherwise every process would train alone on the whole data set.)
+
+    Several processes on CUDA need a GPU each (NCCL refuses two processes on one device with an
+    "invalid usage" error from deep inside the first collective): fewer visible GPUs than processes
+    is a one-line :class:`~contrastfit.errors.ConfigError` naming both counts and ``--cpu``."""
+    processes = launched_processes()
+    if use_cpu or (processes > 1 and not torch.cuda.is_available()):
+        return True
+    if processes > 1 and torch.cuda.device_count() < processes:
+        from .errors import ConfigError
+
+        raise ConfigError(f"{processes} processes were launched but only {torch.cuda.device_count()} GPU(s) are "
+                          f"visible: launch at most one process per GPU, or add --cpu to train on the CPU (gloo)")
+    return False
 
 
 def world() -> tuple[int, int]:
