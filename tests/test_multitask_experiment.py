@@ -20,7 +20,6 @@ from conftest import WORDS, sentiment_rows
 from contrastfit.cli import main
 from contrastfit.errors import ConfigError
 from contrastfit.experiments import MultiTaskExperimentConfig, load_config, parse_config, run_experiment
-from contrastfit.experiments.identity import base_run_id
 from contrastfit.experiments.multitask import multitask_summary, summary_tables, task_corpus, variant_units
 from contrastfit.experiments.page import render_fragment
 from contrastfit.experiments.store import STORE_NAME, ResultsStore
@@ -28,6 +27,11 @@ from contrastfit.multitask import Task
 from contrastfit.pretrain import read_pretrain_record
 
 EXAMPLE = Path(__file__).parent.parent / "examples" / "cs224n_multitask.yaml"
+
+
+def base_run_id(run_id: str) -> str:
+    """A run id without the run identity that ends it (``multi-task-seed0-1a2b3c4d5e``)."""
+    return re.sub(r"-[0-9a-f]{10}$", "", run_id)
 
 
 def _write(path: Path, fieldnames, rows) -> Path:

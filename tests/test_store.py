@@ -271,8 +271,7 @@ def test_run_pending_reports_and_retrains_a_truncated_results_json(tmp_path, cap
     written.parent.mkdir(parents=True)
     written.write_text(json.dumps(_record("a" * 64, 1))[:25], encoding="utf-8")  # a finished run's file, cut short
     calls = []
-    unit = store_module.Unit("r", "r", lambda: calls.append(1) or _record("a" * 64, 2), written=written,
-                             identity=_identity("a" * 64))
+    unit = store_module.Unit("r", "r", lambda: calls.append(1) or _record("a" * 64, 2), written=written)
     assert store_module.run_pending(store, [unit]) == (1, 0, [])
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith(f"{written}: unreadable, truncated? (JSONDecodeError: ")

@@ -577,6 +577,9 @@ def cmd_experiment(args: argparse.Namespace) -> int:
         if isinstance(config, MultiTaskExperimentConfig):
             raise ContrastfitError(f"{args.config} is a multi-task experiment; --search runs a single-task "
                                    "config's search: block")
+        if args.rebuild_store:
+            raise ContrastfitError("--rebuild-store rebuilds an experiment's results store; a --search keeps its "
+                                   "trials in Optuna's storage: give one of them")
 
         run_search(config, progress=not args.quiet)
         return 0

@@ -315,8 +315,8 @@ def load_plan(folder: str | os.PathLike) -> dict[str, str] | None:
         raise ContrastfitError(f"{path}: unreadable ({type(exc).__name__}: {str(exc)[:80]}); run the experiment "
                                "again to rewrite it") from None
     if content_hash(load_experiment(folder)) != sha:
-        raise ContrastfitError(f"{path} was not written with {folder / EXPERIMENT_FILE} (a runner stopped between "
-                               "writing them?); run the experiment again to rewrite both")
+        raise ContrastfitError(f"{path} was not written with {folder / EXPERIMENT_FILE} (edited by hand, or a runner "
+                               "stopped between writing them?); run the experiment again to rewrite both")
     return {str(k): str(v) for k, v in runs.items()}
 
 
