@@ -271,7 +271,8 @@ def test_runner_saves_raw_embeddings_and_report_groups_by_their_distances(tmp_pa
     path.write_text(yaml.safe_dump(raw_config), encoding="utf-8")
     run_experiment(load_config(path), progress=False)
     out = tmp_path / "out"
-    folders = {"ce": out / "runs" / "ce-shots=4-sample0-seed0", "ce-scl": out / "runs" / "ce-scl-shots=4-sample0-seed0"}
+    # each run's folder: its id, ended by its identity
+    folders = {m: next((out / "runs").glob(f"{m}-shots=4-sample0-seed0-*")) for m in ("ce", "ce-scl")}
     texts = [r["sentence"] for r in sentiment_rows(8, seed=2)]
     arrays = {}
     for name, folder in folders.items():

@@ -483,3 +483,116 @@ def test_the_main_jobs_methods_run_and_report_in_an_experiment(experiment_files)
     summary = json.loads((Path(config.output) / "summary.json").read_text())
     assert {r["variant"] for r in summary["rows"]} == {"linear-probe", "setfit", "ce-scl-lr"}
     assert (Path(config.output) / "report.md").is_file()
+
+
+# ---------------------------------------------------------------------------------------------
+# Run identity: an edited config never reuses finished runs; a damaged store is named and rebuilt
+# ---------------------------------------------------------------------------------------------
+
+def _done_runs(out: Path) -> dict[str, dict]:
+    with ResultsStore(out / STORE_NAME) as store:
+        return {r["tags"]["run_id"]: r for r in store.done()}
+
+
+EDITS = {  # edit: (--set overrides, what the identity records of the edited run)
+    "epochs": (["training.epochs=2"], lambda spec: spec["training"]["epochs"] == 2),
+    "learning_rate": (["training.learning_rate=1e-4"], lambda spec: spec["training"]["learning_rate"] == 1e-4),
+    "hparam": (["methods=[{name: ce-scl, temperature: 0.3}]"], lambda spec: spec["hparams"]["temperature"] == 0.3),
+    "data content": ([], lambda spec: True),
+    "data path": (None, lambda spec: spec["data"]["name"].endswith("train2.csv")),
+}
+
+
+@pytest.mark.parametrize("edit", list(EDITS))
+def test_an_edited_config_makes_new_runs_beside_the_old_ones(experiment_files, tmp_path, edit, capsys):
+    from contrastfit.experiments.records import load_records
+
+    path = experiment_files(methods=[{"name": "ce-scl", "temperature": 0.1}])
+    out = tmp_path / "out"
+    run_experiment(load_config(path), progress=False)
+    (first,) = _done_runs(out).values()
+    overrides, recorded = EDITS[edit]
+    if edit == "data content":  # the same path, other rows
+        _csv(tmp_path / "train.csv", sentiment_rows(30, seed=9))
+    if edit == "data path":  # another file with the same rows
+        (tmp_path / "train2.csv").write_bytes((tmp_path / "train.csv").read_bytes())
+        overrides = [f"data={tmp_path / 'train2.csv'}"]
+    edited = load_config(path, overrides)
+    capsys.readouterr()
+    summary = run_experiment(edited, progress=False)
+    printed = capsys.readouterr().out
+    assert "1 runs (1 new, 0 done earlier)" in printed  # never the old run
+    assert "1 finished run(s) of other configs stay in results.sqlite, left out of the summary" in printed
+    runs = _done_runs(out)
+    assert len(runs) == 2 and runs[first["tags"]["run_id"]] == first  # the old run is kept as it was
+    (new,) = [r for rid, r in runs.items() if rid != first["tags"]["run_id"]]
+    assert recorded(new["tags"]["run_identity"]["spec"])
+    if edit == "epochs":
+        assert new["training"]["steps"] == 2 * first["training"]["steps"]
+        assert "made with other settings (changed: training.epochs)" in printed
+    if edit == "data content":
+        assert new["data"]["train_hash"] != first["data"]["train_hash"] and "data.train_hash" in printed
+    # experiment.json, the summary and the report's records are the edited config's, and only its
+    assert json.loads((out / "experiment.json").read_text()) == edited.raw
+    (row,) = summary["rows"]
+    assert row["n"] == 1 and row["variant"] == new["tags"]["variant"]
+    assert [r.run_id for r in load_records(out)] == [new["tags"]["run_id"]]
+    assert json.loads((out / "summary.json").read_text())["rows"][0]["n"] == 1
+    # the unchanged config reuses its runs: back to the first config, nothing is trained
+    if edit == "data content":
+        _csv(tmp_path / "train.csv", sentiment_rows(30, seed=1))
+    capsys.readouterr()
+    run_experiment(load_config(path), progress=False)
+    assert "1 runs (0 new, 1 done earlier)" in capsys.readouterr().out
+    assert [r.run_id for r in load_records(out)] == [first["tags"]["run_id"]]
+
+
+def test_runs_recorded_without_an_identity_are_trained_again(experiment_files, tmp_path, capsys):
+    from contrastfit.experiments.records import load_records
+
+    out = tmp_path / "out"
+    with ResultsStore(out / STORE_NAME) as store:  # a store of an older contrastfit: run ids without identity
+        store.finish("ce-shots=4-sample0-seed0", {"method": "ce", "seed": 0, "metrics": {"test": {"accuracy": 1.0}},
+                                                  "tags": {"run_id": "ce-shots=4-sample0-seed0", "variant": "ce",
+                                                           "setting": "shots=4", "sample": 0}})
+    run_experiment(load_config(experiment_files(methods=["ce"])), progress=False)
+    printed = capsys.readouterr().out
+    assert "1 finished run(s) in" in printed and "carry no run identity (made by an older contrastfit)" in printed
+    assert "1 runs (1 new, 0 done earlier)" in printed
+    (record,) = load_records(out)
+    assert record.identity is not None and record.run_id.startswith("ce-shots=4-sample0-seed0-")
+    assert record.run_id.endswith(record.identity[:10])
+
+
+def test_a_damaged_store_is_named_in_one_line_and_rebuilt_from_the_results_json_files(experiment_files, tmp_path,
+                                                                                      capsys):
+    from contrastfit.cli import main
+
+    path = experiment_files(methods=["ce", "ce-scl"])
+    out = tmp_path / "out"
+    assert main(["experiment", str(path), "--quiet"]) == 0
+    before = _done_runs(out)
+    store = out / STORE_NAME
+    for extra in (Path(f"{store}-wal"), Path(f"{store}-shm")):
+        extra.unlink(missing_ok=True)
+    store.write_bytes(b"\0garbage where the database was" * 64)
+    capsys.readouterr()
+    for argv in (["experiment", str(path), "--quiet"], ["report", str(out)]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith(f"contrastfit: error: {store} is not a readable results store")
+        assert "contrastfit experiment CONFIG --rebuild-store" in err
+    # one finished run's results.json was cut short too: reported, trained again; the other is imported
+    ce_scl = next(rid for rid in before if rid.startswith("ce-scl-"))
+    written = out / "runs" / ce_scl / "results.json"
+    written.write_text(written.read_text()[:100])
+    assert main(["experiment", str(path), "--quiet", "--rebuild-store"]) == 0
+    printed = capsys.readouterr().out
+    assert f"{written}: unreadable, truncated?" in printed and "2 runs (1 new, 1 done earlier)" in printed
+    assert len(list(out.glob("results.sqlite.broken-*"))) == 1 and (written.parent / "results.json.unreadable").is_file()
+    after = _done_runs(out)
+    assert set(after) == set(before)
+    ce = next(rid for rid in before if rid != ce_scl)
+    assert after[ce] == before[ce]  # restored from its results.json, not trained again
+    assert after[ce_scl]["timings"] != before[ce_scl]["timings"]  # trained again
+    assert json.loads(written.read_text()) == after[ce_scl]

@@ -20,13 +20,18 @@ from conftest import WORDS, sentiment_rows
 from contrastfit.cli import main
 from contrastfit.errors import ConfigError
 from contrastfit.experiments import MultiTaskExperimentConfig, load_config, parse_config, run_experiment
-from contrastfit.experiments.multitask import multitask_summary, summary_tables, task_corpus
+from contrastfit.experiments.multitask import multitask_summary, summary_tables, task_corpus, variant_units
 from contrastfit.experiments.page import render_fragment
 from contrastfit.experiments.store import STORE_NAME, ResultsStore
 from contrastfit.multitask import Task
 from contrastfit.pretrain import read_pretrain_record
 
 EXAMPLE = Path(__file__).parent.parent / "examples" / "cs224n_multitask.yaml"
+
+
+def base_run_id(run_id: str) -> str:
+    """A run id without the run identity that ends it (``multi-task-seed0-1a2b3c4d5e``)."""
+    return re.sub(r"-[0-9a-f]{10}$", "", run_id)
 
 
 def _write(path: Path, fieldnames, rows) -> Path:
@@ -176,8 +181,10 @@ def _spy(monkeypatch, fail_on: str | None = None) -> list[str]:
     real_train, real_pretrain = mt.train_multitask, pt.pretrain
 
     def train(*args, **kwargs):
-        calls.append(Path(kwargs["output"]).relative_to(Path(kwargs["output"]).parents[1]).as_posix())
-        if fail_on is not None and kwargs["output"].endswith(fail_on):
+        # the folder, without the run identity that ends a run id (runs/multi-task-seed0-1a2b3c4d5e)
+        folder = re.sub(r"-[0-9a-f]{10}(?=/|$)", "", Path(kwargs["output"]).relative_to(Path(kwargs["output"]).parents[1]).as_posix())
+        calls.append(folder)
+        if fail_on is not None and folder.endswith(fail_on):
             raise Killed(kwargs["output"])
         return real_train(*args, **kwargs)
 
@@ -205,8 +212,8 @@ def test_every_variant_runs_resumes_after_a_kill_and_is_reported(tmp_path, tiny_
         run_experiment(config, progress=False)
     assert calls == ["single-task-seed0/sent", "single-task-seed0/sts", "runs/multi-task-seed0"]
     with ResultsStore(out / STORE_NAME) as store:
-        assert {r["run_id"]: r["status"] for r in store.all()} == {"single-task-seed0": "done",
-                                                                   "multi-task-seed0": "failed"}
+        assert {base_run_id(r["run_id"]): r["status"] for r in store.all()} == {"single-task-seed0": "done",
+                                                                                "multi-task-seed0": "failed"}
     # 2. run again: the finished variant is skipped, the others run (each stage-1 encoder trained once)
     calls = _spy(monkeypatch)
     summary = run_experiment(config, progress=False)
@@ -230,6 +237,7 @@ def test_every_variant_runs_resumes_after_a_kill_and_is_reported(tmp_path, tiny_
         assert test["sent"]["accuracy"] == record["tasks"]["sent"]["metrics"]["test"]["accuracy"]
         assert test["average"] == pytest.approx((test["sent"]["accuracy"] + (0.0 if math.isnan(pearson) else pearson)) / 2)
         assert record["seed"] == 0 and record["tags"]["run_id"] == record["runs"][next(iter(record["runs"]))]["folder"].split("/")[1]
+        assert record["tags"]["run_id"].endswith("-" + record["tags"]["run_identity"]["sha256"][:10])
     # the same samples in every variant
     hashes = {n: {r["tasks"][n]["data"]["train_hash"] for r in records.values()} for n in ("sent", "sts")}
     assert all(len(h) == 1 for h in hashes.values())
@@ -272,6 +280,25 @@ def test_every_variant_runs_resumes_after_a_kill_and_is_reported(tmp_path, tiny_
     assert lines[0] in capsys.readouterr().out
     assert main(["compare", str(out), str(out)]) == 2
     assert "compare lines up single-task experiments" in capsys.readouterr().err
+
+
+def test_an_edited_multitask_config_gets_new_run_ids(tmp_path, tiny_encoder_dir, task_files):
+    """A (variant, seed) run's id ends with its identity: an unchanged config keeps every id (its runs
+    are reused), an edited one (steps, a variant's settings, a task's data content) gets new ones."""
+    def ids(**overrides) -> dict[str, str]:
+        config = load_config(_config_file(tmp_path, _raw(tmp_path, tiny_encoder_dir, task_files, **overrides)))
+        return {base_run_id(u.run_id): u.run_id for u in variant_units(config, tmp_path / "out", progress=False)}
+
+    first = ids()
+    assert list(first) == ["single-task-seed0", "multi-task-seed0", "multi-task-after-simcse-seed0"]
+    assert ids() == first
+    assert all(ids(steps_per_task=3)[k] != first[k] for k in first)
+    variants = [{"name": "single-task", "mode": "single", "training": {"learning_rate": 1.0e-4}},
+                {"name": "multi-task", "mode": "multitask", "schedule": "round-robin"}]
+    edited = ids(variants=variants)
+    assert edited["single-task-seed0"] != first["single-task-seed0"] and edited["multi-task-seed0"] == first["multi-task-seed0"]
+    _write(task_files["sts"], ["sentence1", "sentence2", "score"], _sts_rows(30, 7))  # same path, other rows
+    assert all(ids()[k] != first[k] for k in first)
 
 
 def test_task_corpus_is_the_unlabelled_training_texts(task_files):

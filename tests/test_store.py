@@ -240,3 +240,70 @@ def test_run_pending_reports_only_units_still_running_elsewhere(tmp_path, other_
         if proc.poll() is None:
             proc.kill()
         proc.wait()
+
+
+# -- an unreadable store, unreadable results.json files, run identities -----------------------------
+
+def test_an_unreadable_store_is_one_line_naming_the_file_and_the_rebuild(tmp_path):
+    from contrastfit.errors import ContrastfitError
+
+    path = tmp_path / "results.sqlite"
+    path.write_bytes(b"this is not an SQLite database, it was cut short or overwritten" * 20)
+    with pytest.raises(ContrastfitError) as info:
+        ResultsStore(path)
+    message = str(info.value)
+    assert "\n" not in message and message.startswith(f"{path} is not a readable results store")
+    assert "contrastfit experiment CONFIG --rebuild-store" in message
+
+
+def _identity(sha: str) -> dict:
+    return {"sha256": sha, "spec": {"seed": 0}}
+
+
+def _record(sha: str | None, value: int) -> dict:
+    tags = {"run_id": "r"} if sha is None else {"run_id": "r", "run_identity": _identity(sha)}
+    return {"value": value, "tags": tags}
+
+
+def test_run_pending_reports_and_retrains_a_truncated_results_json(tmp_path, capsys):
+    store = ResultsStore(tmp_path / "results.sqlite")
+    written = tmp_path / "runs" / "r" / "results.json"
+    written.parent.mkdir(parents=True)
+    written.write_text(json.dumps(_record("a" * 64, 1))[:25], encoding="utf-8")  # a finished run's file, cut short
+    calls = []
+    unit = store_module.Unit("r", "r", lambda: calls.append(1) or _record("a" * 64, 2), written=written)
+    assert store_module.run_pending(store, [unit]) == (1, 0, [])
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith(f"{written}: unreadable, truncated? (JSONDecodeError: ")
+    assert out[0].endswith("); moved to results.json.unreadable, the run is trained again")
+    assert calls == [1] and store.get("r")["result"]["value"] == 2
+    assert not written.exists() and (written.parent / "results.json.unreadable").is_file()
+    store.close()
+
+
+def test_run_pending_reuses_only_records_of_the_units_identity(tmp_path, capsys):
+    store = ResultsStore(tmp_path / "results.sqlite")
+    same, other = "a" * 64, "b" * 64
+    # a finished run's results.json of another identity is not imported: set aside, the run trained
+    written = tmp_path / "runs" / "r" / "results.json"
+    written.parent.mkdir(parents=True)
+    written.write_text(json.dumps(_record(other, 1)), encoding="utf-8")
+    unit = store_module.Unit("r", "r", lambda: _record(same, 2), written=written, identity=_identity(same))
+    assert store_module.run_pending(store, [unit]) == (1, 0, [])
+    assert "made by another config (its run identity differs)" in capsys.readouterr().out
+    assert store.get("r")["result"]["value"] == 2 and store.get("r")["config"]["identity"] == same
+    # a results.json of the unit's identity is imported, not trained
+    written.write_text(json.dumps(_record(same, 3)), encoding="utf-8")
+    imported = store_module.Unit("s", "s", lambda: pytest.fail("imported, not trained"), written=written,
+                                 identity=_identity(same))
+    assert store_module.run_pending(store, [imported]) == (0, 1, [])
+    assert store.get("s")["result"]["value"] == 3
+    # the same run again: reused
+    assert store_module.run_pending(store, [unit]) == (0, 1, [])
+    # a finished row whose record carries another identity (or none) is refused, in one line
+    store.finish("t", _record(None, 4))
+    stale = store_module.Unit("t", "t", lambda: pytest.fail("never trained"), identity=_identity(same))
+    with pytest.raises(store_module.StoreError, match=r"results\.sqlite: the finished run t was made by another "
+                                                      r"config than its id says .*--rebuild-store"):
+        store_module.run_pending(store, [stale])
+    store.close()

@@ -248,6 +248,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "--set protocol.samples=3 --set 'protocol.train_size=[20, 100]' --set seeds=[0]")
     p.add_argument("--quiet", action="store_true", help="no per-step progress bars")
     p.add_argument("--search", choices=["optuna"], help="run the config's `search:` block as an Optuna study instead of the grid")
+    p.add_argument("--rebuild-store", action="store_true",
+                   help="move OUTPUT/results.sqlite aside (e.g. an unreadable one) and rebuild it from the runs' "
+                        "results.json files: finished runs are imported, not trained again")
 
     # -- report / compare ----------------------------------------------------------------------
     p = sub.add_parser("report", help="write report.md and report.html of an experiment folder",
@@ -574,10 +577,13 @@ def cmd_experiment(args: argparse.Namespace) -> int:
         if isinstance(config, MultiTaskExperimentConfig):
             raise ContrastfitError(f"{args.config} is a multi-task experiment; --search runs a single-task "
                                    "config's search: block")
+        if args.rebuild_store:
+            raise ContrastfitError("--rebuild-store rebuilds an experiment's results store; a --search keeps its "
+                                   "trials in Optuna's storage: give one of them")
 
         run_search(config, progress=not args.quiet)
         return 0
-    run_experiment(config, progress=not args.quiet)
+    run_experiment(config, progress=not args.quiet, rebuild_store=args.rebuild_store)
     return 0
 
 

@@ -58,11 +58,12 @@ from .config import MultiTaskExperimentConfig, multitask_settings
 from .page import REPORT_HTML, REPORT_MD, Page, Section, Table, Text, render_fragment, render_page
 from .records import RUNS_DIR, load_experiment, load_runs, ordered_unique
 from .schema import MultiTaskVariant
-from .store import STORE_NAME, Unit, file_lock
+from .identity import IDENTITY_TAG, make_identity, path_digest, text_data_digest, with_identity
+from .store import STORE_NAME, Unit, file_lock, read_written
 from .summary import format_stat, value_stat
 
 __all__ = ["ENCODERS_DIR", "is_multitask_experiment", "main_table_text", "multitask_summary", "stage1_encoder",
-           "summarise_folder", "summary_tables", "task_corpus", "variant_run_id", "variant_units",
+           "summarise_folder", "summary_tables", "task_corpus", "variant_identity", "variant_run_id", "variant_units",
            "write_multitask_report"]
 
 ENCODERS_DIR = "encoders"
@@ -157,7 +158,8 @@ def _average(tasks: dict[str, dict[str, Any]], split: str) -> float | None:
 
 
 def _variant_record(config: MultiTaskExperimentConfig, variant: MultiTaskVariant, seed: int, run_id: str,
-                    model: str, stage1: dict[str, Any] | None, runs: dict[str, tuple[str, dict[str, Any]]]) -> dict:
+                    model: str, stage1: dict[str, Any] | None, runs: dict[str, tuple[str, dict[str, Any]]],
+                    identity: dict[str, Any] | None = None) -> dict:
     """The variant's record from its runs (``{run key: (folder relative to OUTPUT, train_multitask
     record)}``; the key is ``multitask`` or a task name)."""
     names = [t.name for t in config.tasks]
@@ -179,21 +181,25 @@ def _variant_record(config: MultiTaskExperimentConfig, variant: MultiTaskVariant
         "timings": {"train_s": float(sum(rec["timings"]["train_s"] for _, rec in runs.values())),
                     "stage1_s": float(stage1["train_s"]) if stage1 else 0.0},
         "versions": library_versions(),
-        "tags": {"experiment": config.name, "variant": variant.name, "seed": seed, "run_id": run_id},
+        "tags": {"experiment": config.name, "variant": variant.name, "seed": seed, "run_id": run_id,
+                 **({IDENTITY_TAG: identity} if identity is not None else {})},
     }
 
 
 def _run_variant(config: MultiTaskExperimentConfig, variant: MultiTaskVariant, seed: int, out: Path,
-                 progress: bool) -> dict[str, Any]:
+                 progress: bool, run_id: str | None = None, identity: dict[str, Any] | None = None) -> dict[str, Any]:
     from ..multitask.training import train_multitask
+    from ..training import RESULTS_NAME
 
-    run_id = variant_run_id(variant.name, seed)
+    run_id = run_id or variant_run_id(variant.name, seed)
     stage1 = stage1_encoder(config, variant.pretrain, seed, out, progress) if variant.pretrain else None
     model = stage1["encoder"] if stage1 else (variant.model or config.model)
     tasks = [t.model_dump() for t in config.tasks]
     common = {**multitask_settings(config, variant), "model": model, "seed": seed, "progress": progress,
               "resume": True, "save_model": config.save_models}
     tags = {"experiment": config.name, "variant": variant.name, "seed": seed, "run_id": run_id}
+    if identity is not None:
+        tags[IDENTITY_TAG] = identity
     steps = config.steps_per_task
     if variant.mode == "multitask":
         plan = {"multitask": (f"{RUNS_DIR}/{run_id}", tasks, steps * len(tasks) if steps else None)}
@@ -201,19 +207,58 @@ def _run_variant(config: MultiTaskExperimentConfig, variant: MultiTaskVariant, s
         plan = {t["name"]: (f"{RUNS_DIR}/{run_id}/{t['name']}", [t], steps) for t in tasks}
     runs = {}
     for key, (folder, run_tasks, max_steps) in plan.items():
+        written = out / folder / RESULTS_NAME
+        if written.is_file():  # a finished task run: reused when readable and of this identity, else trained again
+            read_written(written, identity)
         record = train_multitask(tasks=run_tasks, output=str(out / folder), max_steps=max_steps,
                                  tags={**tags, "run": key}, **common)
         runs[key] = (folder, dict(record))
-    return _variant_record(config, variant, seed, run_id, model, stage1, runs)
+    return _variant_record(config, variant, seed, run_id, model, stage1, runs, identity)
+
+
+def variant_identity(config: MultiTaskExperimentConfig, variant: MultiTaskVariant, seed: int,
+                     data: dict[str, dict[str, Any]], digests: dict[str, str | None]) -> dict[str, Any]:
+    """The identity (:mod:`.identity`) of ``variant``'s run with ``seed``: the variant, its training
+    settings, every task's entry and data (``data``: each task's row hashes), the steps per task, the
+    encoder (``digests``: the hash of a local encoder folder) or the stage-1 entry it starts from."""
+    base = config.pretrain[variant.pretrain].model or config.model if variant.pretrain else variant.model or config.model
+    spec = {
+        "kind": "multitask variant", "variant": variant.model_dump(), "seed": seed,
+        "settings": multitask_settings(config, variant), "steps_per_task": config.steps_per_task,
+        "tasks": [t.model_dump() for t in config.tasks], "data": data,
+        "model": {"name": base, "sha256": digests.get(base)},
+        "pretrain": config.pretrain[variant.pretrain].model_dump() if variant.pretrain else None,
+    }
+    return make_identity(spec)
+
+
+def _task_data_digests(config: MultiTaskExperimentConfig) -> dict[str, dict[str, Any]]:
+    """Each task's loaded data, as its row hashes (:func:`~.identity.text_data_digest`)."""
+    from ..data import load_data
+
+    out = {}
+    for t in config.tasks:
+        data = load_data(t.data, text_column=t.text_column, text_pair_column=t.text_pair_column,
+                         label_column=t.label_column, validation_data=t.validation_data, test_data=t.test_data,
+                         validation_split=t.validation_split)
+        out[t.name] = text_data_digest(data)
+    return out
 
 
 def variant_units(config: MultiTaskExperimentConfig, out: Path, progress: bool = True) -> list[Unit]:
     """Every (seed, variant) of ``config`` as a unit of work for the results store (what
-    :func:`contrastfit.experiments.run_experiment` runs, skipping the finished ones)."""
+    :func:`contrastfit.experiments.run_experiment` runs, skipping the finished ones); each run id ends
+    with the run's identity (:func:`variant_identity`), so an edited config makes new runs."""
+    data = _task_data_digests(config)
+    models = {config.model, *(v.model for v in config.variants if v.model), *(e.model for e in config.pretrain.values() if e.model)}
+    digests = {m: path_digest(m) for m in models}
+
     def unit(seed: int, variant: MultiTaskVariant) -> Unit:
-        return Unit(variant_run_id(variant.name, seed), f"{variant.name} seed={seed}",
-                    lambda: _run_variant(config, variant, seed, out, progress),
-                    claim={"variant": variant.name, "mode": variant.mode, "seed": seed})
+        identity = variant_identity(config, variant, seed, data, digests)
+        run_id = with_identity(variant_run_id(variant.name, seed), identity["sha256"])
+        return Unit(run_id, f"{variant.name} seed={seed}",
+                    lambda: _run_variant(config, variant, seed, out, progress, run_id, identity),
+                    claim={"variant": variant.name, "mode": variant.mode, "seed": seed}, identity=identity)
 
     return [unit(seed, v) for seed in config.seeds for v in config.variants]
 

@@ -2,7 +2,8 @@
 
 An experiment folder, as the runner writes it::
 
-    FOLDER/experiment.json                  the raw experiment config
+    FOLDER/experiment.json                  the raw experiment config (the one last run)
+    FOLDER/plan.json                        its runs: {run id: run identity}; the summary covers those only
     FOLDER/results.sqlite                   the ResultsStore: one result dict per finished run
     FOLDER/runs/<run_id>/analysis.npz       optional: test embeddings (n, d; L2-normalised),
                                             embeddings_raw (n, d; un-normalised), labels (n,),
@@ -40,14 +41,18 @@ from typing import Any
 import numpy as np
 
 from ..errors import ConfigError, ContrastfitError
+from .identity import content_hash, record_identity
 from .store import STORE_NAME, ResultsStore
 
 __all__ = [
-    "ANALYSIS_FILE", "ATTRIBUTIONS_FILE", "EXPERIMENT_FILE", "RUNS_DIR", "AnalysisArrays", "ExperimentRuns",
+    "ANALYSIS_FILE", "ATTRIBUTIONS_FILE", "EXPERIMENT_FILE", "PLAN_FILE", "RUNS_DIR", "AnalysisArrays", "ExperimentRuns",
     "RunRecord", "as_records", "load_experiment", "load_records", "load_runs", "natural_key",
 ]
 
 EXPERIMENT_FILE = "experiment.json"
+#: The runs of the folder's current config: ``{"experiment_sha256": hash of experiment.json, "runs": {run id:
+#: identity}}``, written by the runner with ``experiment.json``; the summary and the report cover those runs only.
+PLAN_FILE = "plan.json"
 RUNS_DIR = "runs"
 ANALYSIS_FILE = "analysis.npz"
 ATTRIBUTIONS_FILE = "attributions.json"
@@ -153,6 +158,9 @@ class RunRecord:
     log_history: tuple[dict[str, Any], ...] = ()
     training: dict[str, Any] = field(default_factory=dict)
     model: str | None = None
+    #: the run's identity: the content hash of everything that made it (``tags.run_identity.sha256``,
+    #: :mod:`contrastfit.experiments.identity`); None for a run recorded without one
+    identity: str | None = None
     #: the encoder's name in the tables when the experiment compares several (``models:``), else None
     model_label: str | None = None
     data_name: str | None = None
@@ -235,6 +243,7 @@ class RunRecord:
             log_history=tuple(dict(e) for e in history if isinstance(e, Mapping)),
             training=dict(mapping(result.get("training"), "training")),
             model=None if result.get("model") is None else str(result["model"]),
+            identity=record_identity(result),
             model_label=None if tags.get("model") is None else str(tags["model"]),
             data_name=None if data.get("name") is None else str(data["name"]),
             analysis_path=analysis if analysis is not None and analysis.is_file() else None,
@@ -289,8 +298,32 @@ def as_records(runs: Iterable[RunRecord | Mapping[str, Any]], folder: str | os.P
 # Folders
 # --------------------------------------------------------------------------------------------------
 
+def load_plan(folder: str | os.PathLike) -> dict[str, str] | None:
+    """``{run id: identity}`` of the runs of ``FOLDER``'s current config (``plan.json``), or None for a
+    folder written before plans were recorded. Raises a one-line :class:`~contrastfit.errors.ContrastfitError`
+    when the plan is unreadable or was not written with the folder's ``experiment.json``."""
+    folder = Path(folder)
+    path = folder / PLAN_FILE
+    if not path.is_file():
+        return None
+    try:
+        plan = json.loads(path.read_text(encoding="utf-8"))
+        runs, sha = plan["runs"], plan["experiment_sha256"]
+        if not isinstance(runs, dict):
+            raise TypeError("runs is not a mapping")
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
+        raise ContrastfitError(f"{path}: unreadable ({type(exc).__name__}: {str(exc)[:80]}); run the experiment "
+                               "again to rewrite it") from None
+    if content_hash(load_experiment(folder)) != sha:
+        raise ContrastfitError(f"{path} was not written with {folder / EXPERIMENT_FILE} (edited by hand, or a runner "
+                               "stopped between writing them?); run the experiment again to rewrite both")
+    return {str(k): str(v) for k, v in runs.items()}
+
+
 def load_runs(folder: str | os.PathLike) -> list[dict[str, Any]]:
-    """The result dicts of every finished run in ``FOLDER/results.sqlite``, in the order they finished.
+    """The result dicts of every finished run in ``FOLDER/results.sqlite``, in the order they finished:
+    those of the folder's current config (its ``plan.json``: run id and identity), every one in a folder
+    without a plan.
 
     Raises :class:`~contrastfit.errors.ContrastfitError` when the folder, its store, or any finished
     run is missing.
@@ -301,13 +334,20 @@ def load_runs(folder: str | os.PathLike) -> list[dict[str, Any]]:
     path = folder / STORE_NAME
     if not path.is_file():
         raise ContrastfitError(f"experiment folder {folder}: no {STORE_NAME} (has the experiment been run?)")
+    plan = load_plan(folder)
     try:
         with ResultsStore(path) as store:
             runs = [r for r in store.done() if isinstance(r, dict)]
+    except ContrastfitError:
+        raise
     except Exception as exc:  # sqlite3.DatabaseError and friends: not a readable store
         raise ContrastfitError(f"experiment folder {folder}: cannot read {STORE_NAME} ({exc})") from None
+    if plan is not None:
+        runs = [r for r in runs if (sha := plan.get(str((r.get("tags") or {}).get("run_id")))) is not None
+                and sha == record_identity(r)]
     if not runs:
-        raise ContrastfitError(f"experiment folder {folder}: no finished runs in {STORE_NAME}")
+        raise ContrastfitError(f"experiment folder {folder}: no finished runs in {STORE_NAME}"
+                               + (" of its current config" if plan is not None else ""))
     return runs
 
 

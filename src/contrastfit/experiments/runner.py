@@ -6,7 +6,9 @@ record) after; :class:`~contrastfit.experiments.store.ResultsStore` commits each
 a runner killed at any moment (even SIGKILL) loses at most the run in progress, and a restarted
 runner skips what finished. A run that wrote its ``results.json`` but died before the store heard
 of it is imported, not retrained. Several runners on one output folder share the work: a run
-claimed by a live runner is left to it.
+claimed by a live runner is left to it. A run's id ends with its identity (:mod:`.identity`): an
+edited config makes new runs beside the old ones, and the summary covers the current config's runs
+(``plan.json``) only.
 
 Per run, the runner also saves ``analysis.npz`` (test embeddings, L2-normalised and raw, labels,
 predictions, texts and, for LaCon, the label embeddings) for the report's figures, and, for the first sample and seed of
@@ -19,6 +21,7 @@ from __future__ import annotations
 import json
 import re
 import time
+from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -29,11 +32,16 @@ from ..atomic import atomic_open, write_json_atomic, write_text_atomic
 from ..data import load_data
 from ..distributed import launched_processes
 from ..errors import ConfigError, ContrastfitError
+from ..methods import get_method
+from ..methods.base import resolve_hparams
 from ..training import RESULTS_NAME, TrainConfig, train
 from .config import ExperimentConfig, MethodVariant, MultiTaskExperimentConfig
+from .identity import (IDENTITY_TAG, NOT_IDENTITY, base_run_id, changed_keys, content_hash, make_identity, path_digest,
+                       record_identity, text_data_digest, with_identity)
 from .plan import Job, jobs, protocol_runs
 from .records import ANALYSIS_FILE as ANALYSIS_NAME
 from .records import ATTRIBUTIONS_FILE as ATTRIBUTIONS_NAME
+from .records import EXPERIMENT_FILE, PLAN_FILE
 from .report import format_summary, summarise, write_report
 from .store import STORE_NAME, ResultsStore, Unit, file_lock, run_pending
 
@@ -48,10 +56,12 @@ def variant_training(config: ExperimentConfig, variant: MethodVariant) -> dict[s
 
 
 def _train_config(config: ExperimentConfig, job: Job, folder: Path, progress: bool, model: str,
-                  source: dict[str, Any] | None = None) -> TrainConfig:
+                  source: dict[str, Any] | None = None, identity: dict[str, Any] | None = None) -> TrainConfig:
     tags = {"experiment": config.name, "variant": job.label, "setting": job.run.setting,
             "sample": job.run.sample, "params": job.run.params, "sampling": job.run.sampling,
             "run_id": job.run_id}
+    if identity is not None:
+        tags[IDENTITY_TAG] = identity
     if job.model_label is not None:
         tags["model"] = job.model_label
     if job.variant.training:
@@ -214,20 +224,53 @@ class TransferSources:
         return info
 
 
+def job_identity(config: ExperimentConfig, job: Job, data: dict[str, Any], run: dict[str, Any],
+                 model_sha256: str | None, source: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The identity (:mod:`.identity`) of ``job``'s run: its method and resolved hyper-parameters, seed,
+    encoder (``model_sha256``: the hash of a local encoder folder), every training setting that shapes the
+    result, the data (``data``: the loaded data's row hashes, :func:`~.identity.text_data_digest`), the run's
+    own rows (``run``: the same for its protocol run) and setting, and a transfer run's source spec."""
+    method, given = job.variant.method, dict(job.variant.hparams)
+    tc = TrainConfig(method=method, data=config.data, model=job.model, hparams=given, seed=job.seed,
+                     **variant_training(config, job.variant))
+    fixed = {"method", "hparams", "seed", "model", "data"}
+    spec = {
+        "kind": "experiment run", "method": method,
+        "hparams": resolve_hparams(method, get_method(method).defaults, given), "seed": job.seed,
+        "model": {"name": job.model, "sha256": model_sha256},
+        "training": {f.name: getattr(tc, f.name) for f in fields(TrainConfig) if f.name not in NOT_IDENTITY | fixed},
+        "data": {"name": config.data, "options": config.data_options.settings(), **data},
+        "run": {"setting": job.run.setting, "sample": job.run.sample, "params": job.run.params,
+                "sampling": job.run.sampling, **{k: v for k, v in run.items() if k.endswith("_hash")}},
+    }
+    if source is not None:
+        spec["transfer_source"] = {**source, "data_sha256": path_digest(source.get("data"))}
+    return make_identity(spec)
+
+
 def _job_units(config: ExperimentConfig, out: Path, progress: bool) -> list[Unit]:
-    """The single-task experiment's plan (:func:`~.plan.jobs`) as units of work for the store."""
+    """The single-task experiment's plan (:func:`~.plan.jobs`) as units of work for the store, each run's
+    id ended by its identity (:func:`job_identity`)."""
     data = load_data(config.data, **config.data_options.settings())
     sources = TransferSources(config, out, progress) if config.protocol_kind == "transfer" else None
     plan = jobs(config, protocol_runs(config, data))
+    cache: dict[int, tuple[Any, str]] = {}
+    data_digest = text_data_digest(data, cache)
+    model_digests = {model: path_digest(model) for _, model in config.encoders}
 
     def unit(job: Job) -> Unit:
+        source_spec = sources.spec(job.variant, job.model, job.model_label) if sources is not None else None
+        identity = job_identity(config, job, data_digest, text_data_digest(job.run.data, cache),
+                                model_digests[job.model], source_spec)
+        job = replace(job, run_id=with_identity(job.run_id, identity["sha256"]))
         folder = out / "runs" / job.run_id
 
         def work() -> dict[str, Any]:
             # a transfer source is trained on first use
             source = sources.get(job.variant, job.model, job.model_label) if sources is not None else None
             model = source["encoder"] if source is not None else job.model
-            result = train(_train_config(config, job, folder, progress, model, source), text_data=job.run.data)
+            result = train(_train_config(config, job, folder, progress, model, source, identity),
+                           text_data=job.run.data)
             if config.analyses:
                 save_analysis(result.model, job.run.data.test, folder)
             if ("attributions" in config.analyses and job.run.setting == plan[0].run.setting
@@ -238,22 +281,76 @@ def _job_units(config: ExperimentConfig, out: Path, progress: bool) -> list[Unit
         return Unit(job.run_id, f"{job.label} {job.run.setting} sample={job.run.sample} seed={job.seed}", work,
                     claim={"variant": job.label, "setting": job.run.setting, "sample": job.run.sample,
                            "seed": job.seed},
-                    written=folder / RESULTS_NAME)
+                    written=folder / RESULTS_NAME, identity=identity)
 
     return [unit(job) for job in plan]
 
 
-def run_experiment(config: ExperimentConfig | MultiTaskExperimentConfig, progress: bool = True) -> dict[str, Any]:
+def _set_store_aside(out: Path) -> None:
+    """Move ``OUTPUT/results.sqlite`` (with its ``-wal`` / ``-shm`` files) to ``results.sqlite.broken-STAMP``,
+    so the run that follows rebuilds the store from the runs' ``results.json`` files."""
+    path = out / STORE_NAME
+    if not path.exists():
+        print(f"{path}: no store to set aside; it is built from the runs' {RESULTS_NAME} files", flush=True)
+        return
+    aside = path.with_name(f"{STORE_NAME}.broken-{time.strftime('%Y%m%d-%H%M%S')}")
+    for suffix in ("", "-wal", "-shm"):
+        if Path(f"{path}{suffix}").exists():
+            Path(f"{path}{suffix}").replace(f"{aside}{suffix}")
+    print(f"{path} moved to {aside.name}; rebuilding the store from the runs' {RESULTS_NAME} files", flush=True)
+
+
+def _note_other_configs(out: Path, units: list[Unit], rows: list[dict[str, Any]]) -> int:
+    """Print one line when finished runs of the store share a unit's place in the plan (variant, setting,
+    sample, seed) but were made by another config, naming the identity keys that changed; returns the
+    number of finished runs that are not this config's (kept, left out of the summary)."""
+    mine = {u.run_id for u in units}
+    others: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        if row["status"] == "done" and row["run_id"] not in mine:
+            others.setdefault(base_run_id(row["run_id"]), []).append(row)
+    changed: list[str] = []
+    edited = legacy = 0
+    for unit in units:
+        for row in others.get(base_run_id(unit.run_id), []):
+            tags = row["result"].get("tags") if isinstance(row["result"], dict) else None
+            ident = tags.get(IDENTITY_TAG) if isinstance(tags, dict) else None
+            if record_identity(row["result"]) is None or not isinstance(ident.get("spec"), dict):
+                legacy += 1
+                continue
+            edited += 1
+            changed += [k for k in changed_keys(ident["spec"], unit.identity["spec"]) if k not in changed]
+    if edited or legacy:
+        what = []
+        if edited:
+            keys = ", ".join(changed[:8]) + (f" and {len(changed) - 8} more" if len(changed) > 8 else "")
+            what.append(f"{edited} finished run(s) in {out} were made with other settings (changed: {keys})")
+        if legacy:
+            what.append(f"{legacy} finished run(s) in {out} carry no run identity (made by an older contrastfit)")
+        print("; ".join(what) + ": this config's runs are trained anew beside them, and the summary covers only "
+              "this config's runs", flush=True)
+    return sum(len(v) for v in others.values())
+
+
+def run_experiment(config: ExperimentConfig | MultiTaskExperimentConfig, progress: bool = True,
+                   rebuild_store: bool = False) -> dict[str, Any]:
     """Run (or continue) ``config``; return the summary rows. Also writes the report unless
     ``report: false``. A multi-task config's units are its (seed, variant) runs
-    (:func:`contrastfit.experiments.multitask.variant_units`)."""
+    (:func:`contrastfit.experiments.multitask.variant_units`).
+
+    Every run's id ends with its identity (:mod:`.identity`), so runs of an edited config are new runs
+    beside the old ones; ``experiment.json`` and ``plan.json`` (this config's run ids and identities)
+    name the runs the summary and the report cover. ``rebuild_store``: first move ``results.sqlite``
+    aside (an unreadable one, say) and rebuild it from the runs' ``results.json`` files: this config's
+    finished runs are imported, not trained again."""
     if launched_processes() > 1:
         raise ConfigError(f"experiments run in one process (one results store, one writer); launched with "
                           f"{launched_processes()} processes: run `contrastfit experiment` without torchrun, or "
                           f"launch single runs with `torchrun ... -m contrastfit train`")
     out = Path(config.output)
     out.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(out / "experiment.json", config.raw)
+    if rebuild_store:
+        _set_store_aside(out)
     if isinstance(config, MultiTaskExperimentConfig):
         from .multitask import variant_units
 
@@ -261,7 +358,12 @@ def run_experiment(config: ExperimentConfig | MultiTaskExperimentConfig, progres
     else:
         units = _job_units(config, out, progress)
     started = time.perf_counter()
-    with ResultsStore(out / STORE_NAME) as store:
+    with ResultsStore(out / STORE_NAME) as store:  # an unreadable store stops the run here, before any write
+        others = _note_other_configs(out, units, store.all())
+        # the plan first: a runner stopped between the two writes leaves files that load_runs refuses to pair
+        write_json_atomic(out / PLAN_FILE, {"experiment_sha256": content_hash(config.raw),
+                                            "runs": {u.run_id: u.identity["sha256"] for u in units}})
+        write_json_atomic(out / EXPERIMENT_FILE, config.raw)
         ran, skipped, elsewhere = run_pending(store, units)
     summary = summarise(out)  # the report's summary: its metrics (regression ones for a regression task)
     write_json_atomic(out / "summary.json", summary)
@@ -272,6 +374,8 @@ def run_experiment(config: ExperimentConfig | MultiTaskExperimentConfig, progres
     minutes = (time.perf_counter() - started) / 60
     print(f"\n{len(units)} runs ({ran} new, {skipped} done earlier"
           + (f", {len(elsewhere)} in other processes" if elsewhere else "") + f") in {minutes:.1f} min; results in {out}")
+    if others:
+        print(f"{others} finished run(s) of other configs stay in {STORE_NAME}, left out of the summary")
     if config.report and not elsewhere:
         try:
             paths = write_report(out)

@@ -28,6 +28,13 @@ Guarantees
   one run; ``busy_timeout`` makes a writer wait for the lock instead of failing. Runners on one
   store therefore share the work without duplicating or corrupting anything.
 
+* **Only a run's own result is reused.** A :class:`Unit` with an ``identity`` (the content hash of
+  everything that made the run, :mod:`contrastfit.experiments.identity`) skips a finished row only when
+  the row's record carries that identity, and imports a ``results.json`` only when it is readable and
+  carries it (else the file is named in one line, set aside and the run trained again).
+* **An unreadable database is one line.** A file that is not a (sound) SQLite database raises
+  :class:`StoreError` naming it and how to rebuild it (``contrastfit experiment CONFIG --rebuild-store``).
+
 Limits: a ``running`` row owned by a process on *another* host is treated as alive (its liveness
 cannot be checked) -- use :meth:`ResultsStore.release` to free it by hand. SQLite's WAL mode needs
 a local file system (not NFS). One :class:`ResultsStore` object is safe to share between threads
@@ -50,15 +57,21 @@ from typing import Any
 
 if __package__:
     from ..atomic import json_default, write_json_atomic
-else:  # loaded on its own from its file (standard library only): atomic.py, also standard library only, beside it
+    from ..errors import ContrastfitError
+else:  # loaded on its own from its file (standard library only): atomic.py and errors.py, also standard library only
     import importlib.util
 
-    _spec = importlib.util.spec_from_file_location("_contrastfit_atomic", Path(__file__).resolve().parents[1] / "atomic.py")
-    _atomic = importlib.util.module_from_spec(_spec)
-    _spec.loader.exec_module(_atomic)
-    json_default, write_json_atomic = _atomic.json_default, _atomic.write_json_atomic
+    def _load(name: str):
+        spec = importlib.util.spec_from_file_location(f"_contrastfit_{name}", Path(__file__).resolve().parents[1] / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
 
-__all__ = ["ResultsStore", "STORE_NAME", "Unit", "file_lock", "run_pending"]
+    _atomic = _load("atomic")
+    json_default, write_json_atomic = _atomic.json_default, _atomic.write_json_atomic
+    ContrastfitError = _load("errors").ContrastfitError
+
+__all__ = ["REBUILD_HINT", "ResultsStore", "STORE_NAME", "StoreError", "Unit", "file_lock", "read_written", "run_pending"]
 
 #: File name of the store inside an experiment's output folder.
 STORE_NAME = "results.sqlite"
@@ -76,6 +89,27 @@ CREATE TABLE IF NOT EXISTS runs (
     error    TEXT
 )
 """
+#: How to get a readable store back (what the error of an unreadable one says).
+REBUILD_HINT = ("rebuild it from the runs' results.json files with `contrastfit experiment CONFIG --rebuild-store` "
+                "(CONFIG may be the folder's experiment.json)")
+
+
+class StoreError(ContrastfitError):
+    """The results store cannot be used: not an SQLite database, a damaged one, or a run whose record does
+    not match its id. One line naming the file."""
+
+
+def _unreadable(path: Path, exc: BaseException) -> StoreError:
+    return StoreError(f"{path} is not a readable results store ({exc}); {REBUILD_HINT}")
+
+
+def _corrupt(exc: BaseException) -> bool:
+    """Whether an sqlite3 error says the file is not a (sound) database, as opposed to a locked,
+    missing or misused one."""
+    return isinstance(exc, sqlite3.DatabaseError) and not isinstance(
+        exc, (sqlite3.OperationalError, sqlite3.IntegrityError, sqlite3.ProgrammingError, sqlite3.InterfaceError))
+
+
 _COLUMNS = ("run_id", "status", "config", "result", "started", "finished", "host", "pid", "error")
 
 # Runs claimed by *this* process and not yet finished, per database file: lets a claim whose pid is
@@ -186,8 +220,10 @@ class ResultsStore:
             self._retry(lambda: conn.execute("PRAGMA journal_mode = WAL").fetchone())
             conn.execute("PRAGMA synchronous = FULL")
             self._retry(lambda: conn.execute(_SCHEMA))
-        except BaseException:
+        except BaseException as exc:
             conn.close()
+            if _corrupt(exc):
+                raise _unreadable(self.path, exc) from None
             raise
         self._conn, self._conn_pid = conn, os.getpid()
         return conn
@@ -215,7 +251,11 @@ class ResultsStore:
             self._retry(lambda: conn.execute("BEGIN IMMEDIATE" if write else "BEGIN"))
             try:
                 yield conn
-            except BaseException:
+            except BaseException as exc:
+                if _corrupt(exc):  # a damaged page found by this query
+                    with contextlib.suppress(sqlite3.Error):
+                        conn.execute("ROLLBACK")
+                    raise _unreadable(self.path, exc) from None
                 conn.execute("ROLLBACK")
                 raise
             conn.execute("COMMIT")
@@ -342,18 +382,56 @@ class ResultsStore:
 
 class Unit:
     """One run of an experiment's plan: its ``run_id`` in the store, a ``label`` for the progress line,
-    ``work`` (trains it; returns its record), what its claim records (``claim``), and ``written``, a
+    ``work`` (trains it; returns its record), what its claim records (``claim``), ``written``, a
     file holding its record once it finished (its ``results.json``), which is imported when the runner
-    died before the store heard of it. (A plain class: this module also loads from its file alone,
-    outside the package, where ``dataclasses`` cannot find it.)"""
+    died before the store heard of it, and ``identity``, the run's identity (``{"sha256", "spec"}``,
+    :mod:`contrastfit.experiments.identity`) that its record must carry (``tags.run_identity``) to be
+    reused. (A plain class: this module also loads from its file alone, outside the package, where
+    ``dataclasses`` cannot find it.)"""
 
-    __slots__ = ("run_id", "label", "work", "claim", "written")
+    __slots__ = ("run_id", "label", "work", "claim", "written", "identity")
 
     def __init__(self, run_id: str, label: str, work: Callable[[], Any], claim: dict[str, Any] | None = None,
-                 written: Path | None = None) -> None:
+                 written: Path | None = None, identity: dict[str, Any] | None = None) -> None:
         self.run_id, self.label, self.work = run_id, label, work
         self.claim = dict(claim or {})
         self.written = written
+        self.identity = identity
+        if identity is not None:
+            self.claim["identity"] = identity["sha256"]
+
+
+def _identity_of(record: Any) -> str | None:
+    """``tags.run_identity.sha256`` of a record (:func:`contrastfit.experiments.identity.record_identity`,
+    repeated here: this module loads on its own)."""
+    tags = record.get("tags") if isinstance(record, dict) else None
+    ident = tags.get("run_identity") if isinstance(tags, dict) else None
+    return ident.get("sha256") if isinstance(ident, dict) else None
+
+
+def read_written(path: Path, identity: dict[str, Any] | None = None) -> dict[str, Any] | None:
+    """The record in a finished run's ``results.json``; None, after one line saying so, when the file is
+    unreadable (truncated, not JSON, not a mapping) or, with ``identity``, carries another run identity:
+    such a file is renamed ``results.json.unreadable`` (kept for inspection) and the run is trained again."""
+    try:
+        record = json.loads(Path(path).read_text(encoding="utf-8"))
+        reason = None if isinstance(record, dict) else "not a JSON object"
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        record, reason = None, f"unreadable, truncated? ({type(exc).__name__}: {str(exc)[:80]})"
+    if reason is None and identity is not None and _identity_of(record) != identity["sha256"]:
+        reason = "made by another config (its run identity differs)"
+    if reason is None:
+        return record
+    aside = Path(path).with_name(Path(path).name + ".unreadable")
+    os.replace(path, aside)
+    print(f"{path}: {reason}; moved to {aside.name}, the run is trained again", flush=True)
+    return None
+
+
+def _check_done(store: ResultsStore, unit: Unit, result: Any) -> None:
+    if unit.identity is not None and _identity_of(result) != unit.identity["sha256"]:
+        raise StoreError(f"{store.path}: the finished run {unit.run_id} was made by another config than its id "
+                         f"says (its run identity differs); {REBUILD_HINT}, or use a new output folder")
 
 
 def run_pending(store: ResultsStore, units: Sequence[Unit]) -> tuple[int, int, list[str]]:
@@ -362,20 +440,27 @@ def run_pending(store: ResultsStore, units: Sequence[Unit]) -> tuple[int, int, l
     :meth:`ResultsStore.fail` when ``work`` raises, which then propagates). Prints one progress line
     per unit (with an estimate of the time left). Returns ``(ran, skipped, still running elsewhere)``:
     the last list holds the units left to other processes that are not done when this call returns,
-    so the last of several runners sharing a store sees none and writes the report."""
+    so the last of several runners sharing a store sees none and writes the report.
+
+    A finished run is reused only when its record carries the unit's ``identity`` (a store whose record
+    does not is refused with a :class:`StoreError`); a ``written`` file that is unreadable or of another
+    identity is reported in one line, set aside and the run trained again (:func:`read_written`)."""
     started = time.perf_counter()
     ran, skipped, elsewhere = 0, 0, []
     for i, unit in enumerate(units, 1):
         label = f"[{i}/{len(units)}] {unit.label}"
         row = store.get(unit.run_id)
         if row is not None and row["status"] == "done":
+            _check_done(store, unit, row["result"])
             skipped += 1
             continue
         if unit.written is not None and unit.written.is_file():  # finished, but the store never heard of it
-            if store.claim(unit.run_id, {"imported": True}):
-                store.finish(unit.run_id, json.loads(unit.written.read_text(encoding="utf-8")))
-            skipped += 1
-            continue
+            record = read_written(unit.written, unit.identity)
+            if record is not None:
+                if store.claim(unit.run_id, {"imported": True}):
+                    store.finish(unit.run_id, record)
+                skipped += 1
+                continue
         if not store.claim(unit.run_id, unit.claim):
             elsewhere.append(unit.run_id)
             print(f"{label}: running in another process, left to it", flush=True)
