@@ -498,7 +498,6 @@ def test_semicolon_or_tab_separated_csv_is_read_correctly(trained_run, tmp_path,
 def test_calibrate_each_task_of_a_multitask_folder(multitask_run, capsys, tmp_path):
     """One temperature per task, fitted on that task's data, saved in contrastfit.json, used by the
     task's probabilities (and no other task's), and stated in the model card."""
-    import csv
     import shutil
 
     import numpy as np
