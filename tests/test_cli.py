@@ -498,7 +498,6 @@ def test_semicolon_or_tab_separated_csv_is_read_correctly(trained_run, tmp_path,
 def test_calibrate_each_task_of_a_multitask_folder(multitask_run, capsys, tmp_path):
     """One temperature per task, fitted on that task's data, saved in contrastfit.json, used by the
     task's probabilities (and no other task's), and stated in the model card."""
-    import csv
     import shutil
 
     import numpy as np
@@ -507,22 +506,24 @@ def test_calibrate_each_task_of_a_multitask_folder(multitask_run, capsys, tmp_pa
     from contrastfit.evaluation.calibration import fit_temperature
     from contrastfit.multitask import MultiTaskModel
 
-    folder = multitask_run.parent
     run = tmp_path / "run"
     shutil.copytree(multitask_run, run)  # the fixture's folder is shared with other tests
     before = MultiTaskModel.from_pretrained(run)
-    sent = list(csv.DictReader(open(folder / "sent.csv", encoding="utf-8")))
-    texts = [r["sentence"] for r in sent]
-    labels = [before.task("sent").label_names.index(r["sentiment"]) for r in sent]
-    pairs = list(csv.DictReader(open(folder / "pairs.csv", encoding="utf-8")))
-    firsts, seconds = [r["sentence1"] for r in pairs], [r["sentence2"] for r in pairs]
+    # held-out rows (not the training files: calibrate refuses those), a third of them labelled against
+    # the model's prediction, so that each task's fit is not degenerate
+    texts, firsts, seconds = _fresh_sentences(24, 3), *_fresh_pairs(24, 3)
+    held_out = {"sent": _write_csv(tmp_path / "sent.csv", {"sentence": texts, "sentiment": _against_every_third(
+                    before.predict(texts, task="sent"), ["negative", "positive"])}),
+                "para": _write_csv(tmp_path / "pairs.csv", {"sentence1": firsts, "sentence2": seconds, "label":
+                    _against_every_third(before.predict(firsts, seconds, task="para"), ["no", "yes"])})}
+    labels = [before.task("sent").label_names.index(y) for y in _read_column(held_out["sent"], "sentiment")]
     para_before = before.predict_proba(firsts, seconds, task="para")
     logits = before.predict_logits(texts, task="sent")
     t = fit_temperature(logits, labels)
 
-    assert main(["calibrate", str(run), "--task", "sent", "--data", str(folder / "sent.csv")]) == 0
+    assert main(["calibrate", str(run), "--task", "sent", "--data", str(held_out["sent"])]) == 0
     assert f"{run} task sent: temperature {t:.3f}" in capsys.readouterr().out
-    assert main(["calibrate", str(run), "--task", "para", "--data", str(folder / "pairs.csv")]) == 0
+    assert main(["calibrate", str(run), "--task", "para", "--data", str(held_out["para"])]) == 0
     config = json.loads((run / "contrastfit.json").read_text())
     assert set(config["calibration"]) == {"sent", "para"}  # the second task's calibration kept the first's
     assert config["calibration"]["sent"]["temperature"] == pytest.approx(t, rel=1e-6)
@@ -548,3 +549,118 @@ def test_calibrate_each_task_of_a_multitask_folder(multitask_run, capsys, tmp_pa
     card = (run / "README.md").read_text(encoding="utf-8")
     assert f"the probabilities of task sent are `softmax(logits / {t:.4f})`" in card
     assert f"the probabilities of task para are `softmax(logits / {t_para:.4f})`" in card
+
+
+# -- calibrate and evaluate on the rows a model was trained on ----------------------------------
+
+def _fresh_sentences(n: int, seed: int) -> list[str]:
+    """``n`` toy sentences that are not texts of the fixtures' training file (toy.csv / sent.csv)."""
+    from conftest import sentiment_rows
+
+    seen = {r["sentence"] for r in sentiment_rows()}
+    return [r["sentence"] for r in sentiment_rows(n_per_class=n, seed=seed) if r["sentence"] not in seen][:n]
+
+
+def _fresh_pairs(n: int, seed: int) -> tuple[list[str], list[str]]:
+    """``n`` sentence pairs drawn as the multi-task fixture's, with another seed."""
+    import random
+
+    from conftest import WORDS
+
+    rng = random.Random(1000 + seed)
+    pairs = [(" ".join(rng.sample(WORDS, 3)), " ".join(rng.sample(WORDS, 3))) for _ in range(n)]
+    return [a for a, _ in pairs], [b for _, b in pairs]
+
+
+def _against_every_third(predicted: list[str], names: list[str]) -> list[str]:
+    return [names[1 - names.index(y)] if i % 3 == 0 else y for i, y in enumerate(predicted)]
+
+
+def _write_csv(path, columns: dict[str, list]):
+    import csv
+
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(columns)
+        writer.writerows(zip(*columns.values()))
+    return path
+
+
+def _read_column(path, column: str) -> list[str]:
+    import csv
+
+    return [r[column] for r in csv.DictReader(open(path, encoding="utf-8"))]
+
+
+def _warning(err: str) -> str:
+    lines = [line for line in err.splitlines() if line.startswith("contrastfit: warning:")]
+    assert len(lines) == 1, err
+    return lines[0]
+
+
+def test_evaluate_warns_on_training_rows_and_records_the_overlap(trained_run, multitask_run, capsys, tmp_path):
+    """evaluate scores the training file all the same, but says so on stderr (one line, the file and
+    the count) and records the overlap in --json; held-out rows get no warning and a count of 0."""
+    out, data = trained_run
+    n_train = json.loads((out / "results.json").read_text())["data"]["train_size"]  # 24 less the validation rows
+    report = tmp_path / "metrics.json"
+    capsys.readouterr()
+    assert main(["evaluate", str(out), "--data", str(data), "--json", str(report)]) == 0
+    assert _warning(capsys.readouterr().err) == (
+        f"contrastfit: warning: {data} (all 24 rows): {n_train} of its 24 rows ({100 * n_train / 24:.1f}%) are rows "
+        f"{out} was trained on; these metrics are not held-out")
+    assert json.loads(report.read_text())["train_overlap"] == {
+        "rows": n_train, "of": 24, "same_rows": False, "estimated": False, "fraction": pytest.approx(n_train / 24)}
+
+    texts = _fresh_sentences(10, 4)
+    held_out = _write_csv(tmp_path / "held_out.csv", {"sentence": texts, "sentiment": ["positive"] * len(texts)})
+    assert main(["evaluate", str(out), "--data", str(held_out), "--json", str(report)]) == 0
+    assert "warning" not in capsys.readouterr().err
+    assert json.loads(report.read_text())["train_overlap"]["rows"] == 0
+
+    # a task of a multi-task folder: its own training rows
+    folder = multitask_run.parent
+    n_sent = json.loads((multitask_run / "results.json").read_text())["tasks"]["sent"]["data"]["train_size"]
+    assert main(["evaluate", str(multitask_run), "--task", "sent", "--data", str(folder / "sent.csv")]) == 0
+    assert _warning(capsys.readouterr().err) == (
+        f"contrastfit: warning: {folder / 'sent.csv'} (all 24 rows): {n_sent} of its 24 rows "
+        f"({100 * n_sent / 24:.1f}%) are rows {multitask_run} (task sent) was trained on; these metrics are not held-out")
+
+
+def test_calibrate_a_task_refuses_its_training_rows_and_a_degenerate_fit(multitask_run, capsys, tmp_path):
+    """Multi-task calibrate (--task) gets the checks of single-task calibrate: the task's training
+    file is refused with the count, and so is a fit on rows the task's head separates perfectly."""
+    import shutil
+
+    from contrastfit.evaluation.calibration import fit_temperature
+    from contrastfit.evaluation.metrics import probability_metrics
+    from contrastfit.multitask import MultiTaskModel
+
+    folder = multitask_run.parent
+    run = tmp_path / "run"
+    shutil.copytree(multitask_run, run)
+    config = (run / "contrastfit.json").read_bytes()
+    n_sent = json.loads((run / "results.json").read_text())["tasks"]["sent"]["data"]["train_size"]
+    capsys.readouterr()
+    assert _one_line_error((main(["calibrate", str(run), "--task", "sent", "--data", str(folder / "sent.csv")]),
+                            capsys.readouterr().err)) == (
+        f"contrastfit: error: {folder / 'sent.csv'} (all 24 rows): {n_sent} of its 24 rows ({100 * n_sent / 24:.1f}%) "
+        f"are rows {run} (task sent) was trained on; a temperature fitted on training rows makes the probabilities "
+        "over-confident: calibrate on held-out rows (a validation file or split); nothing was saved")
+
+    model = MultiTaskModel.from_pretrained(run)
+    firsts, seconds = _fresh_pairs(20, 5)
+    predicted = model.predict(firsts, seconds, task="para")  # labelled as predicted: perfectly separated
+    easy = _write_csv(tmp_path / "easy.csv", {"sentence1": firsts, "sentence2": seconds, "label": predicted})
+    logits = model.predict_logits(firsts, seconds, task="para")
+    labels = logits.argmax(axis=1)
+    t = fit_temperature(logits, labels)
+    before, after = probability_metrics(logits, labels), probability_metrics(logits, labels, t)
+    assert _one_line_error((main(["calibrate", str(run), "--task", "para", "--data", str(easy)]),
+                            capsys.readouterr().err)) == (
+        f"contrastfit: error: {easy} (all 20 rows): degenerate temperature fit: the model separates all 20 "
+        "calibration rows perfectly (every row's label has the highest logit), so the NLL falls as T -> 0 and every "
+        f"probability would be 0 or 1 (T {t:.4g}, NLL {before['nll']:.4f} -> {after['nll']:.4f}, ECE "
+        f"{before['ece']:.4f} -> {after['ece']:.4f}; nothing was saved); calibrate on held-out rows the model gets "
+        "some wrong")
+    assert (run / "contrastfit.json").read_bytes() == config

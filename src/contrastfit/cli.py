@@ -353,6 +353,10 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
     model = _load_model(args)
     ds, what = _load_eval_split(args, model)
+    overlap = _train_overlap(args, model, ds)
+    if overlap is not None and overlap.rows:  # scored all the same (training accuracy is a number too), but said
+        print(f"contrastfit: warning: {what}: {overlap.describe(_model_name(args))}; these metrics are not "
+              "held-out", file=sys.stderr)
     metrics = evaluate_model(model, ds, batch_size=args.batch_size, progress=True)
     print(f"{args.run} on {what}")
     width = max(len(k) for k in headline(metrics))
@@ -361,8 +365,21 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     if "per_class" in metrics:
         print("  per class:  " + "  ".join(f"{n}: F1 {m['f1']:.3f}" for n, m in metrics["per_class"].items()))
     if args.json_out:
-        write_json_atomic(args.json_out, {"run": args.run, "data": what, "metrics": metrics})
+        write_json_atomic(args.json_out, {"run": args.run, "data": what, "metrics": metrics,
+                                          "train_overlap": None if overlap is None else overlap.to_dict()})
     return 0
+
+
+def _model_name(args: argparse.Namespace) -> str:
+    return f"{args.run}{f' (task {args.task})' if getattr(args, 'task', None) else ''}"
+
+
+def _train_overlap(args: argparse.Namespace, model, ds):
+    """How many rows of ``ds`` the model in ``args.run`` was trained on
+    (:func:`contrastfit.data.overlap.train_overlap` of its record), None if its folder does not say."""
+    from .data.overlap import train_overlap
+
+    return train_overlap(model.info.get("data"), ds)
 
 
 def cmd_card(args: argparse.Namespace) -> int:
@@ -413,6 +430,8 @@ def cmd_export(args: argparse.Namespace) -> int:
 def cmd_calibrate(args: argparse.Namespace) -> int:
     from .atomic import write_json_atomic
     from .data.loading import LABEL, TEXT, TEXT_PAIR
+    from .data.overlap import MAX_CALIBRATION_OVERLAP
+    from .evaluation.calibration import DegenerateFitError
     from .export import EXPORT_NAME
     from .modeling import CONFIG_NAME
     from .serve import load_for_inference
@@ -427,8 +446,19 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     ds, what = _load_eval_split(args, model)
     if len(ds) == 0:
         raise ContrastfitError(f"{what}: no rows to calibrate on")
-    record = model.calibrate(ds[TEXT], ds[LABEL], ds[TEXT_PAIR] if TEXT_PAIR in ds.column_names else None,
-                             batch_size=args.batch_size, progress=True)
+    overlap = _train_overlap(args, model, ds)
+    if overlap is not None and (overlap.same_rows or overlap.fraction > MAX_CALIBRATION_OVERLAP):
+        raise ContrastfitError(f"{what}: {overlap.describe(_model_name(args))}; a temperature fitted on training "
+                               "rows makes the probabilities over-confident: calibrate on held-out rows (a "
+                               "validation file or split); nothing was saved")
+    if overlap is not None and overlap.rows:
+        print(f"contrastfit: warning: {what}: {overlap.describe(_model_name(args))} (more than "
+              f"{MAX_CALIBRATION_OVERLAP:.0%} is refused)", file=sys.stderr)
+    try:
+        record = model.calibrate(ds[TEXT], ds[LABEL], ds[TEXT_PAIR] if TEXT_PAIR in ds.column_names else None,
+                                 batch_size=args.batch_size, progress=True)
+    except DegenerateFitError as exc:
+        raise DegenerateFitError(f"{what}: {exc}") from None
     record["data"] = what  # (the same dict the model keeps in its info)
     saved = getattr(model, "model", model)  # a task's model saves the whole multi-task configuration
     write_json_atomic(os.path.join(args.run, CONFIG_NAME), saved.config_dict())  # the weights are unchanged

@@ -43,6 +43,7 @@ from transformers import DataCollatorWithPadding, PrinterCallback, Trainer, Trai
 from .data import ClassBalancedBatchSampler, TextData, data_hash, load_data, sample_per_class, sample_stratified
 from .data.sampling import derive_seed
 from .data.loading import LABEL, TEXT, TEXT_PAIR
+from .data.overlap import row_sketch
 from .distributed import cpu_processes, world
 from .encoders import DEFAULT_MODEL, default_pooling
 from .errors import ConfigError, ModelError
@@ -879,6 +880,8 @@ def train(config: TrainConfig | None = None, *, text_data: TextData | None = Non
     }
     model.info.update({k: result[k] for k in ("model", "seed", "data", "training", "versions")})
     model.info["base_model"] = config.model
+    # the folder (not results.json) keeps digests of the training rows: calibrate and evaluate check for them
+    model.info["data"] = {**result["data"], "train_rows": row_sketch(prepared.train)}
     if world()[0] != 0:  # multi-process: every process trained and evaluated, the first one writes
         return TrainResult(result, model)
     if config.save_model:

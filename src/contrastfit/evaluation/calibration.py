@@ -20,6 +20,13 @@ equal-width bins :math:`B_m` of (0, 1] and averages the gap between accuracy and
 Conventions: logits (n, classes) and integer labels (n,) as NumPy arrays; the temperature is searched
 on :math:`\log T \in [-5, 5]` by SciPy's bounded scalar minimiser (the NLL is convex in
 :math:`1/T`, so the bounded search finds its one minimum).
+
+A degenerate fit is refused (:class:`DegenerateFitError`, and :func:`temperature_scaling` returns no
+record, so nothing is kept): when the logits separate the rows perfectly (every row's own class
+strictly above every other, typically rows the model was trained on) the NLL falls all the way as
+:math:`T \to 0`, and the "fitted" T is only where the search stopped, which makes every probability
+0 or 1; and a T outside [:data:`MIN_TEMPERATURE`, :data:`MAX_TEMPERATURE`] (near the search's
+bounds) says the rows do not pin the temperature down either.
 """
 
 from __future__ import annotations
@@ -28,11 +35,20 @@ from typing import Sequence
 
 import numpy as np
 
-__all__ = ["log_softmax", "negative_log_likelihood", "expected_calibration_error", "fit_temperature",
-           "temperature_scaling"]
+from ..errors import DataError
+
+__all__ = ["DegenerateFitError", "log_softmax", "negative_log_likelihood", "expected_calibration_error",
+           "fit_temperature", "temperature_scaling"]
 
 #: bins of the expected calibration error (Guo et al. use 15)
 ECE_BINS = 15
+#: the range of temperatures :func:`temperature_scaling` accepts (the search runs on [e^-5, e^5])
+MIN_TEMPERATURE, MAX_TEMPERATURE = 0.05, 20.0
+
+
+class DegenerateFitError(DataError):
+    """A temperature fit that separates the calibration rows perfectly or lands outside
+    [MIN_TEMPERATURE, MAX_TEMPERATURE]; its one-line message gives T, NLL and ECE before and after."""
 
 
 def log_softmax(logits: np.ndarray) -> np.ndarray:
@@ -77,13 +93,38 @@ def fit_temperature(logits: np.ndarray, labels: Sequence[int]) -> float:
     return float(np.exp(result.x))
 
 
+def separates(logits: np.ndarray, labels: Sequence[int]) -> bool:
+    """Whether every row's own class has a logit strictly above every other class's (then the NLL of
+    ``softmax(logits / T)`` decreases all the way to 0 as T -> 0)."""
+    z = np.asarray(logits, dtype=np.float64)
+    labels = np.asarray(labels, dtype=int)
+    own = z[np.arange(len(labels)), labels]
+    others = z.copy()
+    others[np.arange(len(labels)), labels] = -np.inf
+    return bool(len(labels)) and bool((own > others.max(axis=1)).all())
+
+
 def temperature_scaling(logits: np.ndarray, labels: Sequence[int]) -> dict[str, float]:
     """Fit the temperature on (``logits``, ``labels``) and return the record a model keeps:
-    ``temperature``, ``n`` and the NLL and ECE of those rows before and after."""
+    ``temperature``, ``n`` and the NLL and ECE of those rows before and after. Raises
+    :class:`DegenerateFitError` (one line with those numbers) when the logits separate the rows
+    perfectly or T falls outside [MIN_TEMPERATURE, MAX_TEMPERATURE]."""
     from .metrics import probability_metrics
 
     labels = np.asarray(labels, dtype=int)
     t = fit_temperature(logits, labels)
     before, after = probability_metrics(logits, labels), probability_metrics(logits, labels, t)
-    return {"temperature": t, "n": int(len(labels)), "nll_before": before["nll"], "nll_after": after["nll"],
-            "ece_before": before["ece"], "ece_after": after["ece"]}
+    record = {"temperature": t, "n": int(len(labels)), "nll_before": before["nll"], "nll_after": after["nll"],
+              "ece_before": before["ece"], "ece_after": after["ece"]}
+    numbers = (f"NLL {before['nll']:.4f} -> {after['nll']:.4f}, ECE {before['ece']:.4f} -> {after['ece']:.4f}; "
+               "nothing was saved")
+    if separates(logits, labels):
+        raise DegenerateFitError(
+            f"degenerate temperature fit: the model separates all {len(labels)} calibration rows perfectly (every "
+            f"row's label has the highest logit), so the NLL falls as T -> 0 and every probability would be 0 or 1 "
+            f"(T {t:.4g}, {numbers}); calibrate on held-out rows the model gets some wrong")
+    if not MIN_TEMPERATURE <= t <= MAX_TEMPERATURE:
+        raise DegenerateFitError(
+            f"degenerate temperature fit: T {t:.4g} is outside [{MIN_TEMPERATURE:g}, {MAX_TEMPERATURE:g}] on "
+            f"{len(labels)} calibration rows ({numbers}); calibrate on more held-out rows")
+    return record

@@ -39,6 +39,7 @@ from torch.utils.data import DataLoader, Dataset
 from transformers import DataCollatorWithPadding, PrinterCallback, TrainerCallback
 
 from ..data.loading import LABEL, TEXT, TEXT_PAIR
+from ..data.overlap import row_sketch
 from ..distributed import launched_processes
 from ..encoders import DEFAULT_MODEL, default_pooling
 from ..errors import ConfigError
@@ -426,7 +427,8 @@ def train_multitask(config: MultiTaskConfig | None = None, *, callbacks: list[Tr
         **record_provenance(trainer, config.tags, t0, t_setup, t_train, t_eval),
     }
     model.info.update({"base_model": config.model, "seed": config.seed, "schedule": schedule, "training": training,
-                       "data": {name: rec["data"] for name, rec in task_records.items()},
+                       "data": {name: {**rec["data"], "train_rows": row_sketch(prepared[name].train)}
+                                for name, rec in task_records.items()},
                        "versions": result["versions"]})
     if config.save_model:
         model.save_pretrained(output)
