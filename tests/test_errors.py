@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import shutil
 import sys
 from pathlib import Path
@@ -318,3 +317,12 @@ def test_standard_input_is_read_as_utf8_bytes(saved, monkeypatch, capsys):
                                                        errors="surrogateescape"))
     assert main(["predict", str(saved.run)]) == 0
     assert json.loads(capsys.readouterr().out)["text"] == "café crème"
+
+
+def test_a_line_ends_at_a_newline_only(saved, tmp_path, capsys):
+    """A form feed or U+2028 inside a line is part of its text (str.splitlines would cut it in two)."""
+    lines = tmp_path / "lines.txt"
+    lines.write_text("good\u2028film\r\nbad\x0cplot\n", encoding="utf-8")
+    assert main(["predict", str(saved.run), "--file", str(lines)]) == 0
+    out = capsys.readouterr().out.strip("\n").split("\n")  # (the JSON lines hold U+2028 as it is)
+    assert [json.loads(line)["text"] for line in out] == ["good\u2028film", "bad\x0cplot"]

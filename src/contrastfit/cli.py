@@ -463,8 +463,8 @@ def _read_predict_inputs(args: argparse.Namespace) -> tuple[list[str], list[str]
             raise ContrastfitError("no texts: give them as arguments, with --file, or on standard input")
         stdin = getattr(sys.stdin, "buffer", None)  # bytes, decoded here: not the locale's replacement characters
         text = decode_utf8(stdin.read(), "standard input") if stdin is not None else sys.stdin.read()
-    # lines end at a newline only (str.splitlines would also cut a text at a form feed or U+2028)
-    lines = [line.removesuffix("\r") for line in text.split("\n") if line.strip()]
+    # lines end at a newline (\n, \r\n or \r) only: str.splitlines would also cut a text at a form feed or U+2028
+    lines = [line for line in text.replace("\r\n", "\n").replace("\r", "\n").split("\n") if line.strip()]
     if not lines:
         raise ContrastfitError(f"no texts in {args.file or 'standard input'}")
     return lines, None
