@@ -92,3 +92,37 @@ def test_recover_folder_rolls_back_or_finishes(tmp_path):
     assert (target / "weights").read_text() == "old" and (target / "results.json").read_text() == "{}"
     assert sorted(os.listdir(tmp_path)) == ["m"]
     recover_folder(tmp_path / "absent" / "x")  # nothing to do
+
+
+@pytest.fixture()
+def umask_022():
+    import os
+
+    old = os.umask(0o022)
+    try:
+        yield
+    finally:
+        os.umask(old)
+
+
+def test_files_and_folders_get_the_modes_the_umask_gives(tmp_path, umask_022):
+    """Not tempfile's private 0o600 / 0o700: another account can read a saved result or model."""
+    import stat
+
+    import torch
+    from safetensors.torch import save_file
+
+    from contrastfit.atomic import atomic_folder, write_json_atomic
+
+    def mode(path):
+        return stat.S_IMODE(path.stat().st_mode)
+
+    assert mode(write_text_atomic(tmp_path / "results.txt", "x")) == 0o644
+    assert mode(write_json_atomic(tmp_path / "results.json", {"a": 1})) == 0o644
+    with atomic_folder(tmp_path / "model") as staging:
+        write_json_atomic(staging / "contrastfit.json", {})
+        (staging / "encoder").mkdir()
+        save_file({"w": torch.zeros(2)}, str(staging / "encoder" / "model.safetensors"))  # written 0o600 by the library
+    model = tmp_path / "model"
+    assert mode(model) == 0o755 and mode(model / "encoder") == 0o755
+    assert mode(model / "contrastfit.json") == 0o644 and mode(model / "encoder" / "model.safetensors") == 0o644

@@ -15,6 +15,12 @@ changed, so a failed or killed write (full disk, SIGKILL) leaves the previous fo
 was. A kill between the two renames, or while entries are moved across, leaves a ``.NAME.old-*``
 folder: :func:`recover_folder` (which :func:`atomic_folder` calls first) puts it back, or finishes
 the move. Two processes must not write the same folder at once.
+
+Permissions: what is written gets the modes the user's umask gives, as ``open`` and ``mkdir`` would
+(files ``0o666 & ~umask``, keeping their execute bits, folders ``0o777 & ~umask``; :func:`umask_mode`),
+not the private ``0o600`` / ``0o700`` of :mod:`tempfile` (or of a library that writes through a
+temporary file): another account the umask lets read a saved model or result can read it. An existing
+folder replaced by :func:`atomic_folder` keeps its own mode.
 """
 
 from __future__ import annotations
@@ -27,7 +33,40 @@ import tempfile
 from pathlib import Path
 from typing import IO, Any, Iterator
 
-__all__ = ["atomic_folder", "atomic_open", "json_default", "recover_folder", "write_json_atomic", "write_text_atomic"]
+__all__ = ["atomic_folder", "atomic_open", "json_default", "recover_folder", "umask_mode", "write_json_atomic",
+           "write_text_atomic"]
+
+
+def _umask() -> int:
+    """The process's umask, read without changing it where the platform allows (``/proc``: no race
+    with another thread creating a file), else by setting it and back."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def umask_mode(folder: bool = False, mode: int = 0) -> int:
+    """The mode the umask gives a new file (``0o666``, plus the execute bits of ``mode``) or
+    folder (``0o777``): what ``open`` and ``mkdir`` would create."""
+    return (0o777 if folder else 0o666 | (mode & 0o111)) & ~_umask()
+
+
+def _apply_umask(root: Path) -> None:
+    """Give every file and folder under ``root`` (itself excluded) the mode the umask gives."""
+    for folder, dirs, files in os.walk(root):
+        for name in dirs:
+            os.chmod(Path(folder) / name, umask_mode(folder=True))
+        for name in files:
+            path = Path(folder) / name
+            if not path.is_symlink():
+                os.chmod(path, umask_mode(mode=path.stat().st_mode))
 
 
 @contextlib.contextmanager
@@ -40,6 +79,7 @@ def atomic_open(path: str | os.PathLike, mode: str = "w") -> Iterator[IO]:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.chmod(tmp, umask_mode())  # mkstemp's file is private (0o600)
         with os.fdopen(fd, mode, **({"encoding": "utf-8"} if mode == "w" else {})) as fh:
             yield fh
             fh.flush()
@@ -152,13 +192,9 @@ def atomic_folder(path: str | os.PathLike) -> Iterator[Path]:
     new = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.new-"))
     try:
         # mkdtemp makes the folder private (0o700): give it the mode the target has, or a new folder gets
-        if target.is_dir():
-            os.chmod(new, target.stat().st_mode & 0o7777)
-        else:
-            umask = os.umask(0)
-            os.umask(umask)
-            os.chmod(new, 0o777 & ~umask)
+        os.chmod(new, target.stat().st_mode & 0o7777 if target.is_dir() else umask_mode(folder=True))
         yield new
+        _apply_umask(new)  # what the block wrote through tempfile (or safetensors) is private too
         _fsync_tree(new)
     except BaseException:
         shutil.rmtree(new, ignore_errors=True)

@@ -335,16 +335,15 @@ def _load_model(args: argparse.Namespace):
     return load_for_inference(args.run, getattr(args, "task", None))
 
 
-def _check_pairs(args: argparse.Namespace, model, pairs) -> None:
-    """One text per line for a single-text model, two tab-separated texts for a pair model."""
-    from .serve import takes_pairs as pair_model
+def _model_inputs(args: argparse.Namespace, model, texts, pairs) -> tuple[list[str], list[str] | None]:
+    """The texts as ``model`` reads them (:func:`contrastfit.inputs.model_inputs`, the rule ``serve``
+    follows too): whole lines for a single-text model, two tab-separated texts per line (or a table's
+    pair column) for a pair model."""
+    from .inputs import model_inputs
+    from .serve import takes_pairs
 
-    takes_pairs = pair_model(model)
     what = f"task '{args.task}' of {args.run}" if args.task is not None else args.run
-    if takes_pairs and pairs is None:
-        raise ContrastfitError(f"{what} takes text pairs: give two tab-separated texts per line")
-    if not takes_pairs and pairs is not None and args.task is not None:
-        raise ContrastfitError(f"{what} takes one text per line, not tab-separated pairs")
+    return model_inputs(texts, pairs, takes_pairs(model), what, "a second-text column (--text-pair-column)")
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
@@ -473,9 +472,11 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
 
 def _read_predict_inputs(args: argparse.Namespace) -> tuple[list[str], list[str] | None]:
+    """Texts from the arguments, ``--file`` or standard input (lines as they are: a tab splits a line
+    into a pair only for a pair model, :func:`_model_inputs`), and a table's pair column."""
     from pathlib import Path
 
-    from .data.loading import SUFFIX_BUILDERS, check_utf8, normalise_columns, read_table
+    from .data.loading import SUFFIX_BUILDERS, check_utf8, decode_utf8, normalise_columns, read_table
     from .errors import DataError
 
     if args.texts:
@@ -489,27 +490,22 @@ def _read_predict_inputs(args: argparse.Namespace) -> tuple[list[str], list[str]
         if not path.is_file():
             raise DataError(f"{path}: no such file")
         check_utf8(path)
-        lines = path.read_text(encoding="utf-8").splitlines()
+        text = path.read_text(encoding="utf-8")
     else:
         if sys.stdin.isatty():
             raise ContrastfitError("no texts: give them as arguments, with --file, or on standard input")
-        try:
-            lines = sys.stdin.read().splitlines()
-        except UnicodeDecodeError:
-            raise DataError("standard input is not valid UTF-8") from None
-    lines = [line for line in lines if line.strip()]
+        stdin = getattr(sys.stdin, "buffer", None)  # bytes, decoded here: not the locale's replacement characters
+        text = decode_utf8(stdin.read(), "standard input") if stdin is not None else sys.stdin.read()
+    # lines end at a newline (\n, \r\n or \r) only: str.splitlines would also cut a text at a form feed or U+2028
+    lines = [line for line in text.replace("\r\n", "\n").replace("\r", "\n").split("\n") if line.strip()]
     if not lines:
         raise ContrastfitError(f"no texts in {args.file or 'standard input'}")
-    if all("\t" in line for line in lines):
-        firsts, seconds = zip(*(line.split("\t", 1) for line in lines))
-        return list(firsts), list(seconds)
     return lines, None
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
     model = _load_model(args)
-    texts, pairs = _read_predict_inputs(args)
-    _check_pairs(args, model, pairs)
+    texts, pairs = _model_inputs(args, model, *_read_predict_inputs(args))
     from .atomic import atomic_open
     from .serve import prediction_rows
 
@@ -530,8 +526,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
     if args.samples < 1:
         raise ContrastfitError(f"--samples must be at least 1, got {args.samples}")
     model = _load_model(args)
-    texts, pairs = _read_predict_inputs(args)
-    _check_pairs(args, model, pairs)
+    texts, pairs = _model_inputs(args, model, *_read_predict_inputs(args))
     if getattr(model, "session", None) is not None:
         raise ContrastfitError(f"{args.run} is an ONNX export; explain needs the PyTorch model: give the folder "
                                "`contrastfit train` wrote")
@@ -646,6 +641,55 @@ def cmd_pretrain(args: argparse.Namespace) -> int:
     return 0
 
 
+#: What each command writes, checked before it starts: (attribute, option, a folder?).
+_OUTPUTS: dict[str, list[tuple[str, str, bool]]] = {
+    "train": [("output", "--output", True)], "pretrain": [("output", "--output", True)],
+    "export": [("output", "--output", True)], "experiment": [("output", "--output", True)],
+    "predict": [("output", "--output", False)], "evaluate": [("json_out", "--json", False)],
+    "explain": [("output", "--output", False), ("plot", "--plot", False)],
+}
+
+
+def _check_output_path(value: str, option: str, folder: bool) -> None:
+    """Refuse, before any work, an output the command could not write: a file where a folder goes or
+    the other way round, a path under a file, a name too long, a folder without write permission."""
+    from pathlib import Path
+
+    def exists(p: Path) -> bool:
+        try:
+            return p.exists()
+        except OSError:  # e.g. a name too long: checked below
+            return False
+
+    path = Path(value).expanduser()
+    if exists(path) and path.is_dir() != folder:
+        raise ContrastfitError(f"output {value} is a {'file' if folder else 'folder'}; {option} takes a "
+                               f"{'folder' if folder else 'file name'}")
+    existing = path if folder and exists(path) else next(p for p in path.absolute().parents if exists(p))
+    if not existing.is_dir():
+        raise ContrastfitError(f"output {value} lies under {existing}, which is a file; {option} needs a path "
+                               "in a folder")
+    try:
+        name_max = os.pathconf(existing, "PC_NAME_MAX")
+    except (OSError, ValueError, AttributeError):
+        name_max = 255
+    too_long = next((part for part in path.parts if len(os.fsencode(part)) > name_max), None)
+    if too_long is not None:
+        raise ContrastfitError(f"output {value}: the name '{too_long[:20]}...' is longer than {name_max} bytes")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ContrastfitError(f"output {value}: no permission to write in {existing}")
+
+
+def _check_arguments(args: argparse.Namespace) -> None:
+    """What argparse cannot check in one line: outputs (:func:`_check_output_path`) and batch sizes."""
+    batch_size = getattr(args, "batch_size", None)
+    if args.command != "train" and isinstance(batch_size, int) and batch_size < 1:  # (train: TrainConfig's check)
+        raise ContrastfitError(f"--batch-size must be at least 1, got {batch_size}")
+    for attr, option, folder in _OUTPUTS.get(args.command, []):
+        if getattr(args, attr, None):
+            _check_output_path(getattr(args, attr), option, folder)
+
+
 COMMANDS = {"train": cmd_train, "evaluate": cmd_evaluate, "calibrate": cmd_calibrate, "card": cmd_card, "export": cmd_export, "serve": cmd_serve, "predict": cmd_predict, "datasets": cmd_datasets,
             "pretrain": cmd_pretrain,
             "methods": cmd_methods, "explain": cmd_explain, "experiment": cmd_experiment, "report": cmd_report, "compare": cmd_compare}
@@ -663,9 +707,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     _quiet_libraries()
     try:
+        _check_arguments(args)
         return COMMANDS[args.command](args)
     except ContrastfitError as exc:
         print(f"contrastfit: error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # the file system refused (permission, full disk, ...): what and where, in one line
+        where = " -> ".join(str(f) for f in (exc.filename, exc.filename2) if f is not None)
+        print(f"contrastfit: error: {where + ': ' if where else ''}{exc.strerror or exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("contrastfit: interrupted", file=sys.stderr)

@@ -89,6 +89,10 @@ def export_onnx(run: str | os.PathLike, output: str | os.PathLike, *, task: str 
     separate = bool(getattr(model, "separate_pairs", False))  # a head reading the pair's texts encoded apart
     method = f"multitask:{spec.name}:{spec.objective}" if spec is not None else model.config_dict()["method"]
     pair_model = bool(model.info.get("data", {}).get("text_pair"))
+    if texts is not None:  # the rule predict and serve follow: a pair model's text splits at its first tab
+        from .inputs import model_inputs
+
+        texts, pairs = model_inputs(texts, pairs, pair_model, str(run), "pairs")
     texts = list(texts) if texts is not None else list(VERIFY_TEXTS)
     if pair_model and pairs is None:
         pairs = list(reversed(texts))

@@ -317,6 +317,20 @@ def read_model_config(directory: str | os.PathLike, weights_name: str, kind: str
     return cfg
 
 
+def check_safetensors(path: str | os.PathLike) -> None:
+    """Refuse a safetensors file that cannot be read whole (empty, truncated, not safetensors) with a
+    one-line :class:`ModelError` naming it; reads the header only."""
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(path), "pt"):
+            pass
+    except Exception as exc:  # safetensors' SafetensorError (header too small, incomplete, ...) or OSError
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ModelError(f"{path}: not a complete safetensors file ({reason}); the model folder is damaged: "
+                         "save or copy it again") from None
+
+
 def load_model_folder(directory: str | os.PathLike, weights_name: str, kind: str | None, build: Any,
                       device: str | torch.device | None = None) -> Any:
     """The model saved by :func:`save_model_folder` in ``directory``, offline and without unpickling:
@@ -326,6 +340,8 @@ def load_model_folder(directory: str | os.PathLike, weights_name: str, kind: str
     :class:`ModelError`); in eval mode, on ``device`` if given."""
     directory = Path(directory)
     cfg = read_model_config(directory, weights_name, kind)
+    for weights in [directory / weights_name, *sorted((directory / ENCODER_DIR).glob("*.safetensors"))]:
+        check_safetensors(weights)
     backbone, tokenizer = load_backbone(str(directory / ENCODER_DIR))
     model, what = build(cfg, TextEncoder(backbone, cfg["pooling"]), tokenizer)
     path = directory / weights_name

@@ -85,13 +85,9 @@ def _parse(body: bytes, pair_model: bool) -> tuple[list[str], list[str] | None]:
             raise ValueError(f'"{name}" must be a list of strings')
     if not texts:
         raise ValueError('"texts" must be a non-empty list of strings')
-    if pair_model and pairs is None:
-        raise ValueError('this model classifies text pairs: send "pairs" too, one per text')
-    if not pair_model and pairs is not None:
-        raise ValueError('this model classifies single texts: leave "pairs" out')
-    if pairs is not None and len(pairs) != len(texts):
-        raise ValueError(f'{len(texts)} texts but {len(pairs)} pairs')
-    return texts, pairs
+    from .inputs import model_inputs  # the rule predict follows too (a DataError is a ValueError)
+
+    return model_inputs(texts, pairs, pair_model, "this model", '"pairs"')
 
 
 def make_server(model, host: str = "127.0.0.1", port: int = 8000, name: str = "") -> ThreadingHTTPServer:

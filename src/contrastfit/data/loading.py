@@ -13,6 +13,7 @@ import hashlib
 import io
 import json
 import math
+from collections import Counter
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -21,10 +22,10 @@ import numpy as np
 
 from ..errors import DataError
 from .builtin import BUILTIN_DATASETS, load_builtin
-from .types import LABEL, TEXT, TEXT_PAIR, TextData
+from .types import LABEL, TEXT, TEXT_PAIR, TextData, check_label_names, label_name
 
 __all__ = ["LABEL", "SUFFIX_BUILDERS", "TEXT", "TEXT_PAIR", "TextData", "check_training_classes", "check_utf8",
-           "data_hash", "load_data", "load_hub", "load_local", "normalise_columns", "parse_hub_name", "read_table",
+           "data_hash", "decode_utf8", "load_data", "load_hub", "load_local", "normalise_columns", "parse_hub_name", "read_table",
            "sniff_delimiter", "stratified_split"]
 
 SUFFIX_BUILDERS = {".csv": "csv", ".tsv": "csv", ".jsonl": "json", ".json": "json", ".parquet": "parquet"}
@@ -55,7 +56,9 @@ def infer_label_names(values: Sequence[Any], where: str, task: str | None = None
     """Label names (sorted) for classification, ``None`` for a regression target.
 
     Integers, booleans and strings are classes; floats that are not all whole numbers are a
-    regression target unless ``task='classification'``.
+    regression target unless ``task='classification'``. A name is the label without surrounding
+    white space (:func:`~contrastfit.data.types.label_name`); two that differ only in case are refused
+    (:func:`~contrastfit.data.types.check_label_names`, naming ``where``, both and their row counts).
     """
     uniq = set(values)
     if task == "regression":
@@ -64,14 +67,10 @@ def infer_label_names(values: Sequence[Any], where: str, task: str | None = None
     if numeric:
         if task != "classification" and any(isinstance(v, float) and not float(v).is_integer() for v in uniq):
             return None
-        return [_label_str(v) for v in sorted(uniq)]
-    return sorted(_label_str(v) for v in uniq)
-
-
-def _label_str(value: Any) -> str:
-    if isinstance(value, float) and value.is_integer():
-        return str(int(value))
-    return str(value)
+        names = list(dict.fromkeys(label_name(v) for v in sorted(uniq)))
+    else:
+        names = sorted({label_name(v) for v in uniq})
+    return check_label_names(names, where, Counter(label_name(v) for v in values))
 
 
 def encode_labels(values: Sequence[Any], label_names: list[str] | None, where: str) -> list:
@@ -85,7 +84,7 @@ def encode_labels(values: Sequence[Any], label_names: list[str] | None, where: s
     index = {name: i for i, name in enumerate(label_names)}
     out = []
     for row, v in enumerate(values):
-        key = _label_str(v)
+        key = label_name(v)
         if key not in index:
             raise DataError(f"{where}: label {key!r} (row {row + 1}) is not one of the labels ({', '.join(label_names)})")
         out.append(index[key])
@@ -123,10 +122,19 @@ def normalise_columns(
         raise DataError(f"{where}: no text column found; name it with --text-column (columns: {', '.join(cols)})")
     if text_pair_column is None and text_column in _PAIR_GUESSES and _PAIR_GUESSES[text_column] in cols:
         text_pair_column = _PAIR_GUESSES[text_column]
+    named_label = label_column is not None
     label_column = label_column or LABEL
     for role, col in (("text", text_column), ("text pair", text_pair_column), ("label", label_column if require_labels else None)):
         if col is not None and col not in cols:
             raise DataError(f"{where} has no {role} column '{col}' (columns: {', '.join(cols)})")
+    roles = [("text", text_column), ("text pair", text_pair_column)]
+    if require_labels or named_label:  # (predict's table may hold its texts in a column named 'label')
+        roles.append(("label", label_column))
+    for i, (role, col) in enumerate(roles):
+        other = next((r for r, c in roles[:i] if c is not None and c == col), None)
+        if other is not None:
+            raise DataError(f"{where}: column '{col}' cannot be both the {other} column and the {role} column "
+                            f"(columns: {', '.join(cols)})")
 
     texts = ds[text_column]
     _check_texts(texts, where, text_column)
@@ -136,7 +144,8 @@ def normalise_columns(
         _check_texts(pairs, where, text_pair_column)
         out[TEXT_PAIR] = [str(t) for t in pairs]
 
-    has_labels = label_column in cols
+    has_labels = label_column in cols and label_column not in (text_column, text_pair_column)
+    label_where = f"{where}, column '{label_column}'"
     if has_labels:
         raw = ds[label_column]
         missing = [i for i, v in enumerate(raw) if _is_missing(v)]
@@ -147,15 +156,15 @@ def normalise_columns(
         if isinstance(label_names, str) and label_names == "infer":
             feature = ds.features.get(label_column)
             if isinstance(feature, datasets.ClassLabel):
-                label_names = list(feature.names)
+                label_names = check_label_names(list(feature.names), label_where)
                 raw = [feature.names[v] if isinstance(v, int) and v >= 0 else v for v in raw]
             else:
-                label_names = infer_label_names(raw, where, task)
+                label_names = infer_label_names(raw, label_where, task)
         else:
             feature = ds.features.get(label_column)
             if isinstance(feature, datasets.ClassLabel):
                 raw = [feature.names[v] if isinstance(v, int) and v >= 0 else v for v in raw]
-        out[LABEL] = encode_labels(raw, label_names, f"{where}, column '{label_column}'")
+        out[LABEL] = encode_labels(raw, label_names, label_where)
     elif isinstance(label_names, str):
         label_names = None
     features = {TEXT: datasets.Value("string")}
@@ -170,6 +179,10 @@ def _check_texts(values: Sequence[Any], where: str, column: str) -> None:
     missing = [i for i, v in enumerate(values) if v is None or (isinstance(v, float) and math.isnan(v))]
     if missing:
         raise DataError(f"{where}: text column '{column}' has {len(missing)} missing value(s) (first at row {missing[0] + 1})")
+    empty = [i for i, v in enumerate(values) if not str(v).strip()]
+    if empty:
+        raise DataError(f"{where}: text column '{column}' has {len(empty)} empty or white-space-only text(s) "
+                        f"(first at row {empty[0] + 1})")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -178,24 +191,35 @@ def _check_texts(values: Sequence[Any], where: str, column: str) -> None:
 
 def check_utf8(path: Path) -> None:
     """Refuse a text file that is not UTF-8, naming the line of the first bad byte."""
+    with open(path, "rb") as fh:
+        _decode_utf8(iter(lambda: fh.read(1 << 20), b""), str(path), "the file", "re-save the file as UTF-8", keep=False)
+
+
+def decode_utf8(data: bytes, where: str) -> str:
+    """``data`` decoded as UTF-8; bytes that are not are a :class:`DataError` naming ``where`` and the
+    line of the first bad byte, as :func:`check_utf8` says of a file."""
+    return _decode_utf8([data], where, "the text", "give UTF-8 text", keep=True)
+
+
+def _decode_utf8(chunks, where: str, what: str, advice: str, keep: bool) -> str:
     import codecs
 
     decoder = codecs.getincrementaldecoder("utf-8")()
-    line = 1
-    with open(path, "rb") as fh:
-        while chunk := fh.read(1 << 20):
-            try:
-                text = decoder.decode(chunk)
-            except UnicodeDecodeError as exc:
-                line += chunk[: exc.start].count(b"\n")
-                raise DataError(
-                    f"{path}: not valid UTF-8 at line {line} (byte 0x{chunk[exc.start]:02x}); re-save the file as UTF-8"
-                ) from None
-            line += text.count("\n")
+    line, parts = 1, []
+    for chunk in chunks:
         try:
-            decoder.decode(b"", final=True)
-        except UnicodeDecodeError:
-            raise DataError(f"{path}: not valid UTF-8 at the end of the file; re-save the file as UTF-8") from None
+            text = decoder.decode(chunk)
+        except UnicodeDecodeError as exc:
+            line += chunk[: exc.start].count(b"\n")
+            raise DataError(f"{where}: not valid UTF-8 at line {line} (byte 0x{chunk[exc.start]:02x}); {advice}") from None
+        line += text.count("\n")
+        if keep:
+            parts.append(text)
+    try:
+        decoder.decode(b"", final=True)
+    except UnicodeDecodeError:
+        raise DataError(f"{where}: not valid UTF-8 at the end of {what}; {advice}") from None
+    return "".join(parts)
 
 
 #: Column separators a delimited text file may use, and their names for messages.
@@ -265,6 +289,7 @@ def read_table(path: str | Path) -> datasets.Dataset:
         delimiter = sniff_delimiter(path, "\t" if path.suffix.lower() == ".tsv" else ",")
         if delimiter != ",":
             kwargs["delimiter"] = delimiter
+    _check_column_names(path, builder, kwargs.get("delimiter", ","))
     try:
         ds = datasets.load_dataset(builder, data_files=str(path), split="train", **kwargs)
     except Exception as exc:  # the libraries' parse errors are long and deep: keep their first line
@@ -275,6 +300,59 @@ def read_table(path: str | Path) -> datasets.Dataset:
     if len(ds) == 0:
         raise DataError(f"data file {path} has no rows")
     return ds
+
+
+def _check_column_names(path: Path, builder: str, delimiter: str) -> None:
+    """Refuse a column name given twice (a CSV header, a Parquet schema, a key of a JSON record):
+    the readers would keep one of them silently (pandas renames the second ``label.1``, Python's
+    ``json`` keeps the last)."""
+    def refuse(name: str, where: str) -> None:
+        raise DataError(f"data file {path}: column '{name}' appears twice{where}; rename or remove one")
+
+    if builder == "csv":
+        with open(path, encoding="utf-8", newline="") as fh:
+            header = next((row for row in csv.reader(fh, delimiter=delimiter) if any(c.strip() for c in row)), [])
+        twice = next((c for c, k in Counter(header).items() if k > 1), None)
+        if twice is not None:
+            refuse(twice, " in the header")
+    elif builder == "parquet":
+        import pyarrow.parquet as pq
+
+        try:
+            names = pq.read_schema(path).names
+        except Exception:  # not Parquet: the reader below says so
+            return
+        twice = next((c for c, k in Counter(names).items() if k > 1), None)
+        if twice is not None:
+            refuse(twice, " in the schema")
+    else:  # JSON lines, or one JSON document
+        class Twice(Exception):
+            pass
+
+        def pairs(items: list) -> dict:
+            keys = Counter(k for k, _ in items)
+            twice = next((k for k, n in keys.items() if n > 1), None)
+            if twice is not None:
+                raise Twice(twice)
+            return dict(items)
+
+        number = None
+        try:
+            with open(path, encoding="utf-8") as fh:
+                for number, line in enumerate(fh, 1):
+                    if line.strip():
+                        try:
+                            json.loads(line, object_pairs_hook=pairs)
+                        except json.JSONDecodeError:
+                            break  # a document over several lines (or a bad line): read whole below
+                else:
+                    return  # JSON lines, every record checked
+            number = None
+            json.loads(path.read_text(encoding="utf-8"), object_pairs_hook=pairs)
+        except Twice as exc:
+            refuse(str(exc), f" in the record on line {number}" if number else " in a record")
+        except json.JSONDecodeError:
+            return  # not JSON: the reader below says so
 
 
 def load_local(
