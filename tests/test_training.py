@@ -604,3 +604,23 @@ def test_resume_with_no_complete_checkpoint_starts_over_and_says_so(tmp_path, ti
     assert (f"contrastfit: no complete checkpoint in {checkpoint.parent} (checkpoint-2 (trainer_state.json is "
             "missing)): training from the start") in capfd.readouterr().err.splitlines()
     assert resumed["training"]["resumed_from"] is None and resumed["training"]["steps"] == 4
+
+
+def test_a_weights_only_checkpoint_is_not_resumed_from_half_way(tmp_path, tiny_encoder_dir, sentiment_csv, capfd):
+    """Without resumable checkpoints (the experiments' default) the library still writes the weights at
+    each evaluation; resuming from one used to restart the optimiser and the warm-up in mid-run. Such a
+    run now starts over, says so, and gives the uninterrupted run's model."""
+    kwargs = dict(epochs=3, shots=8, eval_steps=2, save_checkpoints=False)
+    full = _train(tmp_path, tiny_encoder_dir, sentiment_csv, name="full", **kwargs)
+    _train(tmp_path, tiny_encoder_dir, sentiment_csv, name="cut", callbacks=[StopAt(2)], **kwargs)
+    checkpoints = tmp_path / "cut" / "checkpoints"
+    assert (checkpoints / "checkpoint-2" / "model.safetensors").is_file()
+    capfd.readouterr()
+    resumed = _train(tmp_path, tiny_encoder_dir, sentiment_csv, name="cut", resume=True, **kwargs)
+    assert (f"contrastfit: no complete checkpoint in {checkpoints} (checkpoint-2 (optimizer.pt is missing)): "
+            "training from the start") in capfd.readouterr().err.splitlines()
+    assert resumed["training"]["resumed_from"] is None and resumed["training"]["steps"] == full["training"]["steps"]
+    evaluations = lambda run: [(e["step"], round(e["loss"], 5)) for e in run["training"]["selection"]["evaluations"]]  # noqa: E731
+    assert evaluations(resumed) == evaluations(full) and len(evaluations(full)) == 3
+    texts = ["good fun film", "awful dull plot"]
+    np.testing.assert_allclose(resumed.model.predict_logits(texts), full.model.predict_logits(texts), atol=1e-5)
