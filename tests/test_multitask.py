@@ -469,8 +469,11 @@ def test_runs_that_would_train_nothing_or_in_emulated_precision_are_refused_befo
     for options, message in [
         ({"fp16": True}, "fp16 needs a GPU, and torch sees none on this machine: leave out fp16 to train in float32 on "
                          "the CPU"),
-        ({"bf16": True, "use_cpu": True}, "bf16 is mixed precision on a GPU and use_cpu trains on the CPU: leave out "
-                                          "one of them"),
+        ({"fp16": True, "use_cpu": True}, "fp16 is mixed precision on a GPU and use_cpu trains on the CPU, where "
+                                          "float16 is emulated (about 10x slower than float32): leave out fp16, or "
+                                          "give bf16 with use_cpu for bfloat16 on the CPU"),
+        ({"bf16": True}, "bf16 needs a GPU, and torch sees none on this machine: leave out bf16 to train in float32, "
+                         "or add use_cpu for bfloat16 autocast on the CPU"),
         ({"batch_size": 1}, "task 'a': objective ce-scl compares the rows of a batch with each other and needs "
                             "batch_size >= 2, got 1"),
         ({"tasks": [{**task, "batch_size": 1}]}, "task 'a': objective ce-scl compares the rows of a batch with each "

@@ -238,17 +238,25 @@ def gpu_available() -> bool:
 
 
 def check_precision(config: Any, flags: tuple[str, str, str] = ("--fp16", "--bf16", "--cpu")) -> None:
-    """``fp16`` / ``bf16`` (named ``flags[0]`` / ``flags[1]`` in the message) need a GPU: with
-    ``use_cpu`` (``flags[2]``) or on a machine without one they are a one-line :class:`ConfigError`
-    (the library would train about 10x slower in emulated float16, or fail with a traceback for bf16)."""
-    flag = flags[0] if config.fp16 else flags[1] if config.bf16 else None
-    if flag is None:
-        return
-    if config.use_cpu:
-        raise ConfigError(f"{flag} is mixed precision on a GPU and {flags[2]} trains on the CPU: leave out one of them")
-    if not gpu_available():
-        raise ConfigError(f"{flag} needs a GPU, and torch sees none on this machine: leave out {flag} to train "
-                          "in float32 on the CPU")
+    """Mixed precision where it runs (``flags`` name fp16, bf16 and use_cpu in the message):
+
+    * ``fp16`` needs a GPU: with ``use_cpu`` or on a machine without one it is a one-line
+      :class:`ConfigError` (the CPU emulates float16, about 10x slower than float32);
+    * ``bf16`` needs a GPU, or ``use_cpu`` given with it: bfloat16 autocast on the CPU is what the
+      library does then (fast on CPUs with bf16 units), asked for explicitly. ``bf16`` alone on a
+      machine without a GPU is refused (the library would fail with a traceback)."""
+    fp16, bf16, cpu = flags
+    if config.fp16:
+        if config.use_cpu:
+            raise ConfigError(f"{fp16} is mixed precision on a GPU and {cpu} trains on the CPU, where float16 is emulated "
+                              f"(about 10x slower than float32): leave out {fp16}, or give {bf16} with {cpu} for "
+                              "bfloat16 on the CPU")
+        if not gpu_available():
+            raise ConfigError(f"{fp16} needs a GPU, and torch sees none on this machine: leave out {fp16} to train "
+                              "in float32 on the CPU")
+    if config.bf16 and not config.use_cpu and not gpu_available():
+        raise ConfigError(f"{bf16} needs a GPU, and torch sees none on this machine: leave out {bf16} to train in "
+                          f"float32, or add {cpu} for bfloat16 autocast on the CPU")
 
 
 def check_batch_size(batch_size: int, sampler: str, method: str | None = None, memory_size: int | None = None) -> None:
