@@ -46,7 +46,7 @@ from contrastfit.data import data_hash, load_data, sample_stratified  # noqa: E4
 from contrastfit.data.loading import TextData  # noqa: E402
 from contrastfit.encoders import builtin_model_path, resolve_model  # noqa: E402
 from contrastfit.evaluation.metrics import classification_metrics  # noqa: E402
-from contrastfit.experiments.protocols import few_shot  # noqa: E402
+from contrastfit.experiments.protocols.few_shot import few_shot  # noqa: E402
 from contrastfit.methods import available_methods  # noqa: E402
 from contrastfit.training import TrainConfig, train  # noqa: E402
 from contrastfit.versions import library_versions  # noqa: E402

@@ -79,6 +79,7 @@ def test_explain_writes_attributions_and_a_plot(trained_run, capsys, tmp_path):
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     model = ContrastiveClassifier.from_pretrained(out)
     predicted = model.predict(["good fun film", "awful dull plot"])
+    assert len(rows) == 2  # one row per text (zip below would stop at the shorter)
     for row, text, label in zip(rows, ["good fun film", "awful dull plot"], predicted):
         assert row["words"] == text.split() and row["target_name"] == label  # default target: the prediction
         assert sum(row["values"]) == pytest.approx(row["probability"] - row["base_probability"], abs=1e-5)

@@ -231,6 +231,7 @@ def test_distance_reference_is_the_raw_embeddings():
     assert is_raw and np.array_equal(ref, raw)
     correct = np.arange(16) % 3 == 0
     groups = distance_to_mean_groups(ref, correct, groups=4)
+    assert len(groups) == 4
     # each group's distances are the Euclidean distances of the RAW rows to the RAW mean
     order = np.argsort(d_raw, kind="stable")
     for g, idx in zip(groups, np.array_split(order, 4)):

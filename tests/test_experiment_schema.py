@@ -151,9 +151,12 @@ def test_multitask_keys_are_declared_by_the_dataclasses_and_pretrain():
     assert schema.TaskEntry.model_fields["weight"].default == Task("a", "b").weight
     args = {n: prm.default for n, prm in inspect.signature(pretrain).parameters.items() if prm.kind is prm.KEYWORD_ONLY}
     assert set(schema.PretrainEntry.model_fields) == set(args) - schema.PRETRAIN_RUN_ARGS | {"method", "corpus"}
+    checked = 0
     for name, field in schema.PretrainEntry.model_fields.items():
         if name in args and name != "model":  # the model defaults to the experiment's
             assert field.default == args[name], name
+            checked += 1
+    assert checked == len(set(args) - schema.PRETRAIN_RUN_ARGS) - 1  # every default of pretrain() but the model
 
 
 @pytest.mark.parametrize("changes, needle", [
@@ -178,10 +181,7 @@ def test_models_label_the_encoders():
 
 
 def test_protocol_models_declare_their_functions_keyword_arguments():
-    from contrastfit.experiments.plan import protocol_functions
-
-    functions = protocol_functions()
-    assert set(schema.PROTOCOLS) == set(functions)
+    functions = {kind: model.function for kind, model in schema.PROTOCOLS.items()}
     for kind, model in schema.PROTOCOLS.items():
         params = {n: p.default for n, p in inspect.signature(functions[kind]).parameters.items()
                   if n not in ("data", "validation_size")}  # validation_size is the experiment's own key

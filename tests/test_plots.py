@@ -173,6 +173,7 @@ def test_metric_vs_setting_from_summary_rows_on_a_categorical_axis(tmp_path):
     fig = plot_metric_vs_setting(summary_rows, "ratio", "test_accuracy", "method", path, title="imbalance")
     assert_png(path, fig)
     ax = fig.axes[0]
+    assert [c.get_label() for c in ax.containers] == ["ce", "ce_scl"]  # one error-bar line per method
     for container in ax.containers:
         data, _, (errors,) = container.lines
         assert list(data.get_xdata()) == [0, 1, 2]

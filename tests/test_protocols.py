@@ -9,17 +9,15 @@ import numpy as np
 import pytest
 
 from contrastfit.data import TextData, data_hash, load_data
-from contrastfit.experiments.protocols import (
-    ProtocolRun,
-    augmentation,
-    class_sweep,
-    cross_validation,
-    derive_seed,
-    few_shot,
-    imbalance,
-    noise,
-    transfer_target,
-)
+from contrastfit.data.sampling import derive_seed
+from contrastfit.experiments.protocols import ProtocolRun
+from contrastfit.experiments.protocols.augmentation import augmentation
+from contrastfit.experiments.protocols.classes import class_sweep
+from contrastfit.experiments.protocols.cross_validation import cross_validation
+from contrastfit.experiments.protocols.few_shot import few_shot
+from contrastfit.experiments.protocols.imbalance import imbalance
+from contrastfit.experiments.protocols.noise import noise
+from contrastfit.experiments.protocols.transfer import transfer_target
 
 NAMES = ["neg", "neu", "pos"]
 

@@ -139,7 +139,7 @@ def test_cli_sample_is_the_experiments_sample(tmp_path, tiny_encoder_dir, sentim
     """One sampling path: train(shots=K, seed=S) draws what an experiment's sample 0 of protocol seed
     S draws; --sample-seed/--sample-index reach any other sample, independently of the training seed."""
     from contrastfit.data import data_hash, load_data
-    from contrastfit.experiments.protocols import few_shot
+    from contrastfit.experiments.protocols.few_shot import few_shot
 
     data = load_data(str(sentiment_csv), label_column="sentiment")
     runs = few_shot(data, shots=4, samples=2, validation_size=2, seed=3)

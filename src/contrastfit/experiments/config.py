@@ -15,7 +15,7 @@ README documents the whole schema.
     # a method entry's own `training:` overrides the top-level one for that entry's variants
     # (lists are grids here too: Gunel's batch-size ablation)
     #   methods: [{name: ce-scl, training: {batch_size: [16, 64, 256]}}]
-    protocol: {kind: few-shot, shots: [8, 32], samples: 5}                # one model per kind: schema.py
+    protocol: {kind: few-shot, shots: [8, 32], samples: 5}                # one file per kind: protocols/
     seeds: [0, 1, 2]
     validation_size: 256           # stratified validation subset (Gunel: ~500)
     training: {batch_size: 16, learning_rate: 5.0e-5}                     # TrainConfig's settings: schema.TRAINING_KEYS

@@ -1,13 +1,9 @@
-"""From a config to the list of runs: protocol kinds, their options, and run ids.
+"""From a config to the list of runs: the protocol's runs, the jobs and their ids.
 
-A protocol ``kind`` maps to one function of :mod:`contrastfit.experiments.protocols`, called with
-the options the config gave (``protocol.options()``: the protocol's model in
-:mod:`contrastfit.experiments.schema` declares the function's keyword arguments, and a test keeps
-the two in step). ``transfer`` additionally takes a ``source`` block (the source task the target runs
-start from, see :class:`contrastfit.experiments.runner.TransferSources`): by default each method
-variant gets its own source model, trained with that variant's method, hyper-parameters and
-training settings (Gunel et al. Sec. 5.4: CE -> CE, CE+SCL -> CE+SCL); ``source.method`` (with
-optional ``source.hparams``) instead trains one source model that every variant starts from.
+A protocol ``kind`` is one file of :mod:`contrastfit.experiments.protocols`: a function, called with
+the options the config gave (``protocol.options()``), and the model of those options, which the
+config's ``protocol:`` parsed into (``config.protocol.function`` is the function). ``transfer``
+additionally takes a ``source`` block (:mod:`contrastfit.experiments.protocols.transfer`).
 """
 
 from __future__ import annotations
@@ -21,28 +17,6 @@ from ..errors import ConfigError
 from .config import ExperimentConfig, MethodVariant
 
 
-def _full(data, seed: int = 0, validation_size: int | None = None):
-    """The whole training split (no sampling)."""
-    from .protocols import few_shot
-
-    return few_shot(data, shots=None, train_size=None, samples=1, validation_size=validation_size, seed=seed)
-
-
-def protocol_functions() -> dict[str, Callable]:
-    from . import protocols as p
-
-    return {
-        "full": _full,
-        "few-shot": p.few_shot,
-        "cross-validation": p.cross_validation,
-        "imbalance": p.imbalance,
-        "noise": p.noise,
-        "classes": p.class_sweep,
-        "transfer": p.transfer_target,
-        "augmentation": p.augmentation,
-    }
-
-
 def _options(fn: Callable) -> set[str]:
     """The options of protocol function ``fn``: its keyword arguments but ``data``."""
     return {n for n, prm in inspect.signature(fn).parameters.items() if n != "data" and prm.kind != prm.VAR_KEYWORD}
@@ -50,7 +24,7 @@ def _options(fn: Callable) -> set[str]:
 
 def protocol_runs(config: ExperimentConfig, data) -> list:
     """The protocol's (setting, sample) runs for ``data``: a list of ``ProtocolRun``."""
-    fn = protocol_functions()[config.protocol_kind]
+    fn = config.protocol.function
     options = config.protocol.options()
     if "validation_size" in _options(fn) and config.validation_size is not None:
         options["validation_size"] = config.validation_size

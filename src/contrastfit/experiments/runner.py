@@ -156,7 +156,7 @@ class TransferSources:
 
     def __init__(self, config: ExperimentConfig, out: Path, progress: bool = True):
         self.config = config
-        self.source = config.protocol.source  # a schema.TransferSource
+        self.source = config.protocol.source  # a protocols.transfer.TransferSource
         self.out = out
         self.progress = progress
         self._done: dict[str, dict[str, Any]] = {}

@@ -1,7 +1,8 @@
 """The experiment configuration schema, declared once (pydantic models on :class:`contrastfit.schema.Schema`).
 
 Every mapping of an experiment config is one model here: the top level (:class:`Experiment`), its
-``protocol:`` (one model per ``kind``, a union discriminated on ``kind``), ``training:`` (exactly the
+``protocol:`` (a union discriminated on ``kind`` of the registered protocols' models, each declared in
+its own file of :mod:`.protocols` with its function), ``training:`` (exactly the
 fields of :class:`contrastfit.training.TrainConfig` an experiment may set, derived from that
 dataclass), the ``methods`` entries, ``data_options``, ``attributions`` and ``search``; and a
 multi-task experiment (a config with ``tasks:``, :class:`MultiTaskExperiment`): its ``tasks``
@@ -16,7 +17,7 @@ to the innermost mapping that holds it::
     exp.yaml: protocol: unknown key 'shotz' (allowed: kind, samples, seed, shots, train_size)
     exp.yaml: methods[1]: training: batch_size.0: Input should be a valid integer (got '16')
 
-Conventions:
+The value types (:mod:`.fields`), shared with the protocol files, follow these conventions:
 
 * A value that may be "one or a list" (``shots``, ``ratios``, ``seeds``, grid values, ...) is parsed
   as a list.
@@ -29,7 +30,7 @@ Conventions:
   checked by ``TrainConfig.validate`` when the variants are built (:mod:`.config`), because a
   method entry's own settings are merged over the experiment's first.
 
-The protocol models' options are the keyword arguments of the protocol functions (the runner calls
+A protocol model's options are the keyword arguments of its function (the runner calls
 ``function(data, **protocol.options())``); ``tests/test_experiment_schema.py`` checks that names
 and defaults agree.
 """
@@ -44,15 +45,10 @@ from pathlib import PurePosixPath
 from typing import Annotated, Any, Callable, Literal, Mapping, Optional, Union
 
 from pydantic import (BaseModel, BeforeValidator, Field, NonNegativeInt, PositiveInt, ValidationError,
-                      ValidationInfo, WrapValidator, create_model, field_validator, model_validator)
-from pydantic_core import PydanticCustomError
+                      ValidationInfo, create_model, field_validator, model_validator)
 
-from ..data.augment import check_augmenter, check_temperature
-from ..data.noise import TEXT_NOISE_KINDS
 from ..errors import ConfigError
 from ..evaluation.attributions import BASELINES
-from ..methods import get_method
-from ..methods.base import resolve_hparams
 from ..multitask.schedule import SCHEDULES
 from ..multitask.tasks import Task
 from ..multitask.training import MultiTaskConfig
@@ -60,79 +56,16 @@ from ..pretrain import PRETRAIN_METHODS, pretrain
 from ..schema import Schema, describe_error
 from ..training import TrainConfig
 from .analyses import available_analyses
+from .fields import (Number, PositiveNumber, as_list, asked, explained, hparams_of, invalid, method_name,
+                     one_or_more)
+from .protocols import ProtocolOptions, registered_protocols
 
 __all__ = [
     "MULTITASK_RUN_FIELDS", "PROTOCOLS", "RUN_FIELDS", "TRAINING_KEYS", "Attributions", "DataOptions", "Experiment",
     "MethodEntry", "MultiTaskExperiment", "MultiTaskTraining", "MultiTaskVariant", "PretrainEntry", "Protocol",
-    "Search", "SearchDimension", "TaskEntry", "Training", "TrainingGrid", "TransferSource", "as_list", "model_label",
+    "Search", "SearchDimension", "TaskEntry", "Training", "TrainingGrid", "as_list", "model_label",
     "parse_experiment",
 ]
-
-
-# ---------------------------------------------------------------------------------------------
-# Value types
-# ---------------------------------------------------------------------------------------------
-
-def as_list(value: Any) -> list:
-    """``value`` if it is a list, else ``[value]`` (a list value in a config is a list of settings)."""
-    return value if isinstance(value, list) else [value]
-
-
-def one_or_more(item: Any) -> Any:
-    """A list of ``item`` (at least one); a single value is read as a one-element list."""
-    return Annotated[list[item], BeforeValidator(as_list), Field(min_length=1)]
-
-
-def _as_written(value: Any, handler: Any) -> Any:
-    """Validate as a float, but keep an int as the int it was (``3``, not ``3.0``)."""
-    out = handler(value)
-    return value if type(value) is int else out
-
-
-Number = Annotated[float, WrapValidator(_as_written)]
-PositiveNumber = Annotated[float, Field(gt=0), WrapValidator(_as_written)]
-Rate = Annotated[float, Field(ge=0, le=1), WrapValidator(_as_written)]
-Counts = one_or_more(PositiveInt)
-
-
-def explained(message: str) -> WrapValidator:
-    """A validator that reports any problem of the value it wraps as ``message`` (one line, instead of
-    one error per member of a union)."""
-    def validate(value: Any, handler: Any) -> Any:
-        try:
-            return handler(value)
-        except ValidationError:
-            raise _invalid(message) from None
-
-    return WrapValidator(validate)
-
-
-def _invalid(message: str) -> PydanticCustomError:
-    """A schema error with ``message`` as it is (no template fields)."""
-    return PydanticCustomError("invalid", message)
-
-
-def _asked(check: Any, *args: Any) -> Any:
-    """``check(*args)``, another module's own validation; its ConfigError becomes a schema error."""
-    try:
-        return check(*args)
-    except ConfigError as exc:
-        raise _invalid(str(exc)) from None
-
-
-def _method_name(name: str) -> str:
-    _asked(get_method, name)
-    return name
-
-
-def _one_sample_size(shots: Any, train_size: Any) -> None:
-    if shots is not None and train_size is not None:
-        raise _invalid("give either shots (per class) or train_size (in total), not both")
-
-
-def _hparams_of(method: str, given: dict[str, Any]) -> None:
-    """Names and values of ``given`` checked by the method's own schema (``resolve_hparams``)."""
-    _asked(resolve_hparams, method, get_method(method).defaults, given)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -253,7 +186,7 @@ class MethodEntry(Schema):
             return {**own, "hparams": {k: v for k, v in data.items() if k not in own}}
         return data
 
-    _name = field_validator("name")(_method_name)
+    _name = field_validator("name")(method_name)
 
 
 class DataOptions(_Settings):
@@ -284,120 +217,9 @@ class Attributions(Schema):
 # protocol: one model per kind
 # ---------------------------------------------------------------------------------------------
 
-class _Protocol(Schema):
-    seed: NonNegativeInt = 0
-
-    def options(self) -> dict[str, Any]:
-        """The options given, as keyword arguments of the protocol's function."""
-        return self.model_dump(exclude_unset=True, exclude={"kind", "source"})
-
-
-class _Sampled(_Protocol):
-    """Few-shot training sets: ``shots`` per class or ``train_size`` in total (one value or a list),
-    ``samples`` of each; neither: the whole training split."""
-
-    shots: Counts | None = None
-    train_size: Counts | None = None
-    samples: PositiveInt = 1
-
-    @model_validator(mode="after")
-    def _shots_or_train_size(self):
-        _one_sample_size(self.shots, self.train_size)
-        return self
-
-
-class FewShot(_Sampled):
-    kind: Literal["few-shot"]
-
-
-class Full(_Protocol):
-    kind: Literal["full"]
-
-
-class CrossValidation(_Protocol):
-    kind: Literal["cross-validation"]
-    folds: Annotated[int, Field(ge=2)] = 5
-    train_size: PositiveInt | None = None
-    repeats: PositiveInt = 1
-    test: Literal["fold", "split"] = "fold"
-    fold_train_size: PositiveInt | None = None
-
-
-class Imbalance(_Protocol):
-    kind: Literal["imbalance"]
-    ratios: one_or_more(Annotated[float, Field(ge=1), WrapValidator(_as_written)]) = [1, 3, 5, 10, 20]
-    minority_size: PositiveInt = 32
-    minority_classes: Annotated[one_or_more(Union[str, NonNegativeInt]) | None,
-                                explained("must be class names or class ids (integers >= 0)")] = None
-    samples: PositiveInt = 1
-
-
-class Noise(_Sampled):
-    kind: Literal["noise"]
-    label_noise: one_or_more(Rate) = [0.0]
-    text_noise: one_or_more(Rate) | None = None
-    text_noise_kind: Literal[TEXT_NOISE_KINDS] = "deletion"  # type: ignore[valid-type]
-
-
-class Classes(_Sampled):
-    kind: Literal["classes"]
-    num_classes: one_or_more(Annotated[int, Field(ge=2)]) = [2, 3, 4, 5]
-
-
-class TransferSource(Schema):
-    """A transfer protocol's ``source:``: the data (and sample) the source models train on. Without
-    ``method``, each method variant's source trains with that variant's method, hyper-parameters and
-    training settings; with it (and ``hparams``), one source model serves every variant."""
-
-    data: str
-    method: str | None = None
-    hparams: dict[str, Any] | None = None
-    shots: PositiveInt | None = None
-    train_size: PositiveInt | None = None
-    epochs: PositiveNumber | None = None
-    seed: NonNegativeInt = 0
-
-    _method = field_validator("method")(lambda v: v if v is None else _method_name(v))
-
-    @model_validator(mode="after")
-    def _consistent(self):
-        _one_sample_size(self.shots, self.train_size)
-        if self.method is None:
-            if self.hparams:
-                raise _invalid("hparams needs method (without it, each method variant's source is trained with "
-                               "that variant's own hyper-parameters)")
-        elif self.hparams:
-            _hparams_of(self.method, self.hparams)
-        return self
-
-
-class Transfer(_Sampled):
-    kind: Literal["transfer"]
-    source: TransferSource
-
-
-class Augmentation(_Sampled):
-    kind: Literal["augmentation"]
-    ratio: one_or_more(NonNegativeInt) = [3]
-    augmenter: str = "deletion"
-    rate: one_or_more(Rate) = [0.1]
-    temperature: PositiveNumber | None = None
-
-    _augmenter = field_validator("augmenter")(lambda v: _asked(check_augmenter, v))
-
-    @model_validator(mode="after")
-    def _temperature_for_hub(self):
-        _asked(check_temperature, self.temperature, self.augmenter)
-        return self
-
-
-#: The protocol model of each ``kind``.
-PROTOCOLS: dict[str, type[_Protocol]] = {
-    typing.get_args(m.model_fields["kind"].annotation)[0]: m
-    for m in (FewShot, Full, CrossValidation, Imbalance, Noise, Classes, Transfer, Augmentation)
-}
-Protocol = Annotated[Union[FewShot, Full, CrossValidation, Imbalance, Noise, Classes, Transfer, Augmentation],
-                     Field(discriminator="kind")]
+#: The options model of each protocol ``kind`` (one file each in :mod:`.protocols`, registered there).
+PROTOCOLS: dict[str, type[ProtocolOptions]] = registered_protocols()
+Protocol = Annotated[Union[tuple(PROTOCOLS.values())], Field(discriminator="kind")]
 
 
 def _protocol_shorthands(value: Any) -> Any:
@@ -409,7 +231,7 @@ def _protocol_shorthands(value: Any) -> Any:
     elif isinstance(value, dict) and "kind" not in value:
         value = {"kind": "few-shot", **value}
     if isinstance(value, dict) and value["kind"] not in PROTOCOLS:
-        raise _invalid(f"unknown protocol kind {value['kind']!r} (available: {', '.join(PROTOCOLS)})")
+        raise invalid(f"unknown protocol kind {value['kind']!r} (available: {', '.join(PROTOCOLS)})")
     return value
 
 
@@ -436,9 +258,9 @@ class SearchDimension(Schema):
     def _choices_or_range(self):
         if (self.choices is None) == (self.low is None or self.high is None) or (
                 self.choices is not None and (self.low, self.high, self.step) != (None, None, None)):
-            raise _invalid("give a list of choices or {low, high} (optional log, step)")
+            raise invalid("give a list of choices or {low, high} (optional log, step)")
         if self.choices is None and not self.low <= self.high:
-            raise _invalid(f"low ({self.low}) is above high ({self.high})")
+            raise invalid(f"low ({self.low}) is above high ({self.high})")
         return self
 
 
@@ -454,7 +276,7 @@ class Search(Schema):
     study: str | None = None
     direction: Literal["maximize", "minimize"] = "maximize"
 
-    _method = field_validator("method")(_method_name)
+    _method = field_validator("method")(method_name)
 
     @field_validator("space")
     @classmethod
@@ -462,7 +284,7 @@ class Search(Schema):
         if "method" in info.data:  # else the method is refused already
             for name, dim in space.items():
                 for value in dim.choices if dim.choices is not None else (dim.low, dim.high):
-                    _hparams_of(info.data["method"], {name: value})
+                    hparams_of(info.data["method"], {name: value})
         return space
 
 
@@ -487,7 +309,7 @@ class Experiment(Schema):
     models: one_or_more(Annotated[str, Field(min_length=1)]) | None = None
     methods: one_or_more(MethodEntry)
     protocol: Annotated[Protocol, BeforeValidator(_protocol_shorthands)] = Field(
-        default_factory=lambda: Full(kind="full"))
+        default_factory=lambda: PROTOCOLS["full"](kind="full"))
     seeds: one_or_more(NonNegativeInt) = [0]
     validation_size: PositiveInt | None = None
     training: Training = Field(default_factory=Training)  # type: ignore[valid-type]
@@ -507,7 +329,7 @@ class Experiment(Schema):
     def _registered(cls, names: list[str]) -> list[str]:
         unknown = [n for n in names if n not in available_analyses()]
         if unknown:
-            raise _invalid(f"unknown analysis {unknown[0]!r} (available: {', '.join(available_analyses())})")
+            raise invalid(f"unknown analysis {unknown[0]!r} (available: {', '.join(available_analyses())})")
         return names
 
     @model_validator(mode="after")
@@ -515,14 +337,14 @@ class Experiment(Schema):
         if self.models is None:
             return self
         if "model" in self.model_fields_set:
-            raise _invalid("give model (one encoder) or models (a list of encoders to compare), not both")
+            raise invalid("give model (one encoder) or models (a list of encoders to compare), not both")
         labels = [model_label(m) for m in self.models]
         repeated = sorted({x for x in labels if labels.count(x) > 1})
         if repeated:
-            raise _invalid(f"models: two encoders are both named {repeated[0]!r} in the tables (the last part of "
+            raise invalid(f"models: two encoders are both named {repeated[0]!r} in the tables (the last part of "
                            f"their path); rename one folder")
         if self.search is not None:
-            raise _invalid("search: runs on one encoder: give model, not models")
+            raise invalid("search: runs on one encoder: give model, not models")
         return self
 
 
@@ -553,7 +375,7 @@ PRETRAIN_BOUNDS: dict[str, dict[str, float]] = {
 class _TaskBase(_Settings):
     @model_validator(mode="after")
     def _task_checks(self):
-        _asked(Task(**self.model_dump()).check)
+        asked(Task(**self.model_dump()).check)
         return self
 
 
@@ -606,7 +428,7 @@ class _PretrainBase(Schema):
     @model_validator(mode="after")
     def _method_hparams(self):
         if self.hparams:
-            _hparams_of(self.method, self.hparams)
+            hparams_of(self.method, self.hparams)
         return self
 
 
@@ -630,11 +452,11 @@ class MultiTaskVariant(Schema):
     @model_validator(mode="after")
     def _consistent(self):
         if self.mode == "single" and (self.schedule is not None or self.temperature is not None):
-            raise _invalid("schedule and temperature are for mode multitask (a single-task run has one task)")
+            raise invalid("schedule and temperature are for mode multitask (a single-task run has one task)")
         if self.temperature is not None and self.schedule != "temperature":
-            raise _invalid("temperature goes with schedule: temperature")
+            raise invalid("temperature goes with schedule: temperature")
         if self.model is not None and self.pretrain is not None:
-            raise _invalid("give model (an encoder) or pretrain (a stage-1 encoder of the pretrain section), not both")
+            raise invalid("give model (an encoder) or pretrain (a stage-1 encoder of the pretrain section), not both")
         return self
 
 
@@ -661,13 +483,13 @@ class MultiTaskExperiment(Schema):
         for what, names in (("task", [t.name for t in self.tasks]), ("variant", [v.name for v in self.variants])):
             repeated = sorted({n for n in names if names.count(n) > 1})
             if repeated:
-                raise _invalid(f"{what} names must be distinct; {repeated[0]!r} is given twice")
+                raise invalid(f"{what} names must be distinct; {repeated[0]!r} is given twice")
         for v in self.variants:
             if v.pretrain is not None and v.pretrain not in self.pretrain:
                 known = ", ".join(self.pretrain) or "none"
-                raise _invalid(f"variant {v.name!r}: pretrain {v.pretrain!r} is not in the pretrain section ({known})")
+                raise invalid(f"variant {v.name!r}: pretrain {v.pretrain!r} is not in the pretrain section ({known})")
             if self.steps_per_task is not None and "epochs" in {**self.training.settings(), **v.training.settings()}:
-                raise _invalid(f"variant {v.name!r}: give steps_per_task or training.epochs, not both")
+                raise invalid(f"variant {v.name!r}: give steps_per_task or training.epochs, not both")
         return self
 
 

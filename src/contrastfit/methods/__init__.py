@@ -1,10 +1,16 @@
-"""Training methods, one file each (shared parts of the SimCSE family in ``_sentences.py``). Importing
-this package registers all of them."""
+"""Training methods, one file each (shared parts of the SimCSE family in ``simcse_base.py``); importing
+this package registers all of them (every module of the package is imported, so a new file that
+registers its method is all it takes). See :mod:`.base` for how to write one."""
 
-from . import (ce, ce_scl, diffcse, dml, lacon, linear_probe, setfit, simcse_sup, simcse_unsup,  # noqa: F401
-               supcl_seq)  # (registration side effects)
+import importlib
+import pkgutil
+
 from .base import (HEAD_STAGE_DEFAULTS, LOGISTIC_HEAD_DEFAULTS, LossOutput, Method, MethodSpec, ParamGroup,
                    available_methods, get_method, register_method, register_preset)
 
 __all__ = ["HEAD_STAGE_DEFAULTS", "LOGISTIC_HEAD_DEFAULTS", "Method", "MethodSpec", "LossOutput", "ParamGroup",
            "available_methods", "get_method", "register_method", "register_preset"]
+
+for _module in pkgutil.iter_modules(__path__):
+    if _module.name != "base":
+        importlib.import_module(f"{__name__}.{_module.name}")
