@@ -46,7 +46,7 @@ def test_sentence_transformers_loads_the_folder_with_the_models_pooling_length_a
     np.testing.assert_allclose(got, expected, atol=1e-5)
     np.testing.assert_allclose(np.linalg.norm(got, axis=1), 1.0, atol=1e-5)
     record = json.loads((tmp_path / "run" / "contrastfit.json").read_text())["sentence_transformers"]
-    assert record["normalize"] is True and record["max_seq_length"] == 8
+    assert record["normalize"] is True and record["max_seq_length"] == 8 and record["pooling"] == pooling
     if pooling == "pooler":  # BERT's tanh pooler: CLS pooling then a Dense(tanh) module with its weights
         assert record["modules"] == ["encoder", "1_Pooling", "2_Dense", "3_Normalize"]
         cls = torch.nn.functional.normalize(
@@ -72,6 +72,18 @@ def test_a_method_with_its_own_embedding_space_gets_no_sentence_transformers_fil
     from contrastfit.card import _loading
 
     assert any("no sentence-transformers files" in line for line in _loading({"sentence_transformers": None}))
+
+
+def test_a_pooler_that_is_not_dense_plus_tanh_gets_no_sentence_transformers_files(tmp_path, tiny_encoder_dir):
+    """ALBERT-style: the pooler is a bare Linear with the activation elsewhere; a Dense(tanh) module
+    would not be it for sure, so nothing is written and sentence-transformers refuses the folder."""
+    from contrastfit.hub import sentence_transformers_layout
+
+    model = _trained_like(tiny_encoder_dir, "pooler")
+    assert sentence_transformers_layout(model)[0] == "cls" and sentence_transformers_layout(model)[1] is not None
+    model.encoder.backbone.pooler = torch.nn.Linear(32, 32)
+    assert sentence_transformers_layout(model) is None
+    assert sentence_transformers_layout(_trained_like(tiny_encoder_dir, "mean")) == ("mean", None)
 
 
 def test_pipeline_on_the_encoder_folder_does_not_score_with_a_random_head(tmp_path, tiny_encoder_dir):

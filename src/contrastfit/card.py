@@ -202,8 +202,10 @@ def _loading(config: dict[str, Any]) -> list[str]:
            "`ContrastiveClassifier.from_pretrained` takes this folder or its Hub id (`owner/name`). The classifier "
            "is the encoder in `encoder/` plus `head.safetensors`; only contrastfit combines them.", ""]
     if st:
+        how = (" (CLS pooling, then the encoder's dense+tanh pooler as a `Dense` module)"
+               if st["pooling"] == "pooler" else "")
         out += [f"`SentenceTransformer(\"path/to/this/folder\")` loads the encoder with this model's pooling "
-                   f"({st['pooling']}), maximum length {st['max_seq_length']} and L2 normalisation: its embeddings are "
+                   f"(`{st['pooling']}`{how}), maximum length {st['max_seq_length']} and L2 normalisation: its embeddings are "
                    "`model.embed(texts)`.", ""]
     elif "sentence_transformers" in config:
         out += ["This model's embeddings are not the encoder's pooled output, so the folder has no "

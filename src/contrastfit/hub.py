@@ -110,7 +110,7 @@ def write_sentence_transformers(folder: Path, model, encoder_dir: str = "encoder
     write_json_atomic(folder / "config_sentence_transformers.json",
                       {"model_type": "SentenceTransformer", "prompts": {}, "default_prompt_name": None,
                        "similarity_fn_name": "cosine"})
-    return {"pooling": "pooler (cls + dense + tanh)" if pooler is not None else mode, "normalize": True,
+    return {"pooling": "pooler" if pooler is not None else mode, "normalize": True,
             "max_seq_length": int(model.max_length), "modules": [m["path"] for m in modules]}
 
 
