@@ -317,7 +317,11 @@ def save_model_folder(directory: str | os.PathLike, model: nn.Module, weights_na
             written = write_sentence_transformers(staging, model, ENCODER_DIR)
             config = {**config, "sentence_transformers": written}
         write_json_atomic(staging / CONFIG_NAME, config)
-    remove_stale_sentence_transformers(directory, written)
+        if written is None and directory.is_dir():
+            # before the swap: a kill after it must not leave the previous model's modules.json next to
+            # this encoder (sentence-transformers would load it without a word)
+            remove_stale_sentence_transformers(directory, None)
+    remove_stale_sentence_transformers(directory, written)  # leftovers of another layout (e.g. 2_Dense)
     return directory
 
 
