@@ -86,8 +86,8 @@ def test_the_card_is_hub_metadata_without_local_paths(tmp_path, tiny_encoder_dir
     assert meta["library_name"] == "contrastfit" and meta["pipeline_tag"] == "text-classification"
     assert [m["value"] for m in meta["model-index"][0]["results"][1]["metrics"]][:2] == [0.6912, 0.68]
     assert f"`{tiny_encoder_dir.name}` fine-tuned with contrastfit's `ce-scl` method" in card
-    assert "SentenceTransformer(\"path/to/this/folder\")` loads the encoder with this model's pooling (`mean`), " \
-           "maximum length 64 and L2 normalisation" in card
+    assert "`SentenceTransformer(\"path/to/this/folder\")` (or `.../encoder`) gives the encoder's pooled output " \
+           "(pooling `mean`, maximum length 64), L2-normalised: `model.embed(texts)`." in card
     assert "does not classify (its config declares no labels" in card
     # a Hub id as the base model is kept as it is
     hub = json.loads(json.dumps(RECORD))

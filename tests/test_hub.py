@@ -48,30 +48,43 @@ def test_sentence_transformers_loads_the_folder_with_the_models_pooling_length_a
     record = json.loads((tmp_path / "run" / "contrastfit.json").read_text())["sentence_transformers"]
     assert record["normalize"] is True and record["max_seq_length"] == 8 and record["pooling"] == pooling
     if pooling == "pooler":  # BERT's tanh pooler: CLS pooling then a Dense(tanh) module with its weights
-        assert record["modules"] == ["encoder", "1_Pooling", "2_Dense", "3_Normalize"]
+        assert record["modules"] == ["encoder", "encoder/1_Pooling", "encoder/2_Dense", "encoder/3_Normalize"]
         cls = torch.nn.functional.normalize(
             model.encoder(**{k: torch.as_tensor(v) for k, v in model.tokenize(TEXTS[:1]).items()}).token_embeddings[:, 0], dim=-1)
         assert np.abs(cls.detach().numpy() - got[:1]).max() > 0.05  # the Dense module matters
+    # the encoder folder alone is a sentence-transformers model with the same modules
+    np.testing.assert_allclose(SentenceTransformer(str(tmp_path / "run" / "encoder"), device="cpu").encode(TEXTS),
+                               expected, atol=1e-5)
     # the reloaded contrastfit model agrees too
     np.testing.assert_allclose(ContrastiveClassifier.from_pretrained(tmp_path / "run").embed(TEXTS), got, atol=1e-5)
 
 
-def test_a_method_with_its_own_embedding_space_gets_no_sentence_transformers_files(tmp_path, tiny_encoder_dir):
+def test_a_method_with_its_own_embedding_space_gets_no_root_sentence_transformers_files(tmp_path, tiny_encoder_dir):
+    """LaCon's ``embed`` is its projection g: ``SentenceTransformer(folder)`` refuses the folder, and
+    ``SentenceTransformer(folder/encoder)`` gives the encoder's own (pooled, normalised) embedding."""
     SentenceTransformer = pytest.importorskip("sentence_transformers").SentenceTransformer
 
     folder = tmp_path / "run"
     _trained_like(tiny_encoder_dir, "mean").save_pretrained(folder)
     assert (folder / "modules.json").is_file()
-    lacon = _trained_like(tiny_encoder_dir, "cls", method="lacon", hparams={"heads": 2})  # embed() is the projection g, not the pooled output
-    lacon.save_pretrained(folder)  # over the previous model: its sentence-transformers files go
-    assert not any((folder / name).exists() for name in ("modules.json", "1_Pooling", "2_Normalize",
-                                                         "config_sentence_transformers.json"))
-    assert json.loads((folder / "contrastfit.json").read_text())["sentence_transformers"] is None
-    with pytest.raises(Exception):
+    lacon = _trained_like(tiny_encoder_dir, "cls", method="lacon", hparams={"heads": 2})
+    lacon.save_pretrained(folder)  # over the previous model: its root sentence-transformers files go
+    assert not (folder / "modules.json").exists() and not (folder / "config_sentence_transformers.json").exists()
+    record = json.loads((folder / "contrastfit.json").read_text())["sentence_transformers"]
+    assert record["folder"] is False and record["pooling"] == "cls"
+    with pytest.raises((OSError, ValueError), match="config.json"):  # no modules.json, and no config.json at the root
         SentenceTransformer(str(folder), device="cpu")
+    encoder_only = SentenceTransformer(str(folder / "encoder"), device="cpu").encode(TEXTS)
+    inputs = {k: torch.as_tensor(v) for k, v in lacon.tokenize(TEXTS, padding=True).items()}
+    with torch.no_grad():
+        pooled = torch.nn.functional.normalize(lacon.encoder(**inputs).pooled, dim=-1).numpy()
+    np.testing.assert_allclose(encoder_only, pooled, atol=1e-5)
+    embedded = lacon.embed(TEXTS)  # what SentenceTransformer(folder) would have had to give
+    assert embedded.shape != pooled.shape or np.abs(embedded - pooled).max() > 0.05
     from contrastfit.card import _loading
 
-    assert any("no sentence-transformers files" in line for line in _loading({"sentence_transformers": None}))
+    assert any("refuses the folder (no `modules.json` at its root)" in line
+               for line in _loading({"sentence_transformers": record}))
 
 
 def test_a_pooler_that_is_not_dense_plus_tanh_gets_no_sentence_transformers_files(tmp_path, tiny_encoder_dir):
@@ -83,6 +96,9 @@ def test_a_pooler_that_is_not_dense_plus_tanh_gets_no_sentence_transformers_file
     assert sentence_transformers_layout(model)[0] == "cls" and sentence_transformers_layout(model)[1] is not None
     model.encoder.backbone.pooler = torch.nn.Linear(32, 32)
     assert sentence_transformers_layout(model) is None
+    model.save_pretrained(tmp_path / "run")
+    assert not (tmp_path / "run" / "modules.json").exists() and not (tmp_path / "run" / "encoder" / "modules.json").exists()
+    assert json.loads((tmp_path / "run" / "contrastfit.json").read_text())["sentence_transformers"] is None
     assert sentence_transformers_layout(_trained_like(tiny_encoder_dir, "mean")) == ("mean", None)
 
 
@@ -173,8 +189,9 @@ def test_push_uploads_the_folder_with_its_card_and_from_pretrained_loads_it_from
     assert [c[0] for c in local_hub.calls] == ["create_repo", "upload_folder"]
     assert local_hub.calls[0] == ("create_repo", "me/tiny-mr", "model", True)
     repo = local_hub.root / "me" / "tiny-mr"
-    assert {"README.md", "contrastfit.json", "results.json", "head.safetensors", "encoder", "modules.json",
-            "1_Pooling", "2_Normalize"} <= {p.name for p in repo.iterdir()}
+    assert {p.name for p in repo.iterdir()} == {"README.md", "contrastfit.json", "results.json", "head.safetensors",
+                                                "encoder", "modules.json", "config_sentence_transformers.json"}
+    assert (repo / "encoder" / "modules.json").is_file() and (repo / "encoder" / "2_Normalize" / "config.json").is_file()
     assert not (repo / "checkpoints").exists()
     for path in repo.rglob("*"):  # no absolute local path of this machine goes to the Hub
         if path.is_file() and path.suffix in (".json", ".md"):

@@ -204,12 +204,19 @@ def _loading(config: dict[str, Any]) -> list[str]:
     if st:
         how = (" (CLS pooling, then the encoder's dense+tanh pooler as a `Dense` module)"
                if st["pooling"] == "pooler" else "")
-        out += [f"`SentenceTransformer(\"path/to/this/folder\")` loads the encoder with this model's pooling "
-                   f"(`{st['pooling']}`{how}), maximum length {st['max_seq_length']} and L2 normalisation: its embeddings are "
-                   "`model.embed(texts)`.", ""]
+        pooled = (f"the encoder's pooled output (pooling `{st['pooling']}`{how}, maximum length "
+                  f"{st['max_seq_length']}), L2-normalised")
+        if st.get("folder"):
+            out += [f"`SentenceTransformer(\"path/to/this/folder\")` (or `.../encoder`) gives {pooled}: "
+                    "`model.embed(texts)`.", ""]
+        else:
+            out += ["This model's `model.embed(texts)` is not the encoder's pooled output, so "
+                    "`SentenceTransformer(\"path/to/this/folder\")` refuses the folder (no `modules.json` at its root); "
+                    f"`SentenceTransformer(\".../encoder\")` gives {pooled}, the encoder's embedding only.", ""]
     elif "sentence_transformers" in config:
-        out += ["This model's embeddings are not the encoder's pooled output, so the folder has no "
-                "sentence-transformers files (`SentenceTransformer` refuses it); use `model.embed(texts)`.", ""]
+        out += ["The encoder's pooler cannot be written as sentence-transformers modules: the folder has no "
+                "sentence-transformers files (`SentenceTransformer(\"path/to/this/folder\")` refuses it; on `.../encoder` "
+                "it would fall back to its default mean pooling); use `model.embed(texts)`.", ""]
     out += ["`encoder/` alone is the encoder without the classifier: `AutoModel.from_pretrained` loads it, but "
             "`pipeline(\"text-classification\", model=\".../encoder\")` does not classify (its config declares no "
             "labels, so it gets a head with no outputs).", ""]

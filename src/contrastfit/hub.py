@@ -1,15 +1,19 @@
 """How a saved model folder fits sentence-transformers, transformers and the Hugging Face Hub.
 
 * :func:`write_sentence_transformers` adds to a folder being saved the files with which
-  ``SentenceTransformer(folder)`` loads ``encoder/`` with the model's own pooling, length and L2
-  normalisation, so that it gives :meth:`ContrastiveClassifier.embed` (normalised, the default):
-  ``modules.json`` (``encoder`` -> ``1_Pooling`` -> [``2_Dense``] -> ``N_Normalize``),
-  ``config_sentence_transformers.json`` and ``encoder/sentence_bert_config.json`` (``max_seq_length``).
+  sentence-transformers loads the encoder with the model's own pooling, maximum length and L2
+  normalisation. ``encoder/`` becomes a sentence-transformers model of its own (``modules.json``,
+  ``config_sentence_transformers.json``, ``sentence_bert_config.json`` with ``max_seq_length``,
+  ``1_Pooling/``, [``2_Dense/``], ``N_Normalize/``): ``SentenceTransformer(folder + "/encoder")``
+  gives the encoder's pooled output, L2-normalised. The folder's root gets a ``modules.json`` that
+  points at the same modules (``encoder``, ``encoder/1_Pooling``, ...), so ``SentenceTransformer(folder)``
+  gives :meth:`ContrastiveClassifier.embed` (normalised, the default) -- only where that is the pooled
+  output: a method that embeds elsewhere (LaCon's projection) gets no root ``modules.json``, and
+  ``SentenceTransformer(folder)`` then refuses the folder (no ``config.json`` at its root).
   sentence-transformers has no "pooler" pooling mode: ``pooler`` (BERT's ``tanh(W h_[CLS] + b)``) is
   written, exactly, as CLS pooling followed by a ``Dense`` module holding the encoder's pooler weights
-  with a Tanh activation. A method whose embedding is not the pooled one (LaCon's projection), or a
-  ``pooler`` the Dense module cannot express, gets no ``modules.json``: ``SentenceTransformer(folder)``
-  then refuses to load (no ``config.json`` at the folder's root) rather than giving other embeddings.
+  with a Tanh activation; an encoder whose pooler is not that dense+tanh gets no sentence-transformers
+  files at all.
 * :func:`mark_encoder_without_head`: ``encoder/config.json`` declares zero labels (``id2label: {}``).
   ``AutoModel`` and sentence-transformers ignore it; ``AutoModelForSequenceClassification`` (so
   ``pipeline("text-classification", model=folder + "/encoder")``) builds a classifier with no outputs,
@@ -36,9 +40,11 @@ from .errors import ModelError
 __all__ = ["ST_FILES", "mark_encoder_without_head", "public_record", "push_to_hub", "resolve_model_folder",
            "sentence_transformers_layout", "write_sentence_transformers"]
 
-#: Every root entry :func:`write_sentence_transformers` may write (a save removes those it did not write now).
-ST_FILES = ("modules.json", "config_sentence_transformers.json", "1_Pooling", "2_Dense", "2_Normalize", "3_Normalize")
+#: The root entries :func:`write_sentence_transformers` may write (a save removes those it did not write
+#: now; the module folders live in ``encoder/``, which every save replaces whole).
+ST_FILES = ("modules.json", "config_sentence_transformers.json")
 _HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
+_ST_CONFIG = {"model_type": "SentenceTransformer", "prompts": {}, "default_prompt_name": None, "similarity_fn_name": "cosine"}
 
 
 # -- sentence-transformers ----------------------------------------------------------------------
@@ -55,17 +61,11 @@ def _bert_pooler(backbone) -> Any:
 
 
 def sentence_transformers_layout(model) -> tuple[str, Any] | None:
-    """``(pooling mode, pooler or None)`` that reproduces ``model.embed`` in sentence-transformers, or
-    None where it cannot be written faithfully (a method with its own embedding space, an unknown pooler)."""
-    from .methods.base import Method
-
-    if type(model.method).embedding is not Method.embedding:  # e.g. LaCon's projection
-        return None
+    """``(pooling mode, pooler or None)`` that reproduces the encoder's pooled output in
+    sentence-transformers, or None where it cannot be written faithfully (an unknown pooler)."""
     pooling = model.encoder.pooling
-    if pooling == "mean":
-        return "mean", None
-    if pooling == "cls":
-        return "cls", None
+    if pooling in ("mean", "cls"):
+        return pooling, None
     backbone = model.encoder.backbone
     pooler = _bert_pooler(backbone)
     if pooler is not None:
@@ -74,57 +74,67 @@ def sentence_transformers_layout(model) -> tuple[str, Any] | None:
     return ("cls", None) if getattr(backbone, "pooler", None) is None else None
 
 
+def embeds_pooled(model) -> bool:
+    """Whether ``model.embed`` is the encoder's pooled output (normalised), not a space of the method's own."""
+    from .methods.base import Method
+
+    return type(model.method).embedding is Method.embedding
+
+
 def write_sentence_transformers(folder: Path, model, encoder_dir: str = "encoder") -> dict[str, Any] | None:
-    """Write the sentence-transformers files of ``model`` (saved in ``folder/encoder_dir``) into
-    ``folder``; returns what was written (for ``contrastfit.json``), or None if nothing was."""
+    """Write the sentence-transformers files of ``model`` (whose encoder is saved in
+    ``folder/encoder_dir``); returns what was written (for ``contrastfit.json``), or None if nothing was."""
     from safetensors.torch import save_file
 
     layout = sentence_transformers_layout(model)
     if layout is None:
         return None
     mode, pooler = layout
-    hidden = int(model.encoder.hidden_size)
-    modules = [{"idx": 0, "name": "0", "path": encoder_dir, "type": "sentence_transformers.models.Transformer"},
-               {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]
-    write_json_atomic(folder / encoder_dir / "sentence_bert_config.json",
-                      {"max_seq_length": int(model.max_length), "do_lower_case": False})
-    write_json_atomic(folder / "1_Pooling" / "config.json", {
-        "word_embedding_dimension": hidden, "pooling_mode_cls_token": mode == "cls",
+    encoder = folder / encoder_dir
+    modules = [("", "sentence_transformers.models.Transformer"), ("1_Pooling", "sentence_transformers.models.Pooling")]
+    write_json_atomic(encoder / "sentence_bert_config.json", {"max_seq_length": int(model.max_length), "do_lower_case": False})
+    write_json_atomic(encoder / "1_Pooling" / "config.json", {
+        "word_embedding_dimension": int(model.encoder.hidden_size), "pooling_mode_cls_token": mode == "cls",
         "pooling_mode_mean_tokens": mode == "mean", "pooling_mode_max_tokens": False,
         "pooling_mode_mean_sqrt_len_tokens": False, "pooling_mode_weightedmean_tokens": False,
         "pooling_mode_lasttoken": False, "include_prompt": True})
     if pooler is not None:
         dense = pooler.dense
-        write_json_atomic(folder / "2_Dense" / "config.json", {
+        write_json_atomic(encoder / "2_Dense" / "config.json", {
             "in_features": dense.in_features, "out_features": dense.out_features, "bias": dense.bias is not None,
             "activation_function": "torch.nn.modules.activation.Tanh"})
         tensors = {"linear.weight": dense.weight.detach().cpu().contiguous()}
         if dense.bias is not None:
             tensors["linear.bias"] = dense.bias.detach().cpu().contiguous()
-        save_file(tensors, str(folder / "2_Dense" / "model.safetensors"), metadata={"format": "pt"})
-        modules.append({"idx": 2, "name": "2", "path": "2_Dense", "type": "sentence_transformers.models.Dense"})
-    n = len(modules)
-    write_json_atomic(folder / f"{n}_Normalize" / "config.json", {})  # an empty folder would not be uploaded
-    modules.append({"idx": n, "name": str(n), "path": f"{n}_Normalize", "type": "sentence_transformers.models.Normalize"})
-    write_json_atomic(folder / "modules.json", modules)
-    write_json_atomic(folder / "config_sentence_transformers.json",
-                      {"model_type": "SentenceTransformer", "prompts": {}, "default_prompt_name": None,
-                       "similarity_fn_name": "cosine"})
+        save_file(tensors, str(encoder / "2_Dense" / "model.safetensors"), metadata={"format": "pt"})
+        modules.append(("2_Dense", "sentence_transformers.models.Dense"))
+    normalize = f"{len(modules)}_Normalize"
+    write_json_atomic(encoder / normalize / "config.json", {})  # an empty folder would not be uploaded
+    modules.append((normalize, "sentence_transformers.models.Normalize"))
+
+    def listing(prefix: str) -> list[dict[str, Any]]:
+        return [{"idx": i, "name": str(i), "path": "/".join(p for p in (prefix, path) if p), "type": kind}
+                for i, (path, kind) in enumerate(modules)]
+
+    write_json_atomic(encoder / "modules.json", listing(""))
+    write_json_atomic(encoder / "config_sentence_transformers.json", _ST_CONFIG)
+    root = embeds_pooled(model)
+    if root:
+        write_json_atomic(folder / "modules.json", listing(encoder_dir))
+        write_json_atomic(folder / "config_sentence_transformers.json", _ST_CONFIG)
     return {"pooling": "pooler" if pooler is not None else mode, "normalize": True,
-            "max_seq_length": int(model.max_length), "modules": [m["path"] for m in modules]}
+            "max_seq_length": int(model.max_length), "modules": [m["path"] for m in listing(encoder_dir)],
+            "folder": root}
 
 
 def remove_stale_sentence_transformers(folder: Path, written: dict[str, Any] | None) -> None:
-    """Remove the sentence-transformers entries a previous save left in ``folder`` that this save did
-    not write (the atomic swap keeps entries the new contents lack)."""
-    keep = {"modules.json", "config_sentence_transformers.json", *(written or {}).get("modules", [])} if written else set()
+    """Remove the root sentence-transformers files a previous save left in ``folder`` that this save
+    did not write (the atomic swap keeps entries the new contents lack)."""
+    if written and written.get("folder"):
+        return
     for name in ST_FILES:
         path = folder / name
-        if name in keep or not (path.exists() or path.is_symlink()):
-            continue
-        if path.is_dir() and not path.is_symlink():
-            shutil.rmtree(path)
-        else:
+        if path.is_file() or path.is_symlink():
             path.unlink()
 
 

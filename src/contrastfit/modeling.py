@@ -7,9 +7,10 @@ An output folder written by :meth:`ContrastiveClassifier.save_pretrained` holds
 * ``head.safetensors``: every other trained tensor (the head and any parameters the method owns);
 * ``contrastfit.json``: labels, task, method and hyper-parameters, pooling, maximum length, plus
   whatever provenance the trainer adds (seed, data split and hash, library versions);
-* for a single-task model whose embedding is the pooled one, the sentence-transformers files
-  (``modules.json``, ``1_Pooling/``, ...; :mod:`contrastfit.hub`): ``SentenceTransformer(folder)`` gives
-  :meth:`ContrastiveClassifier.embed`. ``encoder/config.json`` declares no labels, so
+* for a single-task model, the sentence-transformers files (:mod:`contrastfit.hub`): ``encoder/`` is a
+  sentence-transformers model with the model's pooling, length and normalisation, and where the
+  model's embedding is the pooled one a root ``modules.json`` makes ``SentenceTransformer(folder)``
+  give :meth:`ContrastiveClassifier.embed`. ``encoder/config.json`` declares no labels, so
   ``pipeline("text-classification", model=folder + "/encoder")`` cannot score with a random head.
 
 Saving is atomic at the folder level (:func:`contrastfit.atomic.atomic_folder`): the three are
@@ -299,8 +300,9 @@ def save_model_folder(directory: str | os.PathLike, model: nn.Module, weights_na
     atomically: ``encoder/`` (Hugging Face format, safetensors), ``weights_name`` (:func:`non_encoder_state`,
     safetensors) and ``contrastfit.json`` (``config``) are written to a temporary folder next to it and
     swapped in with renames (:func:`contrastfit.atomic.atomic_folder`); if anything fails (full disk, a
-    kill) the model that was there is left intact. Other entries of ``directory`` are kept, except the
-    sentence-transformers files of a previous save that this one does not write. ``encoder/config.json``
+    kill) the model that was there is left intact. Other entries of ``directory`` are kept, except a
+    previous save's root sentence-transformers files that this one does not write (removed before the
+    swap, so that a kill cannot pair them with the new encoder). ``encoder/config.json``
     declares no labels (:func:`contrastfit.hub.mark_encoder_without_head`); with ``sentence_transformers``
     the files with which ``SentenceTransformer(directory)`` gives ``model.embed`` are written too, and
     what they hold is ``config["sentence_transformers"]`` (None where they cannot be written faithfully)."""
@@ -317,11 +319,10 @@ def save_model_folder(directory: str | os.PathLike, model: nn.Module, weights_na
             written = write_sentence_transformers(staging, model, ENCODER_DIR)
             config = {**config, "sentence_transformers": written}
         write_json_atomic(staging / CONFIG_NAME, config)
-        if written is None and directory.is_dir():
+        if not (written or {}).get("folder") and directory.is_dir():
             # before the swap: a kill after it must not leave the previous model's modules.json next to
             # this encoder (sentence-transformers would load it without a word)
             remove_stale_sentence_transformers(directory, None)
-    remove_stale_sentence_transformers(directory, written)  # leftovers of another layout (e.g. 2_Dense)
     return directory
 
 
