@@ -208,6 +208,16 @@ def build_parser() -> argparse.ArgumentParser:
                                    "folder's results.json and contrastfit.json. `train` writes it with the model.")
     p.add_argument("run", help="output folder of `contrastfit train`")
 
+    # -- push ----------------------------------------------------------------------------------
+    p = sub.add_parser("push", help="upload a trained model folder with its model card to the Hugging Face Hub",
+                       description="Create the Hub repository REPO if needed and upload FOLDER to it (encoder/, "
+                                   "weights, contrastfit.json, results.json, the sentence-transformers files and README.md; "
+                                   "not checkpoints/). Uses the token of `hf auth login` or HF_TOKEN.")
+    p.add_argument("folder", help="output folder of `contrastfit train`")
+    p.add_argument("--repo", required=True, help="Hub repository id, owner/name")
+    p.add_argument("--private", action="store_true", help="create the repository as private")
+    p.add_argument("--message", default=None, help="commit message")
+
     # -- pretrain ------------------------------------------------------------------------------
     p = sub.add_parser("pretrain", help="train the encoder alone on a corpus (SimCSE / DiffCSE stage 1), save an encoder folder",
                        description="Stage 1 on its own corpus: the encoder stage of simcse-unsup, simcse-sup or diffcse on "
@@ -385,6 +395,13 @@ def cmd_card(args: argparse.Namespace) -> int:
     from .card import write_model_card
 
     print(f"wrote {write_model_card(args.run)}")
+    return 0
+
+
+def cmd_push(args: argparse.Namespace) -> int:
+    from .hub import push_to_hub
+
+    print(f"pushed {args.folder} to {push_to_hub(args.folder, args.repo, private=args.private, commit_message=args.message)}")
     return 0
 
 
@@ -690,7 +707,7 @@ def _check_arguments(args: argparse.Namespace) -> None:
             _check_output_path(getattr(args, attr), option, folder)
 
 
-COMMANDS = {"train": cmd_train, "evaluate": cmd_evaluate, "calibrate": cmd_calibrate, "card": cmd_card, "export": cmd_export, "serve": cmd_serve, "predict": cmd_predict, "datasets": cmd_datasets,
+COMMANDS = {"train": cmd_train, "evaluate": cmd_evaluate, "calibrate": cmd_calibrate, "card": cmd_card, "push": cmd_push, "export": cmd_export, "serve": cmd_serve, "predict": cmd_predict, "datasets": cmd_datasets,
             "pretrain": cmd_pretrain,
             "methods": cmd_methods, "explain": cmd_explain, "experiment": cmd_experiment, "report": cmd_report, "compare": cmd_compare}
 
