@@ -284,6 +284,7 @@ def test_a_small_request_is_answered_while_a_large_one_runs(saved):
     assert done["small"] < done["large"]  # the small answer arrived first ...
     assert done["small"] - start < 1.5  # ... within a chunk or two, not after the 2.6 s of the large one
     assert slow.calls[0] == 32 and sum(slow.calls) == 257 and max(slow.calls) <= 32
+    assert 1 in slow.calls  # the small request ran in a pass of its own, not filled up with the large one's texts
     rows = answers["large"][1]["predictions"]  # the chunks put back together in order
     assert [r["label"] for r in rows] == model.predict(large)
     probabilities = np.array([list(r["probabilities"].values()) for r in rows])
@@ -372,3 +373,42 @@ def test_threads_sets_the_model_threads_and_gives_them_back(saved):
         assert _call(f"http://127.0.0.1:{port}/predict", {"texts": ["good film"]})[0] == 200
     assert slow.threads == [want]
     assert torch.get_num_threads() == before
+
+
+def test_small_requests_waiting_together_share_one_pass(saved):
+    _, model = saved
+    gate = threading.Event()
+
+    class Gated(_Slow):
+        def predict_proba(self, texts, pairs=None, batch_size=64):
+            gate.wait(timeout=30)  # the first pass (the large request's first chunk) waits for the others
+            return super().predict_proba(texts, pairs, batch_size)
+
+    slow = Gated(model)
+    answers = {}
+
+    def ask(name, texts):
+        answers[name] = _call(url, {"texts": texts})
+
+    small = {"a": ["good film"], "b": ["awful plot", "dull"], "c": ["fun", "superb story", "weak actor"]}
+    with _serving(slow, batch_size=8) as (srv, port):
+        url = f"http://127.0.0.1:{port}/predict"
+        threads = [threading.Thread(target=ask, args=("large", ["the film"] * 20))]
+        threads[0].start()
+        deadline = time.monotonic() + 20
+        while not slow.calls and time.monotonic() < deadline:
+            time.sleep(0.01)
+        threads += [threading.Thread(target=ask, args=(k, v)) for k, v in small.items()]
+        for t in threads[1:]:
+            t.start()
+        while len(srv.batcher._pending) < 4 and time.monotonic() < deadline:  # the large one and three small
+            time.sleep(0.01)
+        gate.set()
+        for t in threads:
+            t.join(timeout=60)
+    # 8 of the large request's texts, then the three small requests whole (6 texts) in one pass, then
+    # the large one's next 8 and its last 4
+    assert slow.calls == [8, 6, 8, 4]
+    for name, texts in small.items():
+        assert [r["label"] for r in answers[name][1]["predictions"]] == model.predict(texts)
+    assert answers["large"][0] == 200 and len(answers["large"][1]["predictions"]) == 20

@@ -201,7 +201,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 picks a free one)")
     p.add_argument("--threads", type=int, default=1,
-                   help="the model's intra-op threads, PyTorch's or ONNX Runtime's (default 1: see Benchmarks)")
+                   help="the model's intra-op threads, PyTorch's or ONNX Runtime's; 0: the library's default "
+                        "(one per core) (default 1: see Benchmarks)")
     p.add_argument("--batch-size", type=int, default=32,
                    help="texts per forward pass; a larger request is run in chunks of this size, other "
                         "requests' texts in between (default 32)")
@@ -388,7 +389,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     model = _load_model(args)
     server = make_server(model, args.host, args.port, name=str(args.run), max_texts=args.max_texts,
                          max_body=args.max_body, timeout=args.timeout, batch_size=args.batch_size,
-                         threads=args.threads, max_connections=args.max_connections)
+                         threads=args.threads or None, max_connections=args.max_connections)
     host, port = server.server_address[:2]
     import signal
 

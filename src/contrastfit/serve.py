@@ -10,10 +10,9 @@ no PyTorch model code).
   rows ``predict`` writes. Probabilities use the model's calibrated temperature when it has one.
 
 One thread per connection reads and checks the request; one model thread (:class:`_Batcher`) runs
-the model over a queue of the requests' texts, ``batch_size`` texts at a time, taking them from the
-waiting requests in turn: a large request is cut into chunks and a small one arriving meanwhile is
-answered after at most one of its chunks, not after all of it. Small requests arriving together
-share a forward pass.
+the model over a queue of the requests' texts, at most ``batch_size`` texts per forward pass, taking
+the requests in turn: a large request is cut into chunks, and a small one arriving meanwhile runs
+after the chunk in progress, in a pass of its own (or with other small ones), not after all of it.
 
 Limits (all :func:`make_server` arguments and ``serve`` options): ``max_texts`` texts per request
 (more: 413), ``max_body`` bytes per body (more: 413), ``timeout`` seconds for a connection to send
@@ -161,9 +160,10 @@ class _Job:
 
 
 class _Batcher:
-    """The one thread that runs the model: it takes up to ``batch_size`` texts at a time from the
-    waiting requests, in turn (a request with texts left goes to the back of the queue), runs one
-    forward pass over them and hands each request its scores."""
+    """The one thread that runs the model: one forward pass at a time over up to ``batch_size``
+    texts, the next ``batch_size`` of the request first in the queue, and whole requests behind it
+    that fit in the room left (in queue order); a request with texts left goes to the back of the
+    queue once the pass is over. Each request gets its scores when all of its texts have run."""
 
     def __init__(self, model, batch_size: int = BATCH_SIZE, threads: int | None = None):
         if batch_size < 1:
@@ -172,6 +172,7 @@ class _Batcher:
         self._pending: collections.deque[_Job] = collections.deque()
         self._cond = threading.Condition()
         self._closed = False
+        self._again: _Job | None = None
         self.batches = 0  # forward passes run (read by tests and the bench)
         self._thread = threading.Thread(target=self._run, name="contrastfit-serve-model", daemon=True)
         self._thread.start()
@@ -199,6 +200,9 @@ class _Batcher:
 
     def _take(self) -> list[tuple[_Job, int, int]] | None:
         with self._cond:
+            if self._again is not None:
+                self._pending.append(self._again)
+                self._again = None
             while not self._pending and not self._closed:
                 self._cond.wait()
             if self._closed:
@@ -207,15 +211,21 @@ class _Batcher:
                     job.done.set()
                 self._pending.clear()
                 return None
-            batch, room = [], self.batch_size
-            while self._pending and room:
-                job = self._pending.popleft()
-                n = min(room, len(job.texts) - job.next)
-                batch.append((job, job.next, job.next + n))
-                job.next += n
-                room -= n
-                if job.next < len(job.texts):
-                    self._pending.append(job)
+            first = self._pending.popleft()
+            n = min(self.batch_size, len(first.texts) - first.next)
+            batch, room, waiting = [(first, first.next, first.next + n)], self.batch_size - n, collections.deque()
+            first.next += n
+            for job in self._pending:  # the others join the pass only whole: a small request is not
+                left = len(job.texts) - job.next  # slowed down by a large one's texts filling the pass
+                if left <= room:
+                    batch.append((job, job.next, len(job.texts)))
+                    job.next, room = len(job.texts), room - left
+                else:
+                    waiting.append(job)
+            self._pending = waiting
+            # a request with texts left goes back to the queue when this pass is over, behind the
+            # requests that arrive during it
+            self._again = first if first.next < len(first.texts) else None
             return batch
 
     def _run(self) -> None:
