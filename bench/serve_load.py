@@ -5,16 +5,19 @@ not the point) is served by `contrastfit serve` in a separate process on 127.0.0
 setting. Against each, at the same time and with bounded request counts:
 
 * ``--clients`` threads each send ``--requests`` small requests (1 to 8 MR test sentences) one after
-  another: their latency (p50, p95, max) and failures (anything but a 200 with one row per text);
-* one bulk client sends ``--bulk`` requests of ``--bulk-texts`` sentences (the server's cap);
+  another, a pause of 0 to 2 x ``--think`` s before each: their latency (p50, p95, max; apart for
+  the requests that overlapped a large one) and failures (anything but a 200 with one row per text);
+* one bulk client sends ``--bulk`` requests of ``--bulk-texts`` sentences (the server's cap), with a
+  pause of ``--bulk-pause`` s before each;
 * one abuser cycles through malformed and oversized requests (a lone surrogate, bad JSON, wrong
   types, too many texts, a body over the cap, a short body, deep nesting, a bad request line) and
   holds idle connections open: each must get its 4xx status with a JSON error, each idle
   connection must be closed by the server after ``--timeout``.
 
-Settings compared (``--settings``): ``t1-b32`` (the defaults: one PyTorch thread, chunks of 32
-texts), ``t1-b16`` (chunks of 16), ``t0-b32`` (PyTorch's default thread count), ``t1-b256`` (no chunking: a whole request per
-forward pass, as before the model thread, when a request held the model's lock to the end).
+Settings compared (``--settings``, each ``tT-bB`` is ``--threads T --batch-size B``): ``t1-b8`` (the
+defaults: one PyTorch thread, chunks of 8 texts), ``t1-b16``, ``t1-b32`` (larger chunks), ``t0-b16``
+(PyTorch's default thread count, one per core), ``t1-b256`` (no chunking: a whole request per
+forward pass, as before the model thread, when a request held the model's lock to its end).
 
     python bench/serve_load.py [--run TRAINED_FOLDER] [--output bench/results/serve_load]
 """
@@ -38,8 +41,10 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-SETTINGS = {"t1-b16": ["--threads", "1", "--batch-size", "16"],
+SETTINGS = {"t1-b8": ["--threads", "1", "--batch-size", "8"],
+            "t1-b16": ["--threads", "1", "--batch-size", "16"],
             "t1-b32": ["--threads", "1", "--batch-size", "32"],
+            "t0-b16": ["--threads", "0", "--batch-size", "16"],
             "t0-b32": ["--threads", "0", "--batch-size", "32"],
             "t1-b256": ["--threads", "1", "--batch-size", "256"]}
 
@@ -125,19 +130,25 @@ def run_setting(run: str, name: str, args, texts: list[str]) -> dict:
         def client(seed: int) -> None:
             rng = random.Random(seed)
             for _ in range(args.requests):
+                time.sleep(rng.uniform(0, 2 * args.think))
                 k = rng.randint(1, 8)
                 batch = rng.sample(texts, k)
+                begun = time.perf_counter()
                 status, seconds, rows = _predict(port, batch)
                 with lock:
-                    small.append({"status": status, "seconds": seconds, "ok": status == 200 and rows == k})
+                    small.append({"status": status, "seconds": seconds, "ok": status == 200 and rows == k,
+                                  "start": begun, "end": begun + seconds})
 
         def bulk_client() -> None:
             rng = random.Random(99)
             for _ in range(args.bulk):
+                time.sleep(args.bulk_pause)  # small requests alone, then with a large one in progress
                 batch = rng.sample(texts, args.bulk_texts)
+                begun = time.perf_counter()
                 status, seconds, rows = _predict(port, batch)
                 with lock:
-                    bulk.append({"status": status, "seconds": seconds, "ok": status == 200 and rows == len(batch)})
+                    bulk.append({"status": status, "seconds": seconds, "ok": status == 200 and rows == len(batch),
+                                 "start": begun, "end": begun + seconds})
 
         def abuser() -> None:
             requests = abuse_requests(args.bulk_texts, args.max_body)
@@ -176,6 +187,17 @@ def run_setting(run: str, name: str, args, texts: list[str]) -> dict:
         proc.wait(timeout=60)
 
     latencies = [r["seconds"] for r in small if r["ok"]]
+    during = [r["seconds"] for r in small if r["ok"] and any(r["start"] < b["end"] and b["start"] < r["end"]
+                                                              for b in bulk)]
+    alone = [r["seconds"] for r in small if r["ok"] and not any(r["start"] < b["end"] and b["start"] < r["end"]
+                                                                 for b in bulk)]
+
+    def summary(values: list[float]) -> dict:
+        if not values:
+            return {"requests": 0}
+        return {"requests": len(values), "p50_s": _quantile(values, 0.5), "p95_s": _quantile(values, 0.95),
+                "max_s": max(values)}
+
     by_kind: dict[str, dict[str, int]] = {}
     for r in abuse:
         entry = by_kind.setdefault(r["request"], {"sent": 0, "expected_status": r["want"], "answered_as_expected": 0})
@@ -183,8 +205,8 @@ def run_setting(run: str, name: str, args, texts: list[str]) -> dict:
         entry["answered_as_expected"] += int(r["ok"])
     return {
         "setting": name, "server_options": SETTINGS[name], "wall_s": wall,
-        "small": {"requests": len(small), "failed": sum(not r["ok"] for r in small),
-                  "p50_s": _quantile(latencies, 0.5), "p95_s": _quantile(latencies, 0.95), "max_s": max(latencies)},
+        "small": {"requests": len(small), "failed": sum(not r["ok"] for r in small), **summary(latencies),
+                  "during_a_large_request": summary(during), "with_no_large_request": summary(alone)},
         "bulk": {"requests": len(bulk), "texts_each": args.bulk_texts, "failed": sum(not r["ok"] for r in bulk),
                  "mean_s": sum(r["seconds"] for r in bulk) / max(1, len(bulk))},
         "malformed": {"sent": len(abuse), "answered_as_expected": sum(r["ok"] for r in abuse), "by_request": by_kind},
@@ -204,9 +226,13 @@ def trained_run(folder: Path) -> str:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--run", help="a trained folder to serve (default: train one, MiniLM `ce` on 16 MR sentences per class)")
-    p.add_argument("--settings", nargs="+", default=list(SETTINGS), choices=list(SETTINGS))
-    p.add_argument("--clients", type=int, default=6)
-    p.add_argument("--requests", type=int, default=15, help="small requests per client")
+    p.add_argument("--settings", nargs="+", default=["t1-b8", "t1-b16", "t1-b32", "t0-b16", "t1-b256"],
+                   choices=list(SETTINGS))
+    p.add_argument("--clients", type=int, default=4)
+    p.add_argument("--requests", type=int, default=20, help="small requests per client")
+    p.add_argument("--think", type=float, default=0.25,
+                   help="mean pause of a small client between requests (uniform on 0 to twice this)")
+    p.add_argument("--bulk-pause", type=float, default=3.0, help="pause of the bulk client before each request")
     p.add_argument("--bulk", type=int, default=2, help="large requests of the bulk client")
     p.add_argument("--bulk-texts", type=int, default=256, help="texts per large request (the server's --max-texts)")
     p.add_argument("--max-body", type=int, default=1 << 20)
@@ -231,21 +257,28 @@ def main(argv: list[str] | None = None) -> int:
               "train_s": train_s if not args.run else None, "cpu_cores": os.cpu_count(),
               "load_average_1min_at_end": os.getloadavg()[0],
               "clients": args.clients, "small_requests_each": args.requests, "small_texts": "1-8 MR test sentences",
+              "think_s": args.think, "bulk_pause_s": args.bulk_pause,
               "bulk_requests": args.bulk, "bulk_texts": args.bulk_texts, "max_body": args.max_body,
               "timeout_s": args.timeout, "results": results, "versions": library_versions()}
     out = Path(args.output)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
     lines = [f"# `contrastfit serve` under load ({record['model']})", "",
-             f"{args.clients} clients x {args.requests} small requests (1-8 texts), 1 bulk client x {args.bulk} requests "
-             f"of {args.bulk_texts} texts, 1 client sending malformed/oversized requests and idle connections "
-             f"(--timeout {args.timeout:g}); {os.cpu_count()} CPU cores, shared.", "",
-             "| setting | small p50 s | small p95 s | small max s | small failed | bulk mean s | bulk failed "
-             "| malformed answered 4xx JSON | idle closed | wall s |", "|---|---|---|---|---|---|---|---|---|---|"]
+             f"{args.clients} clients x {args.requests} small requests (1-8 texts, a pause of 0-{2 * args.think:g} s "
+             f"before each), 1 bulk client x {args.bulk} requests of {args.bulk_texts} texts ({args.bulk_pause:g} s "
+             "pause before each), 1 client sending malformed/oversized requests and idle connections "
+             f"(--timeout {args.timeout:g}); {os.cpu_count()} CPU cores, shared. Latencies in seconds; \"during\": "
+             "small requests that overlapped a large one.", "",
+             "| setting | small p50 | small p95 | during: p50 | during: p95 | during: max | alone: p50 | small failed "
+             "| large mean | large failed | malformed answered 4xx JSON | idle closed | wall s |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         s, b, m, i = r["small"], r["bulk"], r["malformed"], r["idle_connections"]
-        lines.append(f"| {r['setting']} (`{' '.join(r['server_options'])}`) | {s['p50_s']:.3f} | {s['p95_s']:.3f} | "
-                     f"{s['max_s']:.2f} | {s['failed']}/{s['requests']} | {b['mean_s']:.1f} | {b['failed']}/{b['requests']} | "
+        d, a = s["during_a_large_request"], s["with_no_large_request"]
+        lines.append(f"| {r['setting']} (`{' '.join(r['server_options'])}`) | {s['p50_s']:.2f} | {s['p95_s']:.2f} | "
+                     f"{d.get('p50_s', float('nan')):.2f} | {d.get('p95_s', float('nan')):.2f} | "
+                     f"{d.get('max_s', float('nan')):.2f} | {a.get('p50_s', float('nan')):.2f} | "
+                     f"{s['failed']}/{s['requests']} | {b['mean_s']:.1f} | {b['failed']}/{b['requests']} | "
                      f"{m['answered_as_expected']}/{m['sent']} | {i['closed_by_server']}/{i['held']} | {r['wall_s']:.0f} |")
     out.with_suffix(".md").write_text("\n".join(lines) + "\n", encoding="utf-8")
     print("\n".join(lines))

@@ -99,6 +99,11 @@ def test_predict_and_evaluate_read_an_onnx_export(saved, tmp_path, capsys):
     onnx_metrics, torch_metrics = (json.loads(p.read_text())["metrics"] for p in (out_onnx, out_torch))
     assert onnx_metrics["confusion_matrix"] == torch_metrics["confusion_matrix"]
     assert onnx_metrics["nll"] == pytest.approx(torch_metrics["nll"], abs=1e-5)
+    served = load_for_inference(str(tmp_path / "onnx"))
+    with _serving(served, threads=1) as (_, port):  # --threads gives ONNX Runtime a session with one thread
+        status, answer = _call(f"http://127.0.0.1:{port}/predict", {"texts": texts})
+    assert status == 200 and [r["label"] for r in answer["predictions"]] == model.predict(texts)
+    assert served.session.get_session_options().intra_op_num_threads == 1
     capsys.readouterr()
     assert main(["explain", str(tmp_path / "onnx"), "good film"]) == 2
     assert "is an ONNX export; explain needs the PyTorch model" in capsys.readouterr().err
@@ -257,7 +262,7 @@ def test_idle_and_stalled_connections_time_out(saved):
 
 def test_a_small_request_is_answered_while_a_large_one_runs(saved):
     _, model = saved
-    slow = _Slow(model, per_text=0.01)  # 256 texts: 2.6 s of model time, in chunks of 32 (0.32 s)
+    slow = _Slow(model, per_text=0.01)  # 256 texts: 2.6 s of model time, in chunks of 8 (0.08 s)
     import random
 
     from conftest import WORDS
@@ -283,7 +288,7 @@ def test_a_small_request_is_answered_while_a_large_one_runs(saved):
     assert answers["small"][0] == answers["large"][0] == 200
     assert done["small"] < done["large"]  # the small answer arrived first ...
     assert done["small"] - start < 1.5  # ... within a chunk or two, not after the 2.6 s of the large one
-    assert slow.calls[0] == 32 and sum(slow.calls) == 257 and max(slow.calls) <= 32
+    assert slow.calls[0] == 8 and sum(slow.calls) == 257 and max(slow.calls) <= 8
     assert 1 in slow.calls  # the small request ran in a pass of its own, not filled up with the large one's texts
     rows = answers["large"][1]["predictions"]  # the chunks put back together in order
     assert [r["label"] for r in rows] == model.predict(large)
@@ -377,10 +382,11 @@ def test_threads_sets_the_model_threads_and_gives_them_back(saved):
 
 def test_small_requests_waiting_together_share_one_pass(saved):
     _, model = saved
-    gate = threading.Event()
+    gate, started = threading.Event(), threading.Event()
 
     class Gated(_Slow):
         def predict_proba(self, texts, pairs=None, batch_size=64):
+            started.set()
             gate.wait(timeout=30)  # the first pass (the large request's first chunk) waits for the others
             return super().predict_proba(texts, pairs, batch_size)
 
@@ -395,14 +401,14 @@ def test_small_requests_waiting_together_share_one_pass(saved):
         url = f"http://127.0.0.1:{port}/predict"
         threads = [threading.Thread(target=ask, args=("large", ["the film"] * 20))]
         threads[0].start()
+        assert started.wait(timeout=20)
         deadline = time.monotonic() + 20
-        while not slow.calls and time.monotonic() < deadline:
-            time.sleep(0.01)
         threads += [threading.Thread(target=ask, args=(k, v)) for k, v in small.items()]
         for t in threads[1:]:
             t.start()
-        while len(srv.batcher._pending) < 4 and time.monotonic() < deadline:  # the large one and three small
-            time.sleep(0.01)
+        while len(srv.batcher._pending) < 3 and time.monotonic() < deadline:  # the three small ones queued (the
+            time.sleep(0.01)  # large one's rest rejoins the queue after its pass)
+        assert len(srv.batcher._pending) == 3
         gate.set()
         for t in threads:
             t.join(timeout=60)

@@ -203,9 +203,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=1,
                    help="the model's intra-op threads, PyTorch's or ONNX Runtime's; 0: the library's default "
                         "(one per core) (default 1: see Benchmarks)")
-    p.add_argument("--batch-size", type=int, default=32,
-                   help="texts per forward pass; a larger request is run in chunks of this size, other "
-                        "requests' texts in between (default 32)")
+    p.add_argument("--batch-size", type=int, default=8,
+                   help="most texts per forward pass: a larger request runs in chunks of this size, other "
+                        "requests between them (default 8: see Benchmarks)")
     p.add_argument("--max-texts", type=int, default=256, help="most texts in one request; more: 413 (default 256)")
     p.add_argument("--max-body", type=int, default=8 * 1024 * 1024,
                    help="most bytes in a request body; more: 413 (default 8 MiB)")

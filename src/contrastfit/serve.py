@@ -45,7 +45,7 @@ MAX_TEXTS = 256
 #: seconds a connection may take to send its request by default
 TIMEOUT = 30.0
 #: texts per forward pass of the model thread by default
-BATCH_SIZE = 32
+BATCH_SIZE = 8
 #: connections handled at a time by default (each holds a thread)
 MAX_CONNECTIONS = 64
 #: an oversized body is read and thrown away up to this many bytes, so that the client, still
