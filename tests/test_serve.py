@@ -235,11 +235,16 @@ def test_too_many_texts_and_too_large_bodies_get_413(saved):
 
 def test_a_model_failure_gets_500_and_the_server_goes_on(saved):
     _, model = saved
-    with _serving(_Slow(model, fail_on="boom")) as (_, port):
+    slow = _Slow(model, fail_on="boom")
+    with _serving(slow) as (_, port):
         url = f"http://127.0.0.1:{port}/predict"
         status, answer = _call(url, {"texts": ["good", "boom"]})
         assert status == 500 and answer["error"] == "the model failed on this request: RuntimeError: the model broke"
         assert _call(url, {"texts": ["good film"]})[0] == 200
+        slow.calls.clear()
+        assert _call(url, {"texts": ["boom"] + ["good"] * 19})[0] == 500  # its first chunk of 8 fails ...
+        assert _call(url, {"texts": ["good film"]})[0] == 200
+    assert slow.calls == [8, 1]  # ... and the other 12 texts are not run
 
 
 def test_idle_and_stalled_connections_time_out(saved):

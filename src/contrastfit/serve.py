@@ -173,7 +173,6 @@ class _Batcher:
         self._cond = threading.Condition()
         self._closed = False
         self._again: _Job | None = None
-        self.batches = 0  # forward passes run (read by tests and the bench)
         self._thread = threading.Thread(target=self._run, name="contrastfit-serve-model", daemon=True)
         self._thread.start()
 
@@ -200,9 +199,9 @@ class _Batcher:
 
     def _take(self) -> list[tuple[_Job, int, int]] | None:
         with self._cond:
-            if self._again is not None:
+            if self._again is not None and self._again.error is None:
                 self._pending.append(self._again)
-                self._again = None
+            self._again = None
             while not self._pending and not self._closed:
                 self._cond.wait()
             if self._closed:
@@ -230,16 +229,21 @@ class _Batcher:
 
     def _run(self) -> None:
         if self.threads is not None:
-            _set_threads(self.model, self.threads)
-        while (batch := self._take()) is not None:
-            texts = [t for job, a, b in batch for t in job.texts[a:b]]
-            pairs = None if batch[0][0].pairs is None else [p for job, a, b in batch for p in job.pairs[a:b]]
             try:
+                _set_threads(self.model, self.threads)
+            except Exception as exc:  # noqa: BLE001 (serve with the library's threads rather than not at all)
+                print(f"contrastfit serve: could not set {self.threads} threads ({exc}); serving with the "
+                      "library's default", file=sys.stderr)
+        while (batch := self._take()) is not None:
+            try:
+                texts = [t for job, a, b in batch for t in job.texts[a:b]]
+                pairs = None if batch[0][0].pairs is None else [p for job, a, b in batch for p in job.pairs[a:b]]
                 scores = self.model.predict_proba(texts, pairs, batch_size=len(texts))
-                self.batches += 1
-            except Exception as exc:  # noqa: BLE001 (the requests get a 500 with the reason, the server goes on)
+                if len(scores) != len(texts):
+                    raise RuntimeError(f"{len(scores)} rows of scores for {len(texts)} texts")
+            except BaseException as exc:  # noqa: BLE001 (the requests get a 500 with the reason, the server goes on)
                 for job, _, _ in batch:
-                    job.error = exc
+                    job.error = exc  # a request whose chunk failed gets no more passes
                     job.done.set()
                 continue
             at = 0
@@ -247,7 +251,7 @@ class _Batcher:
                 job.parts[a] = scores[at:at + b - a]
                 at += b - a
                 job.left -= b - a
-                if job.left == 0 and job.error is None:
+                if job.left == 0:
                     job.done.set()
 
 
