@@ -423,3 +423,16 @@ def test_small_requests_waiting_together_share_one_pass(saved):
     for name, texts in small.items():
         assert [r["label"] for r in answers[name][1]["predictions"]] == model.predict(texts)
     assert answers["large"][0] == 200 and len(answers["large"][1]["predictions"]) == 20
+
+
+def test_a_pair_model_runs_in_chunks_with_its_pairs(tiny_encoder_dir):
+    model = ContrastiveClassifier.from_encoder(str(tiny_encoder_dir), "ce", ["no", "yes"]).eval()
+    model.info["data"] = {"text_pair": True}
+    texts = ["good film", "awful plot", "the story", "a fun actor", "dull"]
+    pairs = ["great movie", "superb story", "the plot", "bad actor", "boring and weak"]
+    slow = _Slow(model)
+    with _serving(slow, batch_size=2) as (_, port):
+        status, answer = _call(f"http://127.0.0.1:{port}/predict", {"texts": texts, "pairs": pairs})
+    assert status == 200 and slow.calls == [2, 2, 1]
+    np.testing.assert_allclose([list(r["probabilities"].values()) for r in answer["predictions"]],
+                               model.predict_proba(texts, pairs), atol=1e-5)
