@@ -200,6 +200,20 @@ def build_parser() -> argparse.ArgumentParser:
     _add_task_arg(p, "serve")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 picks a free one)")
+    p.add_argument("--threads", type=int, default=1,
+                   help="the model's intra-op threads, PyTorch's or ONNX Runtime's; 0: the library's default "
+                        "(one per core) (default 1: see Benchmarks)")
+    p.add_argument("--batch-size", type=int, default=8,
+                   help="most texts per forward pass: a larger request runs in chunks of this size, other "
+                        "requests between them (default 8: see Benchmarks)")
+    p.add_argument("--max-texts", type=int, default=256, help="most texts in one request; more: 413 (default 256)")
+    p.add_argument("--max-body", type=int, default=8 * 1024 * 1024,
+                   help="most bytes in a request body; more: 413 (default 8 MiB)")
+    p.add_argument("--timeout", type=float, default=30.0,
+                   help="seconds a connection may take to send its request: an idle one is closed, a body not "
+                        "complete by then gets 408 (default 30)")
+    p.add_argument("--max-connections", type=int, default=64,
+                   help="connections handled at a time; more get 503 at once (default 64)")
 
     # -- card ----------------------------------------------------------------------------------
     p = sub.add_parser("card", help="write a trained model's model card (README.md) again",
@@ -409,7 +423,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from .serve import make_server
 
     model = _load_model(args)
-    server = make_server(model, args.host, args.port, name=str(args.run))
+    server = make_server(model, args.host, args.port, name=str(args.run), max_texts=args.max_texts,
+                         max_body=args.max_body, timeout=args.timeout, batch_size=args.batch_size,
+                         threads=args.threads or None, max_connections=args.max_connections)
     host, port = server.server_address[:2]
     import signal
 
