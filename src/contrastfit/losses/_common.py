@@ -15,13 +15,13 @@ chosen by the dtype of the **input** the row comes from (:func:`norm_eps`): ``2^
 its norm exactly as ``F.normalize`` does; a zero row stays zero, with the gradient ``g / eps``. The
 normalisation multiplies the gradient ``g`` of the normalised row by at most ``1 / max(||x||, eps)``
 (the Jacobian is ``(I - z z^T) / ||x||`` above eps and ``I / eps`` below), so the gradient handed
-back to an input of dtype ``D`` is finite whenever ``|g| / eps(D) < finfo(D).max``. float16's
+back to an input of dtype ``D`` is finite whenever ``||g|| / eps(D) < finfo(D).max``. float16's
 ``eps = 2^-8`` splits fp16's range (max 65504 < 2^16) evenly: a zero or tiny row amplifies ``g`` at
-most 256-fold, so its gradient is finite while ``|g| < 256`` (e.g. ``2 / tau`` for ``tau >= 0.01``)
-instead of ``1e12 |g|``, which overflows fp16 for any ``g``. The price: a float16 row of norm below
+most 256-fold, so its gradient is finite while ``||g|| < 256`` (``g`` is of the order of ``2 / tau``
+in SupCon or SimCSE: ``tau >= 0.01``) instead of ``1e12 ||g||``, which overflows fp16 for any ``g``. The price: a float16 row of norm below
 2^-8 (about 3.9e-3) is normalised to norm ``||x|| / 2^-8 < 1``, so its cosines shrink toward 0. With
 1e-12 the amplification is at most 1e12, which bfloat16 and float32 (max 3.4e38) and float64 hold for
-any ``|g| < 1e26``. Where the exact gradient itself exceeds fp16's range (e.g. ``tau = 1e-3``, or a
+any ``||g|| < 1e26``. Where the exact gradient itself exceeds fp16's range (e.g. ``tau = 1e-3``, or a
 row of norm 1e-4 and ``tau = 0.05``) no finite fp16 value is right; the gradient then overflows to
 inf, which is what dynamic loss scaling (``torch.amp.GradScaler``) needs to see in order to lower its
 scale. The gradient is deliberately not clipped: a saturated gradient would hide the overflow from
