@@ -100,7 +100,9 @@ def extended(tmp_path_factory) -> dict:
     shutil.copytree(Path(contrastfit.__file__).parent, package, ignore=shutil.ignore_patterns("__pycache__"))
     (package / "methods" / "toy_method.py").write_text(METHOD, encoding="utf-8")
     (package / "experiments" / "protocols" / "halves.py").write_text(PROTOCOL, encoding="utf-8")
-    env = {**os.environ, "PYTHONPATH": str(src), "HF_HUB_OFFLINE": "1"}
+    # the copy first, then whatever the caller's path held (packages installed outside site-packages)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(src), os.environ.get("PYTHONPATH")])),
+           "HF_HUB_OFFLINE": "1"}
     done = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(done.stdout.strip().splitlines()[-1])

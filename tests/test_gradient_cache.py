@@ -161,10 +161,14 @@ def test_cached_gradients_equal_full_batch_gradients_with_the_same_dropout(tiny_
                                           ("lacon-fusion", {"heads": 4})])
 @pytest.mark.parametrize("device", DEVICES)
 def test_with_dropout_off_cached_gradients_equal_one_unchunked_pass(tiny_encoder_dir, name, hparams, device):
-    """Splitting the rows is invisible: against a single encoder call on the whole batch."""
+    """Splitting the rows is invisible: against a single encoder call on the whole batch. Every
+    dropout of the model is off, the head's too: on CUDA the head's dropout drew different masks
+    from the same generator state on the cached embeddings and on one call's pooled output (seen on
+    an H100, torch 2.11; the encoder at dropout 0 did not move the generator, checked there), so
+    only a run without random draws can be compared with one unchunked call."""
     model = _model(tiny_encoder_dir, name, hparams, device=device)
     inputs, labels = _batch(model)
-    with set_dropout(model.encoder, 0.0):
+    with set_dropout(model, 0.0):
         model.zero_grad(set_to_none=True)
         torch.manual_seed(0)
         ref_out = model.method.training_loss(model, inputs, labels)
@@ -359,6 +363,9 @@ def _run(model, tmp_path, name, chunk, steps=4, **kw):
 def test_training_with_and_without_caching_gives_the_same_weights(tiny_no_dropout_dir, tmp_path, name, hparams,
                                                                    accumulation, device):
     plain = _model(tiny_no_dropout_dir, name, hparams, device=device)
+    for module in plain.modules():  # the head's dropout too (see the unchunked-pass test above)
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0
     cached = copy.deepcopy(plain)
     start = {k: v.clone() for k, v in plain.state_dict().items()}
     cpu = device == "cpu"

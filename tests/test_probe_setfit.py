@@ -168,9 +168,9 @@ def test_head_init_probe_starts_from_the_probe_and_refit_head_ends_with_one(tiny
     data = load_data(str(sentiment_csv), label_column="sentiment")
     enc = model.tokenize(list(data.train["text"]), padding=True)
     with torch.no_grad():
-        pooled = model.encoder(**{k: torch.tensor(v) for k, v in enc.items()}).pooled.numpy()
+        pooled = model.encoder(**{k: torch.tensor(v, device=model.device) for k, v in enc.items()}).pooled.cpu().numpy()
     probe = LogisticRegression(max_iter=1000).fit(pooled, np.asarray(data.train["label"]))
-    np.testing.assert_allclose(torch.softmax(model.head(torch.from_numpy(pooled)), -1).detach().numpy(),
+    np.testing.assert_allclose(torch.softmax(model.head(torch.from_numpy(pooled).to(model.device)), -1).detach().cpu().numpy(),
                                probe.predict_proba(pooled), atol=1e-5)
 
 

@@ -485,7 +485,7 @@ def test_pair_regression_end_to_end_uses_the_cosine_head(tmp_path, pair_encoder_
     # the prediction is the cosine head on the separately encoded sentences
     u, v = model.embed(a, normalize=False), model.embed(b, normalize=False)
     with torch.no_grad():
-        expected = model.head.pair(torch.cat([torch.tensor(u), torch.tensor(v)], 1)).numpy()
+        expected = model.head.pair(torch.cat([torch.tensor(u), torch.tensor(v)], 1).to(model.device)).cpu().numpy()
     np.testing.assert_allclose(model.predict_logits(a, b), expected, rtol=1e-4, atol=1e-5)
 
 
