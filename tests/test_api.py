@@ -249,3 +249,11 @@ def test_progress_false_prints_no_bar_of_any_library(tiny_encoder_dir, tmp_path,
     out, err = capfd.readouterr()
     loud = " ".join(bars(err))
     assert "tokenize" in loud and "Loading weights" in loud and "ce: " in out
+
+
+def test_several_processes_need_an_output_folder(tiny_encoder_dir, monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "2")  # as torchrun sets it: each process would have its own temporary folder
+    texts, labels = _rows()
+    with pytest.raises(ConfigError) as err:
+        train(texts=texts, labels=labels, **_fast(tiny_encoder_dir))
+    assert str(err.value) == "2 processes train one model in one output folder: give output=FOLDER"

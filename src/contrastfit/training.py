@@ -102,7 +102,8 @@ class TrainConfig:
     :func:`train` also takes in-memory data for ``data``, ``validation_data`` and ``test_data``
     (:func:`contrastfit.data.loading.memory_table`: ``(texts, labels)``, a pandas DataFrame, a
     ``datasets.Dataset``, a dict of columns, a list of row dicts); :meth:`validate` checks the text
-    settings the command line gives.
+    settings the command line gives. ``output`` None (the default in Python): :func:`train` trains in a
+    temporary folder and keeps the model in memory only.
 
     Each field is declared once, with :func:`setting`: its type (the annotation), default, help
     text, command-line option and allowed values. ``contrastfit train``'s options are generated from
@@ -111,10 +112,9 @@ class TrainConfig:
     """
 
     # -- where, and what (the method's hyper-parameters: --param NAME=VALUE and the method flags)
-    output: str | None = setting(None, f"output folder (the model, {RESULTS_NAME}, checkpoints while training); "
-                                 "Python's None: train in a temporary folder, removed when train() returns, and "
-                                 "keep the model in memory only (result.model)", group="options", metavar="FOLDER",
-                                 check=_check_output)
+    # None (Python only; the command line requires --output): see train()
+    output: str | None = setting(None, f"output folder (the model, {RESULTS_NAME}, checkpoints while training)",
+                                 group="options", metavar="FOLDER", check=_check_output)
     method: str | None = setting(None, f"training method (see `contrastfit methods`); default: {DEFAULT_METHOD}, the "
                                  f"default recipe ({DEFAULT_REGRESSION_METHOD} for a regression target)",
                                  group="method", check=get_method)
@@ -1040,6 +1040,11 @@ def train(config: TrainConfig | None = None, *, texts: Any = None, labels: Any =
             if getattr(config, name):
                 raise ConfigError(f"{name}=True needs an output folder (output=FOLDER); without one the run trains "
                                   "in a temporary folder that is removed when train() returns")
+        from .distributed import launched_processes
+
+        if launched_processes() > 1:  # each process would train in a temporary folder of its own
+            raise ConfigError(f"{launched_processes()} processes train one model in one output folder: give "
+                              "output=FOLDER")
         with progress_bars(config.progress):
             if memory:
                 text_data = _load_memory_data(config, memory)
