@@ -114,6 +114,11 @@ def test_in_memory_data_is_the_same_data_as_the_file(tiny_encoder_dir, tmp_path)
         hashes.add(source["hash"])
         assert result["training"]["train_loss"] == pytest.approx(from_file["training"]["train_loss"], rel=1e-5), name
     assert len(hashes) == 1  # the rows, as normalised: the same whatever form they came in
+    from contrastfit.training import TrainConfig  # a config holding the DataFrame: the same
+
+    config = TrainConfig(data=frame, text_column="sentence", label_column="sentiment", **_fast(tiny_encoder_dir, epochs=1))
+    result = train(config)
+    assert result["data"]["train_hash"] == from_file["data"]["train_hash"] and config.data is frame
 
 
 def test_string_labels_are_stripped_and_sorted_and_numbers_stay_numbers(tiny_encoder_dir):
