@@ -120,7 +120,7 @@ def test_calibrate_command_saves_a_temperature_that_predict_and_evaluate_use(tmp
     rows = _held_out_rows(10, 5)[:20]
     held_out = _write_rows(tmp_path / "held_out.csv", rows, flip=range(0, 20, 5))  # 4 of 20 wrong
     card = (run / "README.md").read_text(encoding="utf-8")  # train writes the model card
-    assert card.startswith("---\nbase_model:") and "# ce on " in card and "## Calibration" not in card
+    assert card.startswith("---\n") and "# ce on " in card and "## Calibration" not in card
     before = ContrastiveClassifier.from_pretrained(run)
     texts = [r["sentence"] for r in rows]
     labels = [before.label_names.index(r["sentiment"]) ^ (i % 5 == 0) for i, r in enumerate(rows)]

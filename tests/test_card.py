@@ -29,9 +29,16 @@ def test_card_front_matter_and_sections_come_from_the_record():
     card = model_card(RECORD, {"method": "ce-scl"})
     _, front, body = card.split("---", 2)
     meta = yaml.safe_load(front)
-    assert meta == {"base_model": "minilm-l6", "library_name": "contrastfit", "pipeline_tag": "text-classification",
+    index = meta.pop("model-index")
+    assert meta == {"base_model": "sentence-transformers/all-MiniLM-L6-v2", "license": "apache-2.0", "language": ["en"],
+                    "library_name": "contrastfit", "pipeline_tag": "text-classification",
                     "tags": ["contrastfit", "ce-scl", "classification"], "datasets": ["glue/sst2"],
                     "metrics": ["accuracy", "f1", "macro_f1", "mcc"]}
+    assert index[0]["name"] == "ce-scl on glue/sst2" and [r["dataset"] for r in index[0]["results"]] == [
+        {"name": "glue/sst2", "type": "glue/sst2", "split": "validation"}, {"name": "glue/sst2", "type": "glue/sst2", "split": "test"}]
+    test = index[0]["results"][1]
+    assert test["task"] == {"type": "text-classification", "name": "Text Classification"}
+    assert {m["type"]: m["value"] for m in test["metrics"]} == RECORD["metrics"]["test"]
     assert body.lstrip().startswith("# ce-scl on glue/sst2")
     assert "Gunel" in body  # the method's paper, from the registry
     assert "`negative`, `positive`" in body
@@ -57,3 +64,32 @@ def test_write_model_card_errors_are_one_line(tmp_path):
     (tmp_path / "contrastfit.json").write_text("{}", encoding="utf-8")
     with pytest.raises(ModelError, match="not valid JSON"):
         write_model_card(tmp_path)
+
+
+def test_the_card_is_hub_metadata_without_local_paths(tmp_path, tiny_encoder_dir):
+    """A run on a local file with a local encoder: no absolute path of this machine in the card, no
+    local folder as ``base_model`` (not a Hub id), and a section that says how the folder loads."""
+    from contrastfit import ContrastiveClassifier
+
+    folder = tmp_path / "run"
+    ContrastiveClassifier.from_encoder(str(tiny_encoder_dir), "ce", ["negative", "positive"], pooling="mean").save_pretrained(folder)
+    record = json.loads(json.dumps(RECORD))
+    record["model"] = str(tiny_encoder_dir)
+    record["data"]["source"] = {"kind": "local", "path": str(tmp_path / "data" / "train.csv"),
+                                "test_data": str(tmp_path / "data" / "test.csv"), "validation_data": None}
+    (folder / "results.json").write_text(json.dumps(record), encoding="utf-8")
+    card = write_model_card(folder).read_text(encoding="utf-8")
+    assert str(tmp_path) not in card and str(tiny_encoder_dir) not in card
+    assert 'Source: `{"kind": "local", "path": "train.csv", "test_data": "test.csv", "validation_data": null}`.' in card
+    meta = yaml.safe_load(card.split("---", 2)[1])
+    assert "base_model" not in meta and meta["license"] == "unknown" and "language" not in meta
+    assert meta["library_name"] == "contrastfit" and meta["pipeline_tag"] == "text-classification"
+    assert [m["value"] for m in meta["model-index"][0]["results"][1]["metrics"]][:2] == [0.6912, 0.68]
+    assert f"`{tiny_encoder_dir.name}` fine-tuned with contrastfit's `ce-scl` method" in card
+    assert "`SentenceTransformer(\"path/to/this/folder\")` (or `.../encoder`) gives the encoder's pooled output " \
+           "(pooling `mean`, maximum length 64), L2-normalised: `model.embed(texts)`." in card
+    assert "does not classify (its config declares no labels" in card
+    # a Hub id as the base model is kept as it is
+    hub = json.loads(json.dumps(RECORD))
+    hub["model"] = "bert-base-uncased/x"
+    assert yaml.safe_load(model_card(hub, {}).split("---", 2)[1])["base_model"] == "bert-base-uncased/x"

@@ -371,7 +371,7 @@ def test_weights_are_checked_and_the_module_passes_them():
     for name in ("icl_weight", "lcl_weight"):
         with pytest.raises(ValueError, match=f"{name} must be >= 0"):
             lacon(emb, labels, lab, 0.1, 2, **{name: -0.5})
-        with pytest.raises(ValueError, match=f"{name} must be >= 0"):
+        with pytest.raises(ValueError, match=f"{name} must be finite, got nan"):
             lacon(emb, labels, lab, 0.1, 2, **{name: float("nan")})
     module = LaConLoss(temperature=0.1, heads=2, ler_weight=0.4, icl_weight=0.0, lcl_weight=2.0)
     got = module(emb, labels, lab)

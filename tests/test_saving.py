@@ -61,8 +61,9 @@ def test_a_save_that_fails_half_way_leaves_the_previous_model(tmp_path, tiny_enc
     reloaded = ContrastiveClassifier.from_pretrained(folder)
     np.testing.assert_array_equal(reloaded.predict_logits(TEXTS), before)
     assert _leftovers(folder) == []  # the temporary folder is gone
-    assert sorted(p.name for p in folder.iterdir()) == ["checkpoints", "contrastfit.json", "encoder",
-                                                        "head.safetensors", "results.json"]
+    assert sorted(p.name for p in folder.iterdir()) == ["checkpoints", "config_sentence_transformers.json",
+                                                        "contrastfit.json", "encoder", "head.safetensors",
+                                                        "modules.json", "results.json"]
     # and a save that succeeds replaces the model, keeping the run's other entries
     monkeypatch.setattr(modeling, "save_file", real_save_file)
     second.save_pretrained(folder)

@@ -1,11 +1,13 @@
 """The model card of a saved model: ``README.md`` in its folder, written from its record.
 
-A card is Markdown with the YAML front matter the Hugging Face Hub reads (``base_model``,
-``pipeline_tag``, ``tags``, ``datasets``, ``metrics``), then what the model is (method and paper),
+A card is Markdown with the YAML front matter the Hugging Face Hub reads (``base_model`` as a Hub id,
+the built-in alias mapped to its id; ``license``; ``language``; ``library_name``; ``pipeline_tag``;
+``tags``; ``datasets``; ``metrics``; ``model-index`` with the evaluation results), then what the model is (method and paper),
 the data it was trained on (source, sampling, sizes, hashes), how it was trained (settings, steps,
 the validation-selected step), its validation and test metrics (with the probabilities' NLL and
 ECE, and the temperature when ``contrastfit calibrate`` fitted one), how to use it, what it cannot
-claim, and the library versions. Everything comes from ``results.json`` and ``contrastfit.json``:
+claim, and the library versions. No absolute local path is written (a local file appears by its
+name only). Everything comes from ``results.json`` and ``contrastfit.json``:
 the card states nothing the record does not hold. ``contrastfit train`` writes it with the model;
 ``contrastfit card RUN`` writes it again (``calibrate`` does, after fitting a temperature).
 """
@@ -19,6 +21,7 @@ from typing import Any, Sequence
 
 from .atomic import write_text_atomic
 from .errors import ModelError
+from .hub import public_record
 
 __all__ = ["CARD_NAME", "model_card", "multitask_card", "write_model_card"]
 
@@ -27,23 +30,61 @@ _CLASSIFICATION = ("accuracy", "f1", "macro_f1", "mcc", "nll", "ece")
 _REGRESSION = ("pearson", "spearman", "mse")
 
 
-def _yaml_list(values: list[str]) -> str:
-    return "".join(f"\n- {json.dumps(v)}" for v in values)
-
-
 def _fmt(value: Any, metric: bool = False) -> str:
     if isinstance(value, float):
         return f"{value:.4f}" if metric else f"{value:.4g}"
     return "-" if value is None else str(value)
 
 
-def _front_matter(base: Any, tags: list[str], datasets: list[str], metrics: list[str]) -> str:
-    front = ["---", f"base_model: {json.dumps(str(base))}", "library_name: contrastfit",
-             "pipeline_tag: text-classification", f"tags:{_yaml_list(tags)}"]
+def hub_base_model(base: Any) -> str | None:
+    """``base`` as a Hub model id: a built-in alias mapped to its id, a Hub id as it is; None for a
+    local folder (which is no Hub id)."""
+    from .encoders import BUILTIN_MODEL_CARDS
+    from .hub import _HUB_ID
+
+    if base in BUILTIN_MODEL_CARDS:
+        return str(BUILTIN_MODEL_CARDS[base]["hub_id"])
+    if isinstance(base, str) and _HUB_ID.match(base) and not Path(base).exists():
+        return base
+    return None
+
+
+def _front_matter(base: Any, tags: list[str], datasets: list[str], metrics: list[str],
+                  model_index: list[dict[str, Any]] | None = None) -> str:
+    import yaml
+
+    from .encoders import BUILTIN_MODEL_CARDS
+
+    known = BUILTIN_MODEL_CARDS.get(base, {})
+    front: dict[str, Any] = {}
+    hub_id = hub_base_model(base)
+    if hub_id:
+        front["base_model"] = hub_id
+    front["license"] = known.get("license", "unknown")  # the base model's licence, where contrastfit knows it
+    if known.get("language"):
+        front["language"] = list(known["language"])
+    front.update({"library_name": "contrastfit", "pipeline_tag": "text-classification", "tags": tags})
     if datasets:
-        front.append(f"datasets:{_yaml_list(datasets)}")
-    front += [f"metrics:{_yaml_list(metrics)}", "---"]
-    return "\n".join(front)
+        front["datasets"] = datasets
+    front["metrics"] = metrics
+    if model_index:
+        front["model-index"] = model_index
+    return "---\n" + yaml.safe_dump(front, sort_keys=False, allow_unicode=True) + "---"
+
+
+def _model_index(name: str, data: dict[str, Any], metrics: dict[str, dict[str, Any]], names: Sequence[str]) -> list:
+    """The Hub's ``model-index``: one result per evaluated split, with the metrics in ``names``."""
+    hub = _hub_names(data)
+    results = []
+    for split in ("validation", "test"):
+        values = [{"type": m, "value": float(metrics[split][m]), "name": f"{split} {m}"}
+                  for m in names if isinstance(metrics.get(split, {}).get(m), (int, float))]
+        if values:
+            results.append({"task": {"type": "text-classification", "name": "Text Classification"},
+                            "dataset": {"name": str(data.get("name", "?")), "type": hub[0] if hub else str(data.get("name", "?")),
+                                        "split": split},
+                            "metrics": values})
+    return [{"name": name, "results": results}] if results else []
 
 
 def _hub_names(*data: dict[str, Any]) -> list[str]:
@@ -111,11 +152,13 @@ def model_card(record: dict[str, Any], config: dict[str, Any]) -> str:
     labels = data.get("label_names") or config.get("label_names")
     names = _REGRESSION if task == "regression" else _CLASSIFICATION
     base = record.get("model") or config.get("base_model")
+    shown_base = hub_base_model(base) or (Path(str(base)).name if base else "?")
 
     out = [_front_matter(base, ["contrastfit", str(method), task], _hub_names(data),
-                         [m for m in names if m not in ("nll", "ece")]),
+                         [m for m in names if m not in ("nll", "ece")],
+                         _model_index(f"{method} on {data.get('name', '?')}", data, metrics, names)),
            "", f"# {method} on {data.get('name', '?')}", ""]
-    what = f"`{base}` fine-tuned with contrastfit's `{method}` method"
+    what = f"`{shown_base}` fine-tuned with contrastfit's `{method}` method"
     if spec is not None:
         what += f": {spec.description}. Paper: {spec.reference}"
     if task == "regression":
@@ -124,7 +167,7 @@ def model_card(record: dict[str, Any], config: dict[str, Any]) -> str:
         what += f". It classifies {'text pairs' if data.get('text_pair') else 'texts'} into {len(labels or [])} labels: " \
                 + ", ".join(f"`{n}`" for n in labels or []) + "."
     out += [what, "", "## Training data", "", "| split | rows | hash | sampling |", "|---|---|---|---|",
-            *_data_rows(data), "", f"Source: `{json.dumps(data.get('source', {}), sort_keys=True)}`.", ""]
+            *_data_rows(data), "", f"Source: `{json.dumps(public_record(data.get('source', {})), sort_keys=True)}`.", ""]
     out += _settings(record, record.get("hparams") or {})
     selection = record.get("training", {}).get("selection")
     if selection:
@@ -148,7 +191,36 @@ def model_card(record: dict[str, Any], config: dict[str, Any]) -> str:
             f'model.{"predict" if task == "regression" else "predict_proba"}(["a fine film"]'
             + (', ["great acting"]' if data.get("text_pair") else "") + ")", "```", "",
             f"or `echo -e \"{example}\" | contrastfit predict path/to/this/folder`.", ""]
+    out += _loading(config)
     return "\n".join(out + _closing(record, data.get("train_size", "?")))
+
+
+def _loading(config: dict[str, Any]) -> list[str]:
+    """How (and how not) to load the folder with other libraries."""
+    st = config.get("sentence_transformers")
+    out = ["## Loading", "",
+           "`ContrastiveClassifier.from_pretrained` takes this folder or its Hub id (`owner/name`). The classifier "
+           "is the encoder in `encoder/` plus `head.safetensors`; only contrastfit combines them.", ""]
+    if st:
+        how = (" (CLS pooling, then the encoder's dense+tanh pooler as a `Dense` module)"
+               if st["pooling"] == "pooler" else "")
+        pooled = (f"the encoder's pooled output (pooling `{st['pooling']}`{how}, maximum length "
+                  f"{st['max_seq_length']}), L2-normalised")
+        if st.get("folder"):
+            out += [f"`SentenceTransformer(\"path/to/this/folder\")` (or `.../encoder`) gives {pooled}: "
+                    "`model.embed(texts)`.", ""]
+        else:
+            out += ["This model's `model.embed(texts)` is not the encoder's pooled output, so "
+                    "`SentenceTransformer(\"path/to/this/folder\")` refuses the folder (no `modules.json` at its root); "
+                    f"`SentenceTransformer(\".../encoder\")` gives {pooled}, the encoder's embedding only.", ""]
+    elif "sentence_transformers" in config:
+        out += ["The encoder's pooler cannot be written as sentence-transformers modules: the folder has no "
+                "sentence-transformers files (`SentenceTransformer(\"path/to/this/folder\")` refuses it; on `.../encoder` "
+                "it would fall back to its default mean pooling); use `model.embed(texts)`.", ""]
+    out += ["`encoder/` alone is the encoder without the classifier: `AutoModel.from_pretrained` loads it, but "
+            "`pipeline(\"text-classification\", model=\".../encoder\")` does not classify (its config declares no "
+            "labels, so it gets a head with no outputs).", ""]
+    return out
 
 
 def multitask_card(record: dict[str, Any], config: dict[str, Any] | None = None) -> str:
@@ -157,12 +229,13 @@ def multitask_card(record: dict[str, Any], config: dict[str, Any] | None = None)
     tasks = record.get("tasks", {})
     specs = {name: t.get("spec", {}) for name, t in tasks.items()}
     base = record.get("model")
+    shown_base = hub_base_model(base) or (Path(str(base)).name if base else "?")
     kinds = sorted({s.get("type", "?") for s in specs.values()})
     metric_names = sorted({s.get("metric") for s in specs.values() if s.get("metric")})
     out = [_front_matter(base, ["contrastfit", "multi-task", *kinds], _hub_names(*(t.get("data", {}) for t in tasks.values())),
                          metric_names),
            "", f"# Multi-task model: {', '.join(tasks)}", "",
-           f"`{base}` fine-tuned by contrastfit on {len(tasks)} tasks at once: one shared encoder, one head per task "
+           f"`{shown_base}` fine-tuned by contrastfit on {len(tasks)} tasks at once: one shared encoder, one head per task "
            "(the CS224N report's multi-task setup, Behrman & Christoglou). Each batch holds one task; the "
            f"schedule was `{record.get('schedule', {}).get('name')}`.", "",
            "| task | type | head | objective | weight | labels | selection metric |", "|---|---|---|---|---|---|---|"]

@@ -200,6 +200,20 @@ def build_parser() -> argparse.ArgumentParser:
     _add_task_arg(p, "serve")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 picks a free one)")
+    p.add_argument("--threads", type=int, default=1,
+                   help="the model's intra-op threads, PyTorch's or ONNX Runtime's; 0: the library's default "
+                        "(one per core) (default 1: see Benchmarks)")
+    p.add_argument("--batch-size", type=int, default=8,
+                   help="most texts per forward pass: a larger request runs in chunks of this size, other "
+                        "requests between them (default 8: see Benchmarks)")
+    p.add_argument("--max-texts", type=int, default=256, help="most texts in one request; more: 413 (default 256)")
+    p.add_argument("--max-body", type=int, default=8 * 1024 * 1024,
+                   help="most bytes in a request body; more: 413 (default 8 MiB)")
+    p.add_argument("--timeout", type=float, default=30.0,
+                   help="seconds a connection may take to send its request: an idle one is closed, a body not "
+                        "complete by then gets 408 (default 30)")
+    p.add_argument("--max-connections", type=int, default=64,
+                   help="connections handled at a time; more get 503 at once (default 64)")
 
     # -- card ----------------------------------------------------------------------------------
     p = sub.add_parser("card", help="write a trained model's model card (README.md) again",
@@ -207,6 +221,16 @@ def build_parser() -> argparse.ArgumentParser:
                                    "training settings, metrics, calibration, usage, limitations, versions), from the "
                                    "folder's results.json and contrastfit.json. `train` writes it with the model.")
     p.add_argument("run", help="output folder of `contrastfit train`")
+
+    # -- push ----------------------------------------------------------------------------------
+    p = sub.add_parser("push", help="upload a trained model folder with its model card to the Hugging Face Hub",
+                       description="Create the Hub repository REPO if needed and upload FOLDER to it (encoder/, "
+                                   "weights, contrastfit.json, results.json, the sentence-transformers files and README.md; "
+                                   "not checkpoints/). Uses the token of `hf auth login` or HF_TOKEN.")
+    p.add_argument("folder", help="output folder of `contrastfit train`")
+    p.add_argument("--repo", required=True, help="Hub repository id, owner/name")
+    p.add_argument("--private", action="store_true", help="create the repository as private")
+    p.add_argument("--message", default=None, help="commit message")
 
     # -- pretrain ------------------------------------------------------------------------------
     p = sub.add_parser("pretrain", help="train the encoder alone on a corpus (SimCSE / DiffCSE stage 1), save an encoder folder",
@@ -388,11 +412,20 @@ def cmd_card(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_push(args: argparse.Namespace) -> int:
+    from .hub import push_to_hub
+
+    print(f"pushed {args.folder} to {push_to_hub(args.folder, args.repo, private=args.private, commit_message=args.message)}")
+    return 0
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     from .serve import make_server
 
     model = _load_model(args)
-    server = make_server(model, args.host, args.port, name=str(args.run))
+    server = make_server(model, args.host, args.port, name=str(args.run), max_texts=args.max_texts,
+                         max_body=args.max_body, timeout=args.timeout, batch_size=args.batch_size,
+                         threads=args.threads or None, max_connections=args.max_connections)
     host, port = server.server_address[:2]
     import signal
 
@@ -690,7 +723,7 @@ def _check_arguments(args: argparse.Namespace) -> None:
             _check_output_path(getattr(args, attr), option, folder)
 
 
-COMMANDS = {"train": cmd_train, "evaluate": cmd_evaluate, "calibrate": cmd_calibrate, "card": cmd_card, "export": cmd_export, "serve": cmd_serve, "predict": cmd_predict, "datasets": cmd_datasets,
+COMMANDS = {"train": cmd_train, "evaluate": cmd_evaluate, "calibrate": cmd_calibrate, "card": cmd_card, "push": cmd_push, "export": cmd_export, "serve": cmd_serve, "predict": cmd_predict, "datasets": cmd_datasets,
             "pretrain": cmd_pretrain,
             "methods": cmd_methods, "explain": cmd_explain, "experiment": cmd_experiment, "report": cmd_report, "compare": cmd_compare}
 

@@ -38,6 +38,10 @@ BUILTIN_MODELS: dict[str, tuple[str, str, str]] = {
         "sentence-transformers/all-MiniLM-L6-v2: BERT, 6 layers, hidden 384, 22.7M parameters",
     ),
 }
+#: What a model card says of a built-in model: its Hub id, licence and languages.
+BUILTIN_MODEL_CARDS: dict[str, dict[str, object]] = {
+    "minilm-l6": {"hub_id": "sentence-transformers/all-MiniLM-L6-v2", "license": "apache-2.0", "language": ["en"]},
+}
 DEFAULT_MODEL = "minilm-l6"
 POOLINGS = ("cls", "pooler", "mean")
 

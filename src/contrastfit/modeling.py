@@ -6,7 +6,12 @@ An output folder written by :meth:`ContrastiveClassifier.save_pretrained` holds
   (``AutoModel.from_pretrained("run/encoder")`` works on its own, e.g. for sentence embeddings);
 * ``head.safetensors``: every other trained tensor (the head and any parameters the method owns);
 * ``contrastfit.json``: labels, task, method and hyper-parameters, pooling, maximum length, plus
-  whatever provenance the trainer adds (seed, data split and hash, library versions).
+  whatever provenance the trainer adds (seed, data split and hash, library versions);
+* for a single-task model, the sentence-transformers files (:mod:`contrastfit.hub`): ``encoder/`` is a
+  sentence-transformers model with the model's pooling, length and normalisation, and where the
+  model's embedding is the pooled one a root ``modules.json`` makes ``SentenceTransformer(folder)``
+  give :meth:`ContrastiveClassifier.embed`. ``encoder/config.json`` declares no labels, so
+  ``pipeline("text-classification", model=folder + "/encoder")`` cannot score with a random head.
 
 Saving is atomic at the folder level (:func:`contrastfit.atomic.atomic_folder`): the three are
 written to a temporary folder next to the output folder and swapped in with renames, so a full disk
@@ -251,17 +256,31 @@ class ContrastiveClassifier(nn.Module):
         config are written to a temporary folder next to it and swapped in with renames; if anything
         fails (full disk, a kill) the model that was there is left intact. Other entries of
         ``directory`` are kept (:func:`save_model_folder`)."""
-        return save_model_folder(directory, self, HEAD_NAME, self.config_dict())
+        return save_model_folder(directory, self, HEAD_NAME, self.config_dict(), sentence_transformers=True)
+
+    def push_to_hub(self, repo_id: str, *, private: bool = False, commit_message: str | None = None,
+                    token: str | None = None) -> str:
+        """Save the model to a temporary folder and upload it, with its model card, to the Hugging Face
+        Hub repository ``repo_id`` (:func:`contrastfit.hub.push_to_hub`); returns the repository's URL."""
+        import tempfile
+
+        from .hub import push_to_hub
+
+        with tempfile.TemporaryDirectory(prefix="contrastfit-push-") as tmp:
+            folder = self.save_pretrained(Path(tmp) / repo_id.split("/")[-1])
+            return push_to_hub(folder, repo_id, private=private, commit_message=commit_message, token=token)
 
     @classmethod
     def from_pretrained(cls, directory: str | os.PathLike, device: str | torch.device | None = None) -> "ContrastiveClassifier":
-        """The model saved in ``directory`` (:func:`load_model_folder`), in eval mode."""
+        """The model saved in ``directory`` (:func:`load_model_folder`), in eval mode; ``directory`` may
+        be a Hugging Face Hub id (``owner/name``) when no such local folder exists."""
         def build(cfg: dict[str, Any], encoder: TextEncoder, tokenizer) -> tuple["ContrastiveClassifier", str]:
             label_names = cfg["label_names"]
             num_labels = 1 if label_names is None else len(label_names)
             method = get_method(cfg["method"]).create(num_labels, encoder.hidden_size, cfg["task"], **cfg["hparams"])
             info = {k: v for k, v in cfg.items()
-                    if k not in ("format_version", "method", "hparams", "task", "label_names", "pooling", "max_length")}
+                    if k not in ("format_version", "method", "hparams", "task", "label_names", "pooling", "max_length",
+                                 "sentence_transformers")}
             return cls(encoder, tokenizer, method, label_names, cfg["max_length"], info=info), f"method '{cfg['method']}'"
 
         return load_model_folder(directory, HEAD_NAME, None, build, device)
@@ -276,18 +295,34 @@ def non_encoder_state(model: nn.Module) -> dict[str, torch.Tensor]:
 
 
 def save_model_folder(directory: str | os.PathLike, model: nn.Module, weights_name: str,
-                      config: dict[str, Any]) -> Path:
+                      config: dict[str, Any], sentence_transformers: bool = False) -> Path:
     """Write ``model`` (a shared ``encoder`` with its ``tokenizer``, and other tensors) to ``directory``
     atomically: ``encoder/`` (Hugging Face format, safetensors), ``weights_name`` (:func:`non_encoder_state`,
     safetensors) and ``contrastfit.json`` (``config``) are written to a temporary folder next to it and
     swapped in with renames (:func:`contrastfit.atomic.atomic_folder`); if anything fails (full disk, a
-    kill) the model that was there is left intact. Other entries of ``directory`` are kept."""
+    kill) the model that was there is left intact. Other entries of ``directory`` are kept, except a
+    previous save's root sentence-transformers files that this one does not write (removed before the
+    swap, so that a kill cannot pair them with the new encoder). ``encoder/config.json``
+    declares no labels (:func:`contrastfit.hub.mark_encoder_without_head`); with ``sentence_transformers``
+    the files with which ``SentenceTransformer(directory)`` gives ``model.embed`` are written too, and
+    what they hold is ``config["sentence_transformers"]`` (None where they cannot be written faithfully)."""
+    from .hub import mark_encoder_without_head, remove_stale_sentence_transformers, write_sentence_transformers
+
     directory = Path(directory)
+    written = None
     with atomic_folder(directory) as staging:
         model.encoder.backbone.save_pretrained(staging / ENCODER_DIR, safe_serialization=True)
         model.tokenizer.save_pretrained(staging / ENCODER_DIR)
+        mark_encoder_without_head(staging / ENCODER_DIR)
         save_file(non_encoder_state(model), str(staging / weights_name), metadata={"format": "pt"})
+        if sentence_transformers:
+            written = write_sentence_transformers(staging, model, ENCODER_DIR)
+            config = {**config, "sentence_transformers": written}
         write_json_atomic(staging / CONFIG_NAME, config)
+        if not (written or {}).get("folder") and directory.is_dir():
+            # before the swap: a kill after it must not leave the previous model's modules.json next to
+            # this encoder (sentence-transformers would load it without a word)
+            remove_stale_sentence_transformers(directory, None)
     return directory
 
 
@@ -337,8 +372,11 @@ def load_model_folder(directory: str | os.PathLike, weights_name: str, kind: str
     its config (:func:`read_model_config`, ``kind`` the folder's kind), the encoder and tokenizer from
     ``encoder/``, ``build(config, encoder, tokenizer)`` -> (the model with fresh heads, what it is for
     error messages), then the tensors of ``weights_name`` (a file that does not fit the config is a
-    :class:`ModelError`); in eval mode, on ``device`` if given."""
-    directory = Path(directory)
+    :class:`ModelError`); in eval mode, on ``device`` if given. A ``directory`` that is no local folder
+    but a Hub id (``owner/name``) is downloaded first (:func:`contrastfit.hub.resolve_model_folder`)."""
+    from .hub import resolve_model_folder
+
+    directory = resolve_model_folder(directory)
     cfg = read_model_config(directory, weights_name, kind)
     for weights in [directory / weights_name, *sorted((directory / ENCODER_DIR).glob("*.safetensors"))]:
         check_safetensors(weights)

@@ -16,7 +16,10 @@ where ``P`` (``N``) are the pairs ``i < j`` with equal (different) labels.
 Conventions
 -----------
 * Positive and negative pairs weigh half each, as SetFit's balanced pair sampling makes them; a batch
-  with only one kind averages that kind; a batch with no pair (one row) gives 0 with the graph intact.
+  with only one kind averages that kind; a batch with no pair (one row, or an empty batch) gives 0
+  with the graph intact.
+* Cosines of rows normalised as ``x / max(||x||, eps)``, eps 2^-8 for float16 input and 1e-12
+  otherwise (:mod:`contrastfit.losses._common`): a zero row gives finite gradients in every dtype.
 * A row is never paired with itself (SetFit's sampler may draw such a pair: its cosine is exactly 1,
   so it adds nothing but weight).
 * Computed in float32 whatever the input dtype (float64 stays float64), with autocast disabled inside,

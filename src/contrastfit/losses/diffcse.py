@@ -31,7 +31,8 @@ Conventions
   so they are always "original"; to leave them out of the loss, pass ``attention_mask & ~special_tokens_mask``.
   A batch with no counted position gives 0, still connected to the graph.
 * ``lambda`` defaults to 0.005: the report's hyper-parameter table (DiffCSE column, "lambda 0.005",
-  "set at the original paper's suggestion of 0.005"). The report's Eq. 3 prints no ``lambda``.
+  "set at the original paper's suggestion of 0.005"). The report's Eq. 3 prints no ``lambda``. It must
+  be finite and >= 0 (NaN or inf raises ``ValueError``).
 * Losses are computed in float32 whatever the input dtype (float64 stays float64), autocast disabled.
 """
 
@@ -41,7 +42,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ._common import full_precision
+from ._common import check_finite, full_precision
 
 __all__ = ["DEFAULT_LAMBDA", "replaced_token_detection", "diffcse_loss", "ReplacedTokenDetectionLoss"]
 
@@ -82,6 +83,7 @@ def replaced_token_detection(
 
 def diffcse_loss(contrastive: torch.Tensor, rtd: torch.Tensor, lam: float = DEFAULT_LAMBDA) -> torch.Tensor:
     """Eq. 3/6: ``contrastive + lam * rtd`` (``lam`` default 0.005, the report's table)."""
+    check_finite("lam", lam)
     if lam < 0:
         raise ValueError(f"lam must be >= 0, got {lam}")
     return contrastive + lam * rtd

@@ -36,7 +36,9 @@ Conventions (the equations implemented as written)
 --------------------------------------------------
 * Normalisation: ``H`` and ``L`` are L2-normalised (Sec. 2.1); every ``sim`` is a cosine, so for
   ICL each *chunk* is L2-normalised on its own (normalising the full vector first changes nothing).
-  LCL, LER and the prediction use the full vectors (one head).
+  LCL, LER and the prediction use the full vectors (one head). A vector (or chunk) ``v`` is normalised
+  as ``v / max(||v||, eps)`` with eps 2^-8 for float16 input and 1e-12 otherwise
+  (:mod:`contrastfit.losses._common`): a zero row or chunk gives finite gradients in every dtype.
 * ICL: the heads are **summed** (Eq. 4 has no ``1/m``), the instances averaged (``1/N``); the
   denominator runs over all C labels, including labels absent from the batch. ``d`` must be a
   multiple of ``heads``. ``heads = 1`` is Eq. 3.
@@ -58,7 +60,11 @@ Conventions (the equations implemented as written)
   returned, unweighted, for logging), so ``total`` is then exactly the sum of the other weighted
   terms and the removed term sends no gradient. All three weights 0 is refused (nothing to train).
 * Batch of one: ICL is defined (one instance against all labels), LCL is 0 (no negative), LER does
-  not depend on the batch.
+  not depend on the batch. Empty batch (``N = 0``): ICL's mean over no instance is 0 and LCL has no
+  anchor, both zeros connected to the graph; LER is computed as usual, so ``total`` is
+  ``ler_weight * ler``.
+* ``temperature`` and the three weights must be finite (NaN or inf raises ``ValueError``);
+  ``temperature`` > 0, the weights >= 0.
 * Computed in float32 whatever the input dtype (float64 in gives float64), with autocast disabled
   inside, so it is safe under fp16/bf16 autocast.
 * The label embeddings are a parameter of the model head, not of this loss; they must be in the
@@ -84,7 +90,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ._common import full_precision
+from ._common import check_finite, full_precision, l2_normalize, norm_eps
 
 
 class LaConLossParts(NamedTuple):
@@ -124,8 +130,7 @@ def lacon(
     _check(embeddings, label_embeddings)
     if labels.shape != embeddings.shape[:1]:
         raise ValueError(f"labels must be ({embeddings.shape[0]},), got shape {tuple(labels.shape)}")
-    if embeddings.shape[0] == 0:
-        raise ValueError("embeddings must hold at least one row")
+    check_finite("temperature", temperature)
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
     n, d = embeddings.shape
@@ -134,7 +139,8 @@ def lacon(
         raise ValueError(f"heads must be >= 1 and divide the embedding dim {d}, got {heads}")
     weights = {"icl_weight": icl_weight, "lcl_weight": lcl_weight, "ler_weight": ler_weight}
     for name, value in weights.items():
-        if not value >= 0:  # also refuses NaN
+        check_finite(name, value)
+        if not value >= 0:
             raise ValueError(f"{name} must be >= 0, got {value}")
     if not any(weights.values()):
         raise ValueError("icl_weight, lcl_weight and ler_weight are all 0: the LaCon loss has no term left")
@@ -144,13 +150,17 @@ def lacon(
 
     with full_precision(embeddings, label_embeddings) as (h_raw, l_raw):
         # ICL (Eq. 4): per head, a softmax over the C labels; heads summed, instances averaged.
-        hk = F.normalize(h_raw.reshape(n, heads, d // heads), p=2, dim=2)
-        lk = F.normalize(l_raw.reshape(c, heads, d // heads), p=2, dim=2)
+        eps_h, eps_l = norm_eps(embeddings.dtype), norm_eps(label_embeddings.dtype)
+        hk = l2_normalize(h_raw.reshape(n, heads, d // heads), eps_h)
+        lk = l2_normalize(l_raw.reshape(c, heads, d // heads), eps_l)
         head_logits = torch.einsum("nmd,cmd->mnc", hk, lk) / temperature  # (heads, n, C)
-        icl = F.cross_entropy(head_logits.reshape(heads * n, c), labels.repeat(heads), reduction="sum") / n
+        if n:
+            icl = F.cross_entropy(head_logits.reshape(heads * n, c), labels.repeat(heads), reduction="sum") / n
+        else:  # the mean over no instance: 0, still connected to the graph
+            icl = head_logits.sum() * 0.0
 
-        h = F.normalize(h_raw, p=2, dim=1)
-        lab = F.normalize(l_raw, p=2, dim=1)
+        h = l2_normalize(h_raw, eps_h)
+        lab = l2_normalize(l_raw, eps_l)
 
         # LCL (Eq. 5): each present label is an anchor; positives its instances, denominator the negatives.
         logits = lab @ h.T / temperature  # (C, n): sim(L_p, H_a) / tau

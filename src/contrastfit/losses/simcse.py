@@ -16,7 +16,11 @@ row's own positive ``h_i^+``, as its Eq. 4 and the SimCSE paper read.)
 
 Conventions
 -----------
-* ``sim`` is the cosine similarity: the embeddings are L2-normalised inside the functions.
+* ``sim`` is the cosine similarity: the embeddings are L2-normalised inside the functions, as
+  ``x / max(||x||, eps)`` with eps 2^-8 for float16 input and 1e-12 otherwise
+  (:mod:`contrastfit.losses._common`): a zero row gives finite gradients in every dtype.
+* ``temperature`` must be finite and > 0, ``hard_negative_weight`` finite or ``-inf``; NaN or another
+  infinity raises ``ValueError``.
 * In-batch negatives: row ``i`` of the anchors is scored against **every** row of the positives (and,
   in the supervised loss, every row of the hard negatives); the target is column ``i``. This is a
   cross-entropy with targets ``arange(N)``, **mean** over the ``N`` anchors.
@@ -35,20 +39,19 @@ Conventions
   anchor as the positive, and rows without a contradiction have no hard negative. With every row masked
   out the loss equals the unsupervised one on ``(anchors, positives)``.
 * A batch of one gives a finite loss (0 without a hard negative: the single positive is the whole
-  softmax), with the graph intact.
+  softmax), with the graph intact. An empty batch (``N = 0``: a mean over no anchor) gives 0 with the
+  graph intact, as every loss here does.
 * Computed in float32 whatever the input dtype (float64 stays float64), with autocast disabled inside,
   so it is safe under fp16/bf16 autocast.
 """
 
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ._common import full_precision
+from ._common import check_finite, full_precision
 
 __all__ = ["simcse_unsup", "simcse_sup", "SimCSELoss", "SupervisedSimCSELoss"]
 
@@ -61,6 +64,7 @@ def _check_pair(name_a: str, a: torch.Tensor, name_b: str, b: torch.Tensor) -> N
 
 
 def _check_temperature(temperature: float) -> None:
+    check_finite("temperature", temperature)
     if not temperature > 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
 
@@ -102,9 +106,8 @@ def simcse_sup(
                 )
             if hard_negative_mask.dtype != torch.bool:
                 raise ValueError(f"hard_negative_mask must be a bool tensor, got {hard_negative_mask.dtype}")
+    check_finite("hard_negative_weight", hard_negative_weight, minus_inf_ok=True)
     w = float(hard_negative_weight)
-    if math.isnan(w) or w == math.inf:
-        raise ValueError(f"hard_negative_weight must be finite or -inf, got {hard_negative_weight}")
     return _simcse(anchors, positives, hard_negatives, temperature, w, hard_negative_mask)
 
 
@@ -122,6 +125,8 @@ def _simcse(anchors, positives, hard_negatives, temperature, weight, mask) -> to
             if mask is not None:
                 neg = neg.masked_fill(~mask.to(a.device).view(1, -1), float("-inf"))
             logits = torch.cat([logits, neg], dim=1)  # (n, 2n)
+        if n == 0:
+            return logits.sum() * 0.0  # an empty batch: 0, still connected to the graph
         targets = torch.arange(n, device=a.device)
         return F.cross_entropy(logits, targets)
 

@@ -20,7 +20,9 @@ Argument names: ``la`` = :math:`\lambda`, ``gamma`` = :math:`\gamma`, ``margin``
 Conventions
 -----------
 * ``x_i`` (the embeddings) and every centre ``w_c^k`` are L2-normalised inside the function, so every
-  ``x_i . w_c^k`` is a cosine (Qian et al. normalise both; Sosnowski's Eq. 3 leaves it implicit).
+  ``x_i . w_c^k`` is a cosine (Qian et al. normalise both; Sosnowski's Eq. 3 leaves it implicit),
+  as ``v / max(||v||, eps)`` with eps 2^-8 for float16 input and 1e-12 otherwise
+  (:mod:`contrastfit.losses._common`): a zero row gives finite gradients in every dtype.
 * Centres are one ``(num_classes * K, dim)`` matrix; class ``c`` owns rows ``c*K .. c*K + K - 1``.
   ``K`` cannot be inferred from the labels of a batch (a batch need not contain the last class), so
   the caller passes ``centers_per_class`` or ``num_classes`` (or both, which are then checked against
@@ -30,7 +32,11 @@ Conventions
   over the ``N`` rows of the batch (Eq. 2's ``1/N``). With ``K = 1`` it is the normalised softmax
   (cosine) loss with an additive margin.
 * A batch of one, or a batch with a single class, is well defined (the other classes' centres are
-  the negatives): no special case is needed.
+  the negatives): no special case is needed. An empty batch (``N = 0``, e.g. no real token at token
+  level) makes Eq. 2's mean over no row 0, still connected to the graph; the centre regulariser,
+  which does not depend on the batch, is added as usual.
+* ``la``, ``gamma``, ``margin`` and ``center_reg`` must be finite (NaN or inf raises ``ValueError``);
+  ``la`` and ``gamma`` > 0, ``center_reg`` >= 0.
 * Centre regulariser (optional, off by default). Sosnowski et al. do not use or mention it (their
   Table 1 has no weight for it; their "entropy regularizer" is the ``gamma`` softmax of Eq. 3). Qian
   et al. (Sec. 3.3, "adaptive number of centers") add, to merge redundant centres of a class,
@@ -74,7 +80,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ._common import full_precision
+from ._common import check_finite, full_precision
 
 #: Sosnowski et al., Table 1 (SoftTriple hyper-parameters by training-set size). ``beta`` is the
 #: weight of the cross-entropy in their Eq. 4, ``L = beta * CE + (1 - beta) * SoftTriple``.
@@ -127,10 +133,10 @@ def soft_triple(
         raise ValueError(f"embeddings must be (batch, dim), got shape {tuple(embeddings.shape)}")
     if labels.shape != embeddings.shape[:1]:
         raise ValueError(f"labels must be ({embeddings.shape[0]},), got shape {tuple(labels.shape)}")
-    if embeddings.shape[0] == 0:
-        raise ValueError("embeddings must hold at least one row")
     if centers.dim() != 2 or centers.shape[1] != embeddings.shape[1]:
         raise ValueError(f"centers must be (num_classes * K, {embeddings.shape[1]}), got shape {tuple(centers.shape)}")
+    for name, value in (("la", la), ("gamma", gamma), ("margin", margin), ("center_reg", center_reg)):
+        check_finite(name, value)
     if la <= 0:
         raise ValueError(f"la must be > 0, got {la}")
     if gamma <= 0:
@@ -149,7 +155,8 @@ def soft_triple(
         relaxed = (torch.softmax(sim / gamma, dim=2) * sim).sum(dim=2)  # S'_{i,c}, (n, C)
         # Eq. 2: the margin delta is subtracted from the true class only, then a softmax scaled by lambda.
         logits = la * (relaxed - margin * F.one_hot(labels, n_classes).to(x.dtype))
-        loss = F.cross_entropy(logits, labels)
+        # the mean over the N rows; over no row (an empty batch) it is 0, still connected to the graph
+        loss = F.cross_entropy(logits, labels) if n else logits.sum() * 0.0
 
         if center_reg > 0 and k > 1:
             wc = w.view(n_classes, k, -1)

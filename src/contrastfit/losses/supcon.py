@@ -12,14 +12,18 @@ Gunel et al. (ICLR 2021), Eq. 3, and by Sedghamiz et al. (SupCL-Seq, 2021), Eq. 
 
 Conventions
 -----------
-* ``z`` are the embeddings L2-normalised inside the function (``z_i . z_a`` is a cosine).
+* ``z`` are the embeddings L2-normalised inside the function (``z_i . z_a`` is a cosine), as
+  ``x / max(||x||, eps)`` with eps 2^-8 for float16 input and 1e-12 otherwise
+  (:mod:`contrastfit.losses._common`): a zero row gives finite gradients in every dtype.
 * ``P(i)`` = the other rows with the same label as row ``i``; the denominator runs over every row
   except ``i`` itself (positives and negatives).
 * Reduction: the **mean** over anchors ``I^+`` that have at least one positive. (Gunel's Eq. 3 writes a
   sum over anchors; the mean keeps the scale of the term independent of the batch size, so that
   ``lambda`` means the same at every batch size.)
 * Anchors without a positive are left out. A batch in which no anchor has a positive returns a
-  zero that is still connected to the graph (its gradient is zero), never NaN (pitfall 1).
+  zero that is still connected to the graph (its gradient is zero), never NaN (pitfall 1). So does
+  an empty batch (no row).
+* ``temperature`` must be finite and > 0 (NaN or inf raises ``ValueError``).
 * Several views of each example (SupCL-Seq's dropout views) are passed by stacking the views along
   the batch dimension and repeating the labels; a view of the same example is then a positive.
 * Computed in float32 whatever the input dtype (float64 input stays float64), with autocast
@@ -38,7 +42,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ._common import full_precision
+from ._common import check_finite, full_precision
 
 
 def supcon(embeddings: torch.Tensor, labels: torch.Tensor, temperature: float = 0.1,
@@ -49,6 +53,7 @@ def supcon(embeddings: torch.Tensor, labels: torch.Tensor, temperature: float = 
         raise ValueError(f"embeddings must be (batch, dim), got shape {tuple(embeddings.shape)}")
     if labels.shape != embeddings.shape[:1]:
         raise ValueError(f"labels must be ({embeddings.shape[0]},), got shape {tuple(labels.shape)}")
+    check_finite("temperature", temperature)
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
     if (candidates is None) != (candidate_labels is None):

@@ -1,0 +1,239 @@
+"""A saved folder fits sentence-transformers, transformers and the Hub: ``SentenceTransformer(folder)``
+gives ``model.embed`` for every pooling, ``pipeline("text-classification")`` on ``encoder/`` does not
+score with a random head, and ``contrastfit push`` / ``from_pretrained("owner/name")`` go through
+huggingface_hub (a local stand-in of the Hub here, never the network)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from contrastfit import ContrastiveClassifier
+from contrastfit.errors import ModelError
+
+TEXTS = ["good fun film", "awful dull plot and the movie was very weak and boring but the actor was fine", "superb",
+         "a"]
+
+
+def _trained_like(tiny_encoder_dir, pooling: str, method: str = "ce", max_length: int = 8,
+                  hparams: dict | None = None) -> ContrastiveClassifier:
+    """The tiny encoder with its weights moved (as by training), so that no pretrained state hides a bug."""
+    torch.manual_seed(3)
+    model = ContrastiveClassifier.from_encoder(str(tiny_encoder_dir), method, ["negative", "positive"],
+                                               pooling=pooling, max_length=max_length, hparams=hparams)
+    with torch.no_grad():
+        for p in model.encoder.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    return model.eval()
+
+
+@pytest.mark.parametrize("pooling", ["cls", "pooler", "mean"])
+def test_sentence_transformers_loads_the_folder_with_the_models_pooling_length_and_normalisation(
+        tmp_path, tiny_encoder_dir, pooling):
+    SentenceTransformer = pytest.importorskip("sentence_transformers").SentenceTransformer  # the test extra
+
+    model = _trained_like(tiny_encoder_dir, pooling)
+    model.save_pretrained(tmp_path / "run")
+    st = SentenceTransformer(str(tmp_path / "run"), device="cpu")
+    assert st.max_seq_length == model.max_length == 8  # the second text is longer: truncated the same way
+    got = st.encode(TEXTS, convert_to_numpy=True)
+    expected = model.embed(TEXTS)  # normalised, the documented default
+    np.testing.assert_allclose(got, expected, atol=1e-5)
+    np.testing.assert_allclose(np.linalg.norm(got, axis=1), 1.0, atol=1e-5)
+    record = json.loads((tmp_path / "run" / "contrastfit.json").read_text())["sentence_transformers"]
+    assert record["normalize"] is True and record["max_seq_length"] == 8 and record["pooling"] == pooling
+    if pooling == "pooler":  # BERT's tanh pooler: CLS pooling then a Dense(tanh) module with its weights
+        assert record["modules"] == ["encoder", "encoder/1_Pooling", "encoder/2_Dense", "encoder/3_Normalize"]
+        cls = torch.nn.functional.normalize(
+            model.encoder(**{k: torch.as_tensor(v) for k, v in model.tokenize(TEXTS[:1]).items()}).token_embeddings[:, 0], dim=-1)
+        assert np.abs(cls.detach().numpy() - got[:1]).max() > 0.05  # the Dense module matters
+    # the encoder folder alone is a sentence-transformers model with the same modules
+    np.testing.assert_allclose(SentenceTransformer(str(tmp_path / "run" / "encoder"), device="cpu").encode(TEXTS),
+                               expected, atol=1e-5)
+    # the reloaded contrastfit model agrees too
+    np.testing.assert_allclose(ContrastiveClassifier.from_pretrained(tmp_path / "run").embed(TEXTS), got, atol=1e-5)
+
+
+def test_a_method_with_its_own_embedding_space_gets_no_root_sentence_transformers_files(tmp_path, tiny_encoder_dir):
+    """LaCon's ``embed`` is its projection g: ``SentenceTransformer(folder)`` refuses the folder, and
+    ``SentenceTransformer(folder/encoder)`` gives the encoder's own (pooled, normalised) embedding."""
+    SentenceTransformer = pytest.importorskip("sentence_transformers").SentenceTransformer
+
+    folder = tmp_path / "run"
+    _trained_like(tiny_encoder_dir, "mean").save_pretrained(folder)
+    assert (folder / "modules.json").is_file()
+    lacon = _trained_like(tiny_encoder_dir, "cls", method="lacon", hparams={"heads": 2})
+    lacon.save_pretrained(folder)  # over the previous model: its root sentence-transformers files go
+    assert not (folder / "modules.json").exists() and not (folder / "config_sentence_transformers.json").exists()
+    record = json.loads((folder / "contrastfit.json").read_text())["sentence_transformers"]
+    assert record["folder"] is False and record["pooling"] == "cls"
+    with pytest.raises((OSError, ValueError), match="config.json"):  # no modules.json, and no config.json at the root
+        SentenceTransformer(str(folder), device="cpu")
+    encoder_only = SentenceTransformer(str(folder / "encoder"), device="cpu").encode(TEXTS)
+    inputs = {k: torch.as_tensor(v) for k, v in lacon.tokenize(TEXTS, padding=True).items()}
+    with torch.no_grad():
+        pooled = torch.nn.functional.normalize(lacon.encoder(**inputs).pooled, dim=-1).numpy()
+    np.testing.assert_allclose(encoder_only, pooled, atol=1e-5)
+    embedded = lacon.embed(TEXTS)  # what SentenceTransformer(folder) would have had to give
+    assert embedded.shape != pooled.shape or np.abs(embedded - pooled).max() > 0.05
+    from contrastfit.card import _loading
+
+    assert any("refuses the folder (no `modules.json` at its root)" in line
+               for line in _loading({"sentence_transformers": record}))
+
+
+def test_a_pooler_that_is_not_dense_plus_tanh_gets_no_sentence_transformers_files(tmp_path, tiny_encoder_dir):
+    """ALBERT-style: the pooler is a bare Linear with the activation elsewhere; a Dense(tanh) module
+    would not be it for sure, so nothing is written and sentence-transformers refuses the folder."""
+    from contrastfit.hub import sentence_transformers_layout
+
+    model = _trained_like(tiny_encoder_dir, "pooler")
+    assert sentence_transformers_layout(model)[0] == "cls" and sentence_transformers_layout(model)[1] is not None
+    model.encoder.backbone.pooler = torch.nn.Linear(32, 32)
+    assert sentence_transformers_layout(model) is None
+    model.save_pretrained(tmp_path / "run")
+    assert not (tmp_path / "run" / "modules.json").exists() and not (tmp_path / "run" / "encoder" / "modules.json").exists()
+    assert json.loads((tmp_path / "run" / "contrastfit.json").read_text())["sentence_transformers"] is None
+    assert sentence_transformers_layout(_trained_like(tiny_encoder_dir, "mean")) == ("mean", None)
+
+
+def test_pipeline_on_the_encoder_folder_does_not_score_with_a_random_head(tmp_path, tiny_encoder_dir):
+    from transformers import AutoModel, pipeline
+
+    model = _trained_like(tiny_encoder_dir, "cls")
+    model.save_pretrained(tmp_path / "run")
+    encoder = tmp_path / "run" / "encoder"
+    config = json.loads((encoder / "config.json").read_text())
+    assert config["architectures"] == ["BertModel"] and config["id2label"] == {}
+    classify = pipeline("text-classification", model=str(encoder))
+    assert classify.model.config.num_labels == 0
+    with pytest.raises(ValueError):
+        classify(["good fun film"])
+    # the encoder itself still loads, with the trained weights
+    backbone = AutoModel.from_pretrained(str(encoder))
+    for name, value in model.encoder.backbone.state_dict().items():
+        torch.testing.assert_close(backbone.state_dict()[name], value)
+
+
+class _LocalHub:
+    """A stand-in for the Hub: repositories are folders under ``root``."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.calls: list[tuple] = []
+
+    def api(self, hub):
+        class Api:
+            def __init__(self, token=None, **_):
+                pass
+
+            def create_repo(self, repo_id, repo_type=None, private=False, exist_ok=False, **_):
+                hub.calls.append(("create_repo", repo_id, repo_type, private))
+                (hub.root / repo_id).mkdir(parents=True, exist_ok=exist_ok)
+                return f"https://huggingface.co/{repo_id}"
+
+            def upload_folder(self, repo_id, folder_path, repo_type=None, commit_message=None, **_):
+                hub.calls.append(("upload_folder", repo_id, repo_type, commit_message))
+                shutil.copytree(folder_path, hub.root / repo_id, dirs_exist_ok=True)
+
+        return Api
+
+    def snapshot_download(self, repo_id, repo_type=None, **_):
+        if not (self.root / repo_id).is_dir():  # (the real client raises RepositoryNotFoundError, an OSError)
+            raise OSError(f"404 Client Error. Repository Not Found for url: https://huggingface.co/api/models/{repo_id}."
+                          "\nMore text")
+        cache = self.root.parent / "cache" / repo_id
+        shutil.copytree(self.root / repo_id, cache, dirs_exist_ok=True)
+        return str(cache)
+
+
+@pytest.fixture()
+def local_hub(tmp_path, monkeypatch):
+    import huggingface_hub
+
+    hub = _LocalHub(tmp_path / "hub")
+    monkeypatch.setattr(huggingface_hub, "HfApi", hub.api(hub))
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", hub.snapshot_download)
+    return hub
+
+
+def _run_folder(tmp_path, tiny_encoder_dir) -> tuple[Path, ContrastiveClassifier]:
+    from contrastfit.card import write_model_card
+
+    folder = tmp_path / "runs" / "a"
+    model = _trained_like(tiny_encoder_dir, "mean")
+    model.info.update({"model": str(tiny_encoder_dir), "seed": 0,
+                       "data": {"name": "my", "source": {"kind": "local", "path": str(tmp_path / "data" / "my.csv")},
+                                "train_size": 10}})
+    model.save_pretrained(folder)
+    record = {"method": "ce", "model": str(tiny_encoder_dir), "seed": 0, "data": model.info["data"],
+              "metrics": {"test": {"accuracy": 0.75, "f1": 0.7}}}
+    (folder / "results.json").write_text(json.dumps(record))
+    (folder / "checkpoints" / "checkpoint-2").mkdir(parents=True)
+    write_model_card(folder)
+    return folder, model
+
+
+def test_push_uploads_the_folder_with_its_card_and_from_pretrained_loads_it_from_the_hub(
+        tmp_path, tiny_encoder_dir, local_hub, capsys):
+    from contrastfit.cli import main
+
+    folder, model = _run_folder(tmp_path, tiny_encoder_dir)
+    assert main(["push", str(folder), "--repo", "me/tiny-mr", "--private"]) == 0
+    assert "https://huggingface.co/me/tiny-mr" in capsys.readouterr().out
+    assert [c[0] for c in local_hub.calls] == ["create_repo", "upload_folder"]
+    assert local_hub.calls[0] == ("create_repo", "me/tiny-mr", "model", True)
+    repo = local_hub.root / "me" / "tiny-mr"
+    assert {p.name for p in repo.iterdir()} == {"README.md", "contrastfit.json", "results.json", "head.safetensors",
+                                                "encoder", "modules.json", "config_sentence_transformers.json"}
+    assert (repo / "encoder" / "modules.json").is_file() and (repo / "encoder" / "2_Normalize" / "config.json").is_file()
+    assert not (repo / "checkpoints").exists()
+    for path in repo.rglob("*"):  # no absolute local path of this machine goes to the Hub
+        if path.is_file() and path.suffix in (".json", ".md"):
+            assert str(tmp_path) not in path.read_text(encoding="utf-8"), path
+    assert json.loads((repo / "contrastfit.json").read_text())["data"]["source"]["path"] == "my.csv"
+    assert json.loads((folder / "contrastfit.json").read_text())["data"]["source"]["path"] == str(tmp_path / "data" / "my.csv")
+
+    loaded = ContrastiveClassifier.from_pretrained("me/tiny-mr")
+    np.testing.assert_allclose(loaded.predict_logits(TEXTS), model.predict_logits(TEXTS), atol=1e-6)
+
+    # and from Python, for a model in memory
+    url = model.push_to_hub("me/other")
+    assert url == "https://huggingface.co/me/other" and (local_hub.root / "me" / "other" / "README.md").is_file()
+    np.testing.assert_allclose(ContrastiveClassifier.from_pretrained("me/other").embed(TEXTS), model.embed(TEXTS), atol=1e-6)
+
+
+def test_hub_failures_are_one_line_errors(tmp_path, tiny_encoder_dir, local_hub, monkeypatch, capsys):
+    from contrastfit.cli import main
+
+    with pytest.raises(ModelError, match=r"^me/missing: no such local folder, and downloading it from the Hugging Face "
+                                         r"Hub failed: 404 Client Error") as err:
+        ContrastiveClassifier.from_pretrained("me/missing")
+    assert "\n" not in str(err.value)
+    folder, _ = _run_folder(tmp_path, tiny_encoder_dir)
+    assert main(["push", str(folder), "--repo", "not a repo id"]) == 2
+    assert capsys.readouterr().err == "contrastfit: error: --repo 'not a repo id' is not a Hub repository id (owner/name)\n"
+
+    def offline(self, repo_id, **_):
+        raise ConnectionError("Offline mode is enabled.\nmore")
+
+    import huggingface_hub
+
+    api = local_hub.api(local_hub)
+    api.create_repo = offline
+    monkeypatch.setattr(huggingface_hub, "HfApi", api)
+    assert main(["push", str(folder), "--repo", "me/x"]) == 2
+    err = capsys.readouterr().err
+    assert err == f"contrastfit: error: pushing {folder} to the Hugging Face Hub as me/x failed: Offline mode is enabled.\n"
+
+
+def test_from_pretrained_offline_with_the_real_client_is_one_line(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ModelError, match="downloading it from the Hugging Face Hub failed") as err:
+        ContrastiveClassifier.from_pretrained("contrastfit-nobody/no-such-model")
+    assert "\n" not in str(err.value)
