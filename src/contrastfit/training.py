@@ -31,10 +31,11 @@ import pickle
 import shutil
 import struct
 import sys
+import tempfile
 import time
 import warnings
 import zipfile
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -45,7 +46,7 @@ from transformers import DataCollatorWithPadding, PrinterCallback, Trainer, Trai
 
 from .data import ClassBalancedBatchSampler, TextData, data_hash, load_data, sample_per_class, sample_stratified
 from .data.sampling import derive_seed
-from .data.loading import LABEL, TEXT, TEXT_PAIR
+from .data.loading import LABEL, TEXT, TEXT_PAIR, in_memory
 from .data.overlap import row_sketch
 from .distributed import cpu_processes, world
 from .encoders import DEFAULT_MODEL, default_pooling
@@ -98,6 +99,12 @@ class TrainConfig:
     ``--cpu`` is ``use_cpu``, ``--quiet`` turns ``progress`` off, ``--gradient-cache`` is
     ``gradient_cache_chunk``).
 
+    :func:`train` also takes in-memory data for ``data``, ``validation_data`` and ``test_data``
+    (:func:`contrastfit.data.loading.memory_table`: ``(texts, labels)``, a pandas DataFrame, a
+    ``datasets.Dataset``, a dict of columns, a list of row dicts); :meth:`validate` checks the text
+    settings the command line gives. ``output`` None (the default in Python): :func:`train` trains in a
+    temporary folder and keeps the model in memory only.
+
     Each field is declared once, with :func:`setting`: its type (the annotation), default, help
     text, command-line option and allowed values. ``contrastfit train``'s options are generated from
     these declarations (:func:`contrastfit.cli.add_config_options`) and :meth:`validate` checks every
@@ -105,8 +112,9 @@ class TrainConfig:
     """
 
     # -- where, and what (the method's hyper-parameters: --param NAME=VALUE and the method flags)
-    output: str = setting("runs/run", f"output folder (the model, {RESULTS_NAME}, checkpoints while training)",
-                          group="options", metavar="FOLDER", check=_check_output)
+    # None (Python only; the command line requires --output): see train()
+    output: str | None = setting(None, f"output folder (the model, {RESULTS_NAME}, checkpoints while training)",
+                                 group="options", metavar="FOLDER", check=_check_output)
     method: str | None = setting(None, f"training method (see `contrastfit methods`); default: {DEFAULT_METHOD}, the "
                                  f"default recipe ({DEFAULT_REGRESSION_METHOD} for a regression target)",
                                  group="method", check=get_method)
@@ -989,9 +997,31 @@ def _stopped_early(trainer: Trainer) -> bool:
                for cb in trainer.callback_handler.callbacks)
 
 
-def train(config: TrainConfig | None = None, *, text_data: TextData | None = None,
-          callbacks: list[TrainerCallback] | None = None, **overrides: Any) -> "TrainResult":
-    """Train one model and return its result (also written to ``<output>/results.json``).
+#: The TrainConfig fields that may hold in-memory data when given to :func:`train`.
+DATA_FIELDS = ("data", "validation_data", "test_data")
+
+
+def train(config: TrainConfig | None = None, *, texts: Any = None, labels: Any = None,
+          text_data: TextData | None = None, callbacks: list[TrainerCallback] | None = None,
+          **overrides: Any) -> "TrainResult":
+    """Train one model and return its result: the run's record with the model as ``result.model``.
+
+    The data: ``texts=[...]`` and ``labels=[...]`` (one label per text), or ``data=``: a built-in
+    name, a file, or in memory, ``(texts, labels)``, a pandas DataFrame, a ``datasets.Dataset``, a
+    dict of columns or a list of row dicts (columns named with ``text_column`` / ``label_column`` /
+    ``text_pair_column`` as in a file). ``validation_data`` and ``test_data`` take a file or the same
+    in-memory forms. In-memory data is checked and labelled as a file is
+    (:func:`contrastfit.data.loading.load_memory`: class names sorted, 10% held out for validation
+    from 20 rows up unless ``validation_data`` or ``validation_split=0``); the record's
+    ``data.source`` is ``{"kind": "memory", "rows": n, "hash": ...}``.
+
+    ``output``: the folder for the model, ``results.json``, the model card and the checkpoints while
+    training. Without one (the default in Python) the run trains in a temporary folder that is removed
+    before ``train`` returns, nothing stays on disk, and ``result.model.save_pretrained(FOLDER)`` saves
+    the model later (``resume`` and ``keep_checkpoints`` need an output folder).
+
+    ``progress=False``: no progress bar from anything the run calls (the Trainer's, ``datasets``'
+    map bars, transformers' weight-loading bars) and no closing summary line.
 
     ``callbacks``: ``transformers.TrainerCallback`` objects added to the Trainer's. A callback that
     stops training (``control.should_training_stop``) before the planned number of steps, other than
@@ -1001,10 +1031,30 @@ def train(config: TrainConfig | None = None, *, text_data: TextData | None = Non
     ``resume=True`` continues the run from that checkpoint. Resuming loads the checkpoint with
     weights-only unpickling (:func:`_weights_only_loading`).
     """
-    from transformers import set_seed
-
-    config = TrainConfig(**{**(asdict(config) if config else {}), **overrides})
+    config, memory = _config_with_memory_data(config, texts, labels, overrides)
     config.validate()
+    if memory and text_data is not None:
+        raise ConfigError(f"give the data once: text_data= or in-memory {', '.join(memory)}=, not both")
+    if config.output is None:
+        for name in ("resume", "keep_checkpoints"):
+            if getattr(config, name):
+                raise ConfigError(f"{name}=True needs an output folder (output=FOLDER); without one the run trains "
+                                  "in a temporary folder that is removed when train() returns")
+        from .distributed import launched_processes
+
+        if launched_processes() > 1:  # each process would train in a temporary folder of its own
+            raise ConfigError(f"{launched_processes()} processes train one model in one output folder: give "
+                              "output=FOLDER")
+        with progress_bars(config.progress):
+            if memory:
+                text_data = _load_memory_data(config, memory)
+            with tempfile.TemporaryDirectory(prefix="contrastfit-run-") as folder:
+                # no resumable checkpoints: only the weights of the evaluated steps, for the best one
+                result = _train(replace(config, output=folder, save_checkpoints=False), text_data, callbacks,
+                                keep=False)
+        if "interrupted_at_step" in result:
+            result["checkpoint"] = None  # it was in the temporary folder
+        return result
     output = Path(config.output)
     results_path = output / RESULTS_NAME
     if results_path.is_file():
@@ -1013,7 +1063,93 @@ def train(config: TrainConfig | None = None, *, text_data: TextData | None = Non
         raise ConfigError(f"{output} already holds a finished run ({RESULTS_NAME}); choose another --output")
     if not config.resume and last_checkpoint(output) is not None:
         raise ConfigError(f"{output} holds an unfinished run; add --resume to continue it or choose another --output")
+    with progress_bars(config.progress):
+        if memory:
+            text_data = _load_memory_data(config, memory)
+        return _train(config, text_data, callbacks, keep=True)
 
+
+def _config_with_memory_data(config: TrainConfig | None, texts: Any, labels: Any,
+                             overrides: dict[str, Any]) -> tuple[TrainConfig, dict[str, Any]]:
+    """The run's :class:`TrainConfig` (``config`` with ``overrides``) and the in-memory data given for
+    :data:`DATA_FIELDS` (``texts`` and ``labels`` are ``data=(texts, labels)``), taken out of it: in
+    the config, in-memory ``data`` becomes ``"memory"`` and an in-memory split None. A path-like
+    value becomes its string."""
+    import copy
+
+    values = {}
+    if config is not None:  # copied as dataclasses.asdict would, but not the data (a DataFrame stays itself)
+        values = {f.name: getattr(config, f.name) if f.name in DATA_FIELDS else copy.deepcopy(getattr(config, f.name))
+                  for f in fields(config)}
+    values.update(overrides)
+    if texts is not None or labels is not None:
+        if texts is None or labels is None:
+            raise ConfigError(f"texts= and labels= go together (one label per text); got only "
+                              f"{'texts' if labels is None else 'labels'}=")
+        if "data" in overrides:
+            raise ConfigError("give the training data once: texts= and labels=, or data=")
+        values["data"] = (texts, labels)
+    if isinstance(values.get("output"), os.PathLike):
+        values["output"] = os.fspath(values["output"])
+    memory = {}
+    for name in DATA_FIELDS:
+        value = values.get(name)
+        if isinstance(value, os.PathLike):
+            values[name] = os.fspath(value)
+        elif in_memory(value):
+            memory[name] = value
+            values[name] = "memory" if name == "data" else None
+    return TrainConfig(**values), memory
+
+
+def _load_memory_data(config: TrainConfig, memory: dict[str, Any]) -> TextData:
+    """The run's data when some of it is in memory (:func:`contrastfit.data.load_data`)."""
+    return load_data(
+        memory.get("data", config.data),
+        text_column=config.text_column,
+        text_pair_column=config.text_pair_column,
+        label_column=config.label_column,
+        validation_data=memory.get("validation_data", config.validation_data),
+        test_data=memory.get("test_data", config.test_data),
+        validation_split=config.validation_split,
+        task=config.task,
+    )
+
+
+@contextlib.contextmanager
+def progress_bars(enabled: bool) -> Iterator[None]:
+    """With ``enabled`` False: no progress bar from ``datasets`` (map, split generation), transformers
+    (weight loading and writing) or ``huggingface_hub`` while the block runs; each library's setting is
+    put back afterwards. (The Trainer's own bars follow ``disable_tqdm``.) With True: nothing changes."""
+    if enabled:
+        yield
+        return
+    from huggingface_hub.utils import are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
+    from transformers.utils import logging as hf_logging
+
+    was = (datasets.is_progress_bar_enabled(), hf_logging.is_progress_bar_enabled(), are_progress_bars_disabled())
+    datasets.disable_progress_bars()
+    hf_logging.disable_progress_bar()
+    disable_progress_bars()
+    try:
+        yield
+    finally:
+        if was[0]:
+            datasets.enable_progress_bars()
+        if was[1]:
+            hf_logging.enable_progress_bar()
+        if not was[2]:
+            enable_progress_bars()
+
+
+def _train(config: TrainConfig, text_data: TextData | None, callbacks: list[TrainerCallback] | None,
+           keep: bool) -> "TrainResult":
+    """One run of the validated ``config`` into ``config.output``; with ``keep`` False (a temporary
+    folder) nothing is saved there: the model stays in memory."""
+    from transformers import set_seed
+
+    output = Path(config.output)
+    results_path = output / RESULTS_NAME
     t0 = time.perf_counter()
     set_seed(config.seed)
     prepared = prepare_data(config, text_data)
@@ -1105,15 +1241,16 @@ def train(config: TrainConfig | None = None, *, text_data: TextData | None = Non
     model.info["data"] = {**result["data"], "train_rows": row_sketch(prepared.train)}
     if world()[0] != 0:  # multi-process: every process trained and evaluated, the first one writes
         return TrainResult(result, model)
-    if config.save_model:
-        model.save_pretrained(output)
-    write_json_atomic(results_path, result)
-    if config.save_model:
-        from .card import write_model_card
+    if keep:
+        if config.save_model:
+            model.save_pretrained(output)
+        write_json_atomic(results_path, result)
+        if config.save_model:
+            from .card import write_model_card
 
-        write_model_card(output)  # README.md, from the two records just written
-    if not config.keep_checkpoints:
-        shutil.rmtree(output / CHECKPOINT_DIR, ignore_errors=True)
+            write_model_card(output)  # README.md, from the two records just written
+        if not config.keep_checkpoints:
+            shutil.rmtree(output / CHECKPOINT_DIR, ignore_errors=True)
     if config.progress:
         summary = {split: {k: round(v, 4) for k, v in headline(m).items()} for split, m in metrics.items()}
         print(f"{config.method}: {json.dumps(summary)}  ({t_train - t_setup:.0f}s training)")

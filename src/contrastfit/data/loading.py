@@ -13,7 +13,9 @@ import hashlib
 import io
 import json
 import math
+import os
 from collections import Counter
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -25,7 +27,8 @@ from .builtin import BUILTIN_DATASETS, load_builtin
 from .types import LABEL, TEXT, TEXT_PAIR, TextData, check_label_names, label_name
 
 __all__ = ["LABEL", "SUFFIX_BUILDERS", "TEXT", "TEXT_PAIR", "TextData", "check_training_classes", "check_utf8",
-           "data_hash", "decode_utf8", "load_data", "load_hub", "load_local", "normalise_columns", "parse_hub_name", "read_table",
+           "data_hash", "decode_utf8", "in_memory", "load_data", "load_hub", "load_local", "load_memory", "memory_table",
+           "normalise_columns", "parse_hub_name", "read_table",
            "sniff_delimiter", "stratified_split"]
 
 SUFFIX_BUILDERS = {".csv": "csv", ".tsv": "csv", ".jsonl": "json", ".json": "json", ".parquet": "parquet"}
@@ -112,8 +115,11 @@ def normalise_columns(
     label_names: list[str] | None | str = "infer",
     task: str | None = None,
     require_labels: bool = True,
+    strict_text: bool = False,
 ) -> tuple[datasets.Dataset, list[str] | None]:
-    """Check the columns of a raw table and return it as text / [text_pair] / label."""
+    """Check the columns of a raw table and return it as text / [text_pair] / label. With
+    ``strict_text`` (in-memory data) a text that is not a ``str`` (a number, a list) is refused; a file's
+    cells are read as text (a CSV column of numbers is its digits)."""
     cols = ds.column_names
     if len(ds) == 0:
         raise DataError(f"{where} has no rows")
@@ -137,11 +143,11 @@ def normalise_columns(
                             f"(columns: {', '.join(cols)})")
 
     texts = ds[text_column]
-    _check_texts(texts, where, text_column)
+    _check_texts(texts, where, text_column, strict_text)
     out: dict[str, list] = {TEXT: [str(t) for t in texts]}
     if text_pair_column is not None:
         pairs = ds[text_pair_column]
-        _check_texts(pairs, where, text_pair_column)
+        _check_texts(pairs, where, text_pair_column, strict_text)
         out[TEXT_PAIR] = [str(t) for t in pairs]
 
     has_labels = label_column in cols and label_column not in (text_column, text_pair_column)
@@ -175,10 +181,15 @@ def normalise_columns(
     return datasets.Dataset.from_dict(out, features=datasets.Features(features)), label_names
 
 
-def _check_texts(values: Sequence[Any], where: str, column: str) -> None:
+def _check_texts(values: Sequence[Any], where: str, column: str, strict: bool = False) -> None:
     missing = [i for i, v in enumerate(values) if v is None or (isinstance(v, float) and math.isnan(v))]
     if missing:
         raise DataError(f"{where}: text column '{column}' has {len(missing)} missing value(s) (first at row {missing[0] + 1})")
+    if strict:
+        bad = next((i for i, v in enumerate(values) if not isinstance(v, str)), None)
+        if bad is not None:
+            raise DataError(f"{where}: text column '{column}' row {bad + 1} is {_short(values[bad])} "
+                            f"({type(values[bad]).__name__}), not a text")
     empty = [i for i, v in enumerate(values) if not str(v).strip()]
     if empty:
         raise DataError(f"{where}: text column '{column}' has {len(empty)} empty or white-space-only text(s) "
@@ -361,13 +372,14 @@ def load_local(
     text_column: str | None = None,
     text_pair_column: str | None = None,
     label_column: str | None = None,
-    validation_data: str | Path | None = None,
-    test_data: str | Path | None = None,
+    validation_data: Any = None,
+    test_data: Any = None,
     validation_split: float = 0.1,
     task: str | None = None,
     split_seed: int = 13,
 ) -> TextData:
-    """A local file as training data; validation and test from their own files if given.
+    """A local file as training data; validation and test from their own files (or in-memory data,
+    :func:`memory_table`) if given.
 
     Without a validation file, a stratified ``validation_split`` fraction of the file (fixed seed
     ``split_seed``) is held out for validation; ``validation_split=0`` keeps every row for training.
@@ -375,10 +387,7 @@ def load_local(
     raw = read_table(path)
     train, names = normalise_columns(raw, str(path), text_column, text_pair_column, label_column, task=task)
     check_training_classes(train, names, str(path), label_column or LABEL)
-    splits: dict[str, datasets.Dataset | None] = {"validation": None, "test": None}
-    for split, file in (("validation", validation_data), ("test", test_data)):
-        if file is not None:
-            splits[split], _ = normalise_columns(read_table(file), str(file), text_column, text_pair_column, label_column, names)
+    splits, sources = _given_splits(validation_data, test_data, names, text_column, text_pair_column, label_column)
     if splits["validation"] is None and validation_split > 0 and len(train) >= 20:
         train, splits["validation"] = stratified_split(train, validation_split, split_seed, names is not None)
     return TextData(
@@ -390,8 +399,154 @@ def load_local(
         source={
             "kind": "local",
             "path": str(Path(path).resolve()),
-            "validation_data": str(validation_data) if validation_data else None,
-            "test_data": str(test_data) if test_data else None,
+            "validation_data": sources["validation"],
+            "test_data": sources["test"],
+            "validation_split": validation_split if validation_data is None else None,
+            "text_column": text_column,
+            "text_pair_column": text_pair_column,
+            "label_column": label_column,
+        },
+    )
+
+
+def _given_splits(validation_data: Any, test_data: Any, names: list[str] | None, text_column: str | None,
+                  text_pair_column: str | None, label_column: str | None):
+    """The validation and test splits given as files or in memory (:func:`in_memory`), labelled with the
+    training data's ``names``, and what each was for the record: a file as given, in-memory data as
+    ``{"kind": "memory", "form", "rows", "hash"}``, None when not given."""
+    splits: dict[str, datasets.Dataset | None] = {"validation": None, "test": None}
+    sources: dict[str, Any] = {"validation": None, "test": None}
+    for split, given in (("validation", validation_data), ("test", test_data)):
+        if given is None:
+            continue
+        if in_memory(given):
+            raw, form = memory_table(given, f"{split}_data")
+            splits[split], _ = normalise_columns(raw, f"{split}_data ({form}, {len(raw)} rows)", text_column,
+                                                 text_pair_column, label_column, names, strict_text=True)
+            sources[split] = {"kind": "memory", "form": form, "rows": len(raw), "hash": data_hash(splits[split])}
+        else:
+            splits[split], _ = normalise_columns(read_table(given), str(given), text_column, text_pair_column,
+                                                 label_column, names)
+            sources[split] = str(given)
+    return splits, sources
+
+
+#: What :func:`memory_table` takes, for messages.
+MEMORY_FORMS = ("a built-in name, a file path, (texts, labels), a pandas DataFrame, a datasets.Dataset, a dict of "
+                "columns or a list of row dicts")
+
+
+def in_memory(value: Any) -> bool:
+    """Whether ``value`` is data itself rather than a name or a path (``str`` / ``os.PathLike``)."""
+    return value is not None and not isinstance(value, (str, os.PathLike))
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    """``repr(value)`` on one line, cut to about ``limit`` characters (a DataFrame's repr has many lines)."""
+    import reprlib
+
+    short = reprlib.Repr()
+    short.maxstring, short.maxother, short.maxlist, short.maxtuple = 40, 40, 4, 4
+    text = " ".join(short.repr(value).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _sequence(value: Any, name: str, where: str) -> list:
+    """``value`` (a list, tuple, NumPy array, pandas Series, ...) as a list; one string is refused."""
+    if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__") or isinstance(value, Mapping):
+        raise DataError(f"{where}: {name} must be a list (one item a row), got {_short(value)}")
+    return value.tolist() if hasattr(value, "tolist") else list(value)
+
+
+def memory_table(value: Any, where: str = "data") -> tuple[datasets.Dataset, str]:
+    """In-memory data as a raw table (a ``datasets.Dataset`` with the user's columns) and the name of
+    its form, for :func:`normalise_columns`, which then checks it as it checks a file's table:
+
+    * ``(texts, labels)``: two lists of equal length, the columns ``text`` and ``label``;
+    * a pandas ``DataFrame`` (its index is dropped), a ``datasets.Dataset``, a dict of columns
+      (``{"text": [...], "label": [...]}``) or a list of row dicts: their own columns, named with
+      ``text_column`` / ``label_column`` / ``text_pair_column`` as a file's are.
+
+    Anything else, a ``DatasetDict`` (give its splits as ``data`` / ``validation_data`` /
+    ``test_data``) or a table with a column name twice is a one-line :class:`DataError` naming ``where``."""
+    if isinstance(value, datasets.DatasetDict):
+        raise DataError(f"{where} is a datasets.DatasetDict (splits: {', '.join(value)}); give one split, e.g. "
+                        "data=dd['train'], validation_data=dd['validation']")
+    try:
+        if isinstance(value, datasets.Dataset):
+            table, form = value, "Dataset"
+        elif type(value).__module__.split(".")[0] == "pandas" and type(value).__name__ == "DataFrame":
+            names = [str(c) for c in value.columns]
+            twice = next((c for c, k in Counter(names).items() if k > 1), None)
+            if twice is not None:
+                raise DataError(f"{where}: column '{twice}' appears twice in the DataFrame; rename or remove one")
+            table, form = datasets.Dataset.from_pandas(value.set_axis(names, axis=1), preserve_index=False), "DataFrame"
+        elif isinstance(value, Mapping):
+            columns = {str(k): _sequence(v, f"column '{k}'", where) for k, v in value.items()}
+            lengths = {k: len(v) for k, v in columns.items()}
+            if len(set(lengths.values())) > 1:
+                raise DataError(f"{where}: the columns differ in length ({', '.join(f'{k}: {n}' for k, n in lengths.items())})")
+            table, form = datasets.Dataset.from_dict(columns), "dict of columns"
+        elif isinstance(value, (list, tuple)) and value and all(isinstance(row, Mapping) for row in value):
+            table, form = datasets.Dataset.from_list([dict(row) for row in value]), "list of rows"
+        elif isinstance(value, tuple) and len(value) == 2 or (
+                isinstance(value, list) and len(value) == 2 and not any(isinstance(v, (str, bytes)) for v in value)):
+            texts, labels = _sequence(value[0], "texts", where), _sequence(value[1], "labels", where)
+            if len(texts) != len(labels):
+                raise DataError(f"{where}: {len(texts)} texts and {len(labels)} labels; give one label per text")
+            table, form = datasets.Dataset.from_dict({TEXT: texts, LABEL: labels}), "texts and labels"
+        else:
+            raise DataError(f"{where} must be {MEMORY_FORMS}; got {_short(value)} ({type(value).__name__})")
+    except DataError:
+        raise
+    except Exception as exc:  # pyarrow's word on a column it cannot type (e.g. numbers and strings mixed)
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise DataError(f"{where} could not be read as a table: {first}") from None
+    if len(table) == 0:
+        raise DataError(f"{where} has no rows")
+    return table, form
+
+
+def load_memory(
+    data: Any,
+    *,
+    text_column: str | None = None,
+    text_pair_column: str | None = None,
+    label_column: str | None = None,
+    validation_data: Any = None,
+    test_data: Any = None,
+    validation_split: float = 0.1,
+    task: str | None = None,
+    split_seed: int = 13,
+) -> TextData:
+    """In-memory data (:func:`memory_table`'s forms) as training data, with the same checks, label rule
+    and validation hold-out as a local file (:func:`load_local`): texts must be strings and not empty;
+    labels are stripped and their names sorted (numbers in numeric order; floats that are not all
+    whole make a regression target); ``validation_data`` / ``test_data`` may be files or in memory.
+    The source records ``{"kind": "memory", "form", "rows", "hash"}`` (the hash of every row, before
+    the hold-out: :func:`data_hash`); nothing there is a path."""
+    raw, form = memory_table(data, "data")
+    where = f"data ({form}, {len(raw)} rows)"
+    train, names = normalise_columns(raw, where, text_column, text_pair_column, label_column, task=task,
+                                     strict_text=True)
+    check_training_classes(train, names, where, label_column or LABEL)
+    rows, digest = len(train), data_hash(train)
+    splits, sources = _given_splits(validation_data, test_data, names, text_column, text_pair_column, label_column)
+    if splits["validation"] is None and validation_split > 0 and len(train) >= 20:
+        train, splits["validation"] = stratified_split(train, validation_split, split_seed, names is not None)
+    return TextData(
+        name="in-memory data",
+        train=train,
+        validation=splits["validation"],
+        test=splits["test"],
+        label_names=names,
+        source={
+            "kind": "memory",
+            "form": form,
+            "rows": rows,
+            "hash": digest,
+            "validation_data": sources["validation"],
+            "test_data": sources["test"],
             "validation_split": validation_split if validation_data is None else None,
             "text_column": text_column,
             "text_pair_column": text_pair_column,
@@ -522,22 +677,32 @@ def load_hub(
 
 
 def load_data(
-    name_or_path: str,
+    name_or_path: Any,
     *,
     text_column: str | None = None,
     text_pair_column: str | None = None,
     label_column: str | None = None,
-    validation_data: str | None = None,
-    test_data: str | None = None,
+    validation_data: Any = None,
+    test_data: Any = None,
     validation_split: float = 0.1,
     task: str | None = None,
 ) -> TextData:
-    """Load a built-in data set by name, a local file by path, or a Hub data set by name (or a local
-    folder laid out like one, see :func:`load_hub`)."""
+    """Load a built-in data set by name, a local file by path, a Hub data set by name (or a local
+    folder laid out like one, see :func:`load_hub`), or in-memory data (:func:`load_memory`)."""
+    if in_memory(name_or_path):
+        return load_memory(name_or_path, text_column=text_column, text_pair_column=text_pair_column,
+                           label_column=label_column, validation_data=validation_data, test_data=test_data,
+                           validation_split=validation_split, task=task)
+    name_or_path = os.fspath(name_or_path)
+    path = Path(name_or_path).expanduser()
+    local = name_or_path not in BUILTIN_DATASETS and (path.suffix.lower() in SUFFIX_BUILDERS or path.is_file())
+    for split, given in (("validation_data", validation_data), ("test_data", test_data)):
+        if in_memory(given) and not local:
+            raise DataError(f"{split} in memory goes with training data in memory or a local file, not with "
+                            f"'{name_or_path}', which has its own splits")
     if name_or_path in BUILTIN_DATASETS:
         return load_builtin(name_or_path)
-    path = Path(name_or_path).expanduser()
-    if path.suffix.lower() in SUFFIX_BUILDERS or path.is_file():
+    if local:
         return load_local(
             path,
             text_column=text_column,
