@@ -100,8 +100,10 @@ def test_predict_and_evaluate_read_an_onnx_export(saved, tmp_path, capsys):
     assert onnx_metrics["confusion_matrix"] == torch_metrics["confusion_matrix"]
     assert onnx_metrics["nll"] == pytest.approx(torch_metrics["nll"], abs=1e-5)
     served = load_for_inference(str(tmp_path / "onnx"))
-    with _serving(served, threads=1) as (_, port):  # --threads gives ONNX Runtime a session with one thread
-        status, answer = _call(f"http://127.0.0.1:{port}/predict", {"texts": texts})
+    with _serving(served, threads=1, workers=2) as (srv, port):  # --threads gives ONNX Runtime a session with one
+        status, answer = _call(f"http://127.0.0.1:{port}/predict", {"texts": texts})  # thread, which the workers share
+        assert [m.session for m in srv.batcher.models] == [served.session] * 2
+        assert srv.batcher.models[1].tokenizer is not served.tokenizer
     assert status == 200 and [r["label"] for r in answer["predictions"]] == model.predict(texts)
     assert served.session.get_session_options().intra_op_num_threads == 1
     capsys.readouterr()
@@ -118,7 +120,7 @@ def test_the_serve_command_listens_and_stops(saved):
 
     run, model = saved
     proc = subprocess.Popen([sys.executable, "-m", "contrastfit", "serve", str(run), "--port", "0", "--threads", "1",
-                             "--max-texts", "2", "--timeout", "5", "--batch-size", "8"],
+                             "--max-texts", "2", "--timeout", "5", "--batch-size", "8", "--workers", "2"],
                             stderr=subprocess.PIPE, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
     try:
         line = ""
@@ -436,3 +438,186 @@ def test_a_pair_model_runs_in_chunks_with_its_pairs(tiny_encoder_dir):
     assert status == 200 and slow.calls == [2, 2, 1]
     np.testing.assert_allclose([list(r["probabilities"].values()) for r in answer["predictions"]],
                                model.predict_proba(texts, pairs), atol=1e-5)
+
+
+# -- several model workers (issue #21 §4: serve --workers) ---------------------------------------
+
+
+class _Numbered:
+    """A model stand-in for texts ``"t<i>"``: the probability of "positive" is i / 1000, so that each
+    row of an answer tells which text it is for. It records (thread, texts) of each forward pass, runs
+    ``pause`` seconds per pass, calls ``meet`` (if any) inside it, and fails on the text ``fail_on``.
+    The server's workers share this one object (``__deepcopy__``), and so its records."""
+
+    def __init__(self, pause: float = 0.0, meet=None, fail_on: str | None = None):
+        self.pause, self.meet, self.fail_on = pause, meet, fail_on
+        self.info, self.task, self.label_names = {}, "classification", ["negative", "positive"]
+        self.passes: list[tuple[str, list[str]]] = []
+
+    def __deepcopy__(self, memo):
+        return self
+
+    def predict_proba(self, texts, pairs=None, batch_size=64):
+        self.passes.append((threading.current_thread().name, list(texts)))
+        if self.fail_on in texts:
+            raise RuntimeError("the model broke")
+        if self.meet is not None:
+            self.meet()
+        time.sleep(self.pause)
+        p = np.array([int(t[1:]) / 1000 for t in texts])
+        return np.stack([1 - p, p], axis=1)
+
+
+def _positive(answer) -> list[float]:
+    return [row["probabilities"]["positive"] for row in answer["predictions"]]
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_two_workers_run_two_passes_at_the_same_time(workers):
+    # each pass waits for a second pass to start: only two passes at the same time get through
+    barrier = threading.Barrier(2, timeout=20 if workers == 2 else 1)
+    model = _Numbered(meet=barrier.wait)
+    answers = {}
+
+    def ask(name, texts):
+        answers[name] = _call(url, {"texts": texts})
+
+    with _serving(model, workers=workers, batch_size=2) as (srv, port):  # a fills a pass: b does not join it
+        url = f"http://127.0.0.1:{port}/predict"
+        threads = [threading.Thread(target=ask, args=(k, v)) for k, v in (("a", ["t1", "t2"]), ("b", ["t3"]))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=60)
+    if workers == 1:  # one pass at a time: the barrier breaks, and the requests fail (the test sees concurrency)
+        assert answers["a"][0] == answers["b"][0] == 500
+        return
+    assert answers["a"] == (200, {"predictions": [{"label": "negative", "probabilities": {"negative": 0.999,
+                                                                                          "positive": 0.001}},
+                                                  {"label": "negative", "probabilities": {"negative": 0.998,
+                                                                                          "positive": 0.002}}]})
+    assert answers["b"][0] == 200 and _positive(answers["b"][1]) == [0.003]
+    assert sorted(name for name, _ in model.passes) == ["contrastfit-serve-model-1", "contrastfit-serve-model-2"]
+
+
+def test_a_large_request_split_across_workers_comes_back_in_order():
+    model = _Numbered(pause=0.02)
+    texts = [f"t{i}" for i in range(100)]
+    with _serving(model, workers=3, batch_size=4) as (srv, port):
+        url = f"http://127.0.0.1:{port}/predict"
+        status, answer = _call(url, {"texts": texts})
+        assert status == 200 and _positive(answer) == [i / 1000 for i in range(100)]
+        assert len(srv.batcher._threads) == 3
+        # a failed chunk fails its request, which gets no more passes, and no other request
+        model.passes.clear()
+        model.fail_on = "t8"
+        other = {}
+        small = threading.Thread(target=lambda: other.update(answer=_call(url, {"texts": ["t7", "t9"]})))
+        small.start()
+        status, answer = _call(url, {"texts": texts})
+        small.join(timeout=60)
+        assert status == 500 and answer["error"] == "the model failed on this request: RuntimeError: the model broke"
+        assert other["answer"][0] == 200 and _positive(other["answer"][1]) == [0.007, 0.009]
+        ran = [t for _, chunk in model.passes for t in chunk]
+        assert "t8" in ran and "t99" not in ran  # at most the chunks in progress ran after the failure
+        model.fail_on = None
+        assert _call(url, {"texts": texts[:9]})[0] == 200  # the server goes on
+    workers = {name for name, _ in model.passes}
+    assert len(workers) >= 2  # the large request's chunks ran on several workers ...
+    assert all(len(chunk) <= 4 for _, chunk in model.passes)
+
+
+def test_the_large_request_alone_runs_on_all_workers_in_order():
+    model = _Numbered(pause=0.02)
+    texts = [f"t{i}" for i in range(60)]
+    with _serving(model, workers=2, batch_size=4) as (_, port):
+        status, answer = _call(f"http://127.0.0.1:{port}/predict", {"texts": texts})
+    assert status == 200 and _positive(answer) == [i / 1000 for i in range(60)]
+    assert sorted(int(t[1:]) for _, chunk in model.passes for t in chunk) == list(range(60))  # each text once
+    assert {name for name, _ in model.passes} == {"contrastfit-serve-model-1", "contrastfit-serve-model-2"}
+
+
+def test_closing_the_server_ends_every_worker():
+    gate, started = threading.Event(), threading.Semaphore(0)
+
+    def meet():
+        started.release()
+        gate.wait(timeout=30)
+
+    model = _Numbered(meet=meet)
+    srv = make_server(model, port=0, workers=3, batch_size=1)  # one request per pass
+    srv.quiet = True
+    serving = threading.Thread(target=srv.serve_forever, daemon=True)
+    serving.start()
+    url = f"http://127.0.0.1:{srv.server_address[1]}/predict"
+    workers = list(srv.batcher._threads)
+    answers, clients = {}, []
+    closing = threading.Thread(target=srv.server_close)
+
+    def ask(name):
+        answers[name] = _call(url, {"texts": [f"t{name}"]})
+
+    try:
+        assert [t.name for t in workers] == [f"contrastfit-serve-model-{i}" for i in (1, 2, 3)]
+        assert all(t.is_alive() for t in workers)
+        clients += [threading.Thread(target=ask, args=(i,)) for i in range(3)]
+        for t in clients:
+            t.start()
+        for _ in range(3):  # three passes in progress, one per worker ...
+            assert started.acquire(timeout=20)
+        clients.append(threading.Thread(target=ask, args=(3,)))  # ... and a fourth request waiting in the queue
+        clients[-1].start()
+        deadline = time.monotonic() + 20
+        while not srv.batcher._pending and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert len(srv.batcher._pending) == 1
+        srv.shutdown()
+        closing.start()
+        while not srv.batcher._closed and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        gate.set()  # the passes in progress end; close() joins the workers
+        if not closing.is_alive() and not srv.batcher._closed:
+            srv.shutdown()
+            srv.server_close()
+    closing.join(timeout=60)
+    for t in clients:
+        t.join(timeout=60)
+    assert not closing.is_alive() and not any(t.is_alive() for t in workers)
+    assert not [t for t in threading.enumerate() if t.name.startswith("contrastfit-serve-model")]
+    assert [answers[i][0] for i in range(3)] == [200, 200, 200]  # the passes in progress were answered
+    assert answers[3] == (500, {"error": "the model failed on this request: RuntimeError: the server is stopping"})
+
+
+def test_workers_share_the_model_weights_and_predict_like_it(saved, capsys):
+    from contrastfit.cli import main
+    from contrastfit.errors import ContrastfitError
+    from conftest import WORDS
+    import random
+
+    run, model = saved
+    served = load_for_inference(str(run))
+    groups = [[" ".join(random.Random(k * 100 + i).sample(WORDS, 1 + i % 7)) for i in range(20 + k)]
+              for k in range(3)]
+    answers = {}
+    with _serving(served, workers=2, batch_size=4, threads=1) as (srv, port):
+        first, second = srv.batcher.models
+        assert first is served and second is not served
+        assert all(a is b for a, b in zip(first.parameters(), second.parameters()))  # one copy of the weights
+        assert second.tokenizer is not first.tokenizer  # a tokenizer of its own (not safe to share)
+        url = f"http://127.0.0.1:{port}/predict"
+        threads = [threading.Thread(target=lambda k=k: answers.update({k: _call(url, {"texts": groups[k]})}))
+                   for k in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+    for k, texts in enumerate(groups):
+        assert answers[k][0] == 200
+        np.testing.assert_allclose([list(r["probabilities"].values()) for r in answers[k][1]["predictions"]],
+                                   model.predict_proba(texts), atol=1e-5)
+    with pytest.raises(ContrastfitError, match=r"^workers 0: give 1 or more$"):
+        make_server(served, port=0, workers=0)
+    capsys.readouterr()
+    assert main(["serve", str(run), "--workers", "0", "--port", "0"]) == 2  # before the model loads
+    assert capsys.readouterr().err == "contrastfit: error: --workers 0: give 1 or more\n"

@@ -206,6 +206,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int, default=8,
                    help="most texts per forward pass: a larger request runs in chunks of this size, other "
                         "requests between them (default 8: see Benchmarks)")
+    p.add_argument("--workers", type=int, default=1,
+                   help="model threads: forward passes at a time, each with --threads threads, on copies of the "
+                        "model that share its weights (default 1: see Benchmarks)")
     p.add_argument("--max-texts", type=int, default=256, help="most texts in one request; more: 413 (default 256)")
     p.add_argument("--max-body", type=int, default=8 * 1024 * 1024,
                    help="most bytes in a request body; more: 413 (default 8 MiB)")
@@ -422,10 +425,12 @@ def cmd_push(args: argparse.Namespace) -> int:
 def cmd_serve(args: argparse.Namespace) -> int:
     from .serve import make_server
 
+    if args.workers < 1:  # before the model loads
+        raise ContrastfitError(f"--workers {args.workers}: give 1 or more")
     model = _load_model(args)
     server = make_server(model, args.host, args.port, name=str(args.run), max_texts=args.max_texts,
                          max_body=args.max_body, timeout=args.timeout, batch_size=args.batch_size,
-                         threads=args.threads or None, max_connections=args.max_connections)
+                         threads=args.threads or None, max_connections=args.max_connections, workers=args.workers)
     host, port = server.server_address[:2]
     import signal
 

@@ -9,10 +9,13 @@ no PyTorch model code).
   text, ``{"label": ..., "probabilities": {label: p}}`` (``{"score": x}`` for a regression model), the
   rows ``predict`` writes. Probabilities use the model's calibrated temperature when it has one.
 
-One thread per connection reads and checks the request; one model thread (:class:`_Batcher`) runs
-the model over a queue of the requests' texts, at most ``batch_size`` texts per forward pass, taking
-the requests in turn: a large request is cut into chunks, and a small one arriving meanwhile runs
-after the chunk in progress, in a pass of its own (or with other small ones), not after all of it.
+One thread per connection reads and checks the request; ``workers`` model threads (:class:`_Batcher`,
+one by default) run the model over a queue of the requests' texts, at most ``batch_size`` texts per
+forward pass, taking the requests in turn: a large request is cut into chunks, and a small one
+arriving meanwhile runs after the chunk in progress, in a pass of its own (or with other small ones),
+not after all of it. With several workers, passes run at the same time (PyTorch and ONNX Runtime
+release the GIL in their kernels), each worker on its own copy of the model object that shares the
+weights (see :func:`_worker_model`).
 
 Limits (all :func:`make_server` arguments and ``serve`` options): ``max_texts`` texts per request
 (more: 413), ``max_body`` bytes per body (more: 413), ``timeout`` seconds for a connection to send
@@ -24,6 +27,8 @@ accept gets a 4xx status and ``{"error": "one line"}`` (a failure of the model: 
 from __future__ import annotations
 
 import collections
+import copy
+import itertools
 import json
 import socket
 import sys
@@ -46,6 +51,8 @@ MAX_TEXTS = 256
 TIMEOUT = 30.0
 #: texts per forward pass of the model thread by default
 BATCH_SIZE = 8
+#: model threads by default (forward passes at a time)
+WORKERS = 1
 #: connections handled at a time by default (each holds a thread)
 MAX_CONNECTIONS = 64
 #: an oversized body is read and thrown away up to this many bytes, so that the client, still
@@ -154,29 +161,42 @@ class _Job:
         self.next = 0
         self.parts: dict[int, Any] = {}  # start -> scores of texts[start:start + len(scores)]
         self.left = len(texts)
+        self.running = 0  # passes over some of its texts in progress
         self.error: BaseException | None = None
         self.done = threading.Event()
 
 
 class _Batcher:
-    """The one thread that runs the model: one forward pass at a time over up to ``batch_size``
-    texts, the next ``batch_size`` of the request first in the queue, and whole requests behind it
-    that fit in the room left (in queue order); a request with texts left goes to the back of the
-    queue once the pass is over. Each request gets its scores when all of its texts have run."""
+    """The threads that run the model, ``workers`` of them (one by default), each one forward pass at a
+    time over up to ``batch_size`` texts: the next ``batch_size`` of the request first in the queue, and
+    whole requests behind it that fit in the room left (in queue order). A request with texts left goes
+    to the back of the queue once its pass is over (behind the requests that arrived meanwhile); while
+    the queue is empty, an idle worker takes the next chunk of a request whose pass is still running,
+    so that a large request alone runs on all the workers. Each request gets its scores, in the order
+    of its texts, when all of them have run; a pass that fails fails its requests only (a failed
+    request gets no more passes)."""
 
-    def __init__(self, model, batch_size: int = BATCH_SIZE, threads: int | None = None):
+    def __init__(self, model, batch_size: int = BATCH_SIZE, threads: int | None = None, workers: int = WORKERS):
         if batch_size < 1:
             raise ContrastfitError(f"batch size {batch_size}: give 1 or more")
+        if workers < 1:
+            raise ContrastfitError(f"workers {workers}: give 1 or more")
         self.model, self.batch_size, self.threads = model, batch_size, threads
         self._pending: collections.deque[_Job] = collections.deque()
+        self._busy: list[_Job] = []  # requests with texts left and a pass in progress, out of the queue
         self._cond = threading.Condition()
         self._closed = False
-        self._again: _Job | None = None
-        self._thread = threading.Thread(target=self._run, name="contrastfit-serve-model", daemon=True)
-        self._thread.start()
+        self._warned = False
+        if threads is not None and _runs_onnx(model):  # a new session, once, that the workers' copies share
+            self._set_threads(model)
+        self.models = [model, *(_worker_model(model) for _ in range(workers - 1))]
+        self._threads = [threading.Thread(target=self._run, args=(m,), name=f"contrastfit-serve-model-{i}",
+                                          daemon=True) for i, m in enumerate(self.models, 1)]
+        for thread in self._threads:
+            thread.start()
 
     def predict(self, texts: list[str], pairs: list[str] | None):
-        """The scores of ``texts`` (and ``pairs``), once the model thread has run all of them."""
+        """The scores of ``texts`` (and ``pairs``), once the model threads have run all of them."""
         import numpy as np
 
         job = _Job(texts, pairs)
@@ -191,25 +211,32 @@ class _Batcher:
         return np.concatenate([job.parts[start] for start in sorted(job.parts)])
 
     def close(self) -> None:
+        """Stop taking requests (those still queued get "the server is stopping"); each worker ends
+        after its pass in progress."""
         with self._cond:
             self._closed = True
             self._cond.notify_all()
-        self._thread.join(timeout=60)
+        deadline = time.monotonic() + 60
+        for thread in self._threads:
+            thread.join(timeout=max(0.0, deadline - time.monotonic()))
 
     def _take(self) -> list[tuple[_Job, int, int]] | None:
         with self._cond:
-            if self._again is not None and self._again.error is None:
-                self._pending.append(self._again)
-            self._again = None
-            while not self._pending and not self._closed:
+            while True:
+                if self._closed:
+                    for job in self._pending:
+                        job.error = RuntimeError("the server is stopping")
+                        job.done.set()
+                    self._pending.clear()
+                    return None
+                if self._pending:
+                    first = self._pending.popleft()
+                    break
+                # nothing queued: help with a request whose pass is running (several workers only)
+                first = next((j for j in self._busy if j.error is None and j.next < len(j.texts)), None)
+                if first is not None:
+                    break
                 self._cond.wait()
-            if self._closed:
-                for job in self._pending:
-                    job.error = RuntimeError("the server is stopping")
-                    job.done.set()
-                self._pending.clear()
-                return None
-            first = self._pending.popleft()
             n = min(self.batch_size, len(first.texts) - first.next)
             batch, room, waiting = [(first, first.next, first.next + n)], self.batch_size - n, collections.deque()
             first.next += n
@@ -221,37 +248,82 @@ class _Batcher:
                 else:
                     waiting.append(job)
             self._pending = waiting
-            # a request with texts left goes back to the queue when this pass is over, behind the
-            # requests that arrive during it
-            self._again = first if first.next < len(first.texts) else None
+            for job, _, _ in batch:
+                job.running += 1
+            if first.next < len(first.texts):  # back to the queue when its passes are over (_done), behind
+                if first not in self._busy:  # the requests that arrive meanwhile; an idle worker may take
+                    self._busy.append(first)  # its next chunk before then
+                self._cond.notify()
             return batch
 
-    def _run(self) -> None:
-        if self.threads is not None:
-            try:
-                _set_threads(self.model, self.threads)
-            except Exception as exc:  # noqa: BLE001 (serve with the library's threads rather than not at all)
+    def _done(self, batch: list[tuple[_Job, int, int]], scores, error: BaseException | None) -> None:
+        with self._cond:
+            at = 0
+            for job, a, b in batch:
+                job.running -= 1
+                if error is not None:
+                    if job.error is None:
+                        job.error = error  # a request whose chunk failed gets no more passes
+                    job.done.set()
+                elif job.error is None:
+                    job.parts[a] = scores[at:at + b - a]
+                    job.left -= b - a
+                    if job.left == 0:
+                        job.done.set()
+                at += b - a
+                if job.running == 0 and job in self._busy:
+                    self._busy.remove(job)
+                    if job.error is None and job.next < len(job.texts):
+                        self._pending.append(job)
+                        self._cond.notify()
+
+    def _set_threads(self, model) -> None:
+        try:
+            _set_threads(model, self.threads)
+        except Exception as exc:  # noqa: BLE001 (serve with the library's threads rather than not at all)
+            with self._cond:
+                warned, self._warned = self._warned, True
+            if not warned:
                 print(f"contrastfit serve: could not set {self.threads} threads ({exc}); serving with the "
                       "library's default", file=sys.stderr)
+
+    def _run(self, model) -> None:
+        if self.threads is not None and not _runs_onnx(model):  # PyTorch's threads, for this thread
+            self._set_threads(model)
         while (batch := self._take()) is not None:
             try:
                 texts = [t for job, a, b in batch for t in job.texts[a:b]]
                 pairs = None if batch[0][0].pairs is None else [p for job, a, b in batch for p in job.pairs[a:b]]
-                scores = self.model.predict_proba(texts, pairs, batch_size=len(texts))
+                scores = model.predict_proba(texts, pairs, batch_size=len(texts))
                 if len(scores) != len(texts):
                     raise RuntimeError(f"{len(scores)} rows of scores for {len(texts)} texts")
             except BaseException as exc:  # noqa: BLE001 (the requests get a 500 with the reason, the server goes on)
-                for job, _, _ in batch:
-                    job.error = exc  # a request whose chunk failed gets no more passes
-                    job.done.set()
+                self._done(batch, None, exc)
                 continue
-            at = 0
-            for job, a, b in batch:
-                job.parts[a] = scores[at:at + b - a]
-                at += b - a
-                job.left -= b - a
-                if job.left == 0:
-                    job.done.set()
+            self._done(batch, scores, None)
+
+
+def _runs_onnx(model) -> bool:
+    return hasattr(getattr(model, "session", None), "get_providers")
+
+
+def _worker_model(model):
+    """``model`` for one more model thread: a copy of the object that shares its weights (PyTorch's
+    parameters and buffers, or the ONNX Runtime session, both safe to run from several threads at
+    once) and copies the rest. The rest is not safe to share: a Hugging Face fast tokenizer changes its
+    padding and truncation settings in place, which fails ("RuntimeError: Already borrowed",
+    huggingface/tokenizers#537) while another thread encodes with it, and ``predict_logits`` turns the
+    modules' eval mode on and back."""
+    shared: dict[int, Any] = {}
+    if callable(getattr(model, "parameters", None)) and callable(getattr(model, "buffers", None)):
+        shared.update((id(t), t) for t in itertools.chain(model.parameters(), model.buffers()))
+    if getattr(model, "session", None) is not None:
+        shared[id(model.session)] = model.session
+    try:
+        return copy.deepcopy(model, shared)
+    except Exception as exc:  # noqa: BLE001
+        raise ContrastfitError(_one_line(f"workers: could not copy the model for another worker "
+                                         f"({type(exc).__name__}: {exc}); serve it with one worker")) from None
 
 
 def _set_threads(model, threads: int) -> None:
@@ -282,7 +354,7 @@ def _response(status: int, payload: Any, close: bool = True) -> bytes:
 
 
 class ModelServer(ThreadingHTTPServer):
-    """:class:`ThreadingHTTPServer` with the model thread, a limit on connections at a time, and no
+    """:class:`ThreadingHTTPServer` with the model threads, a limit on connections at a time, and no
     traceback for a client that went away."""
 
     daemon_threads = True
@@ -333,10 +405,12 @@ class ModelServer(ThreadingHTTPServer):
 
 def make_server(model, host: str = "127.0.0.1", port: int = 8000, name: str = "", *, max_texts: int = MAX_TEXTS,
                 max_body: int = MAX_BODY, timeout: float = TIMEOUT, batch_size: int = BATCH_SIZE,
-                threads: int | None = None, max_connections: int = MAX_CONNECTIONS) -> ModelServer:
+                threads: int | None = None, max_connections: int = MAX_CONNECTIONS,
+                workers: int = WORKERS) -> ModelServer:
     """An HTTP server for ``model`` (not started: call ``serve_forever``; ``server_close`` stops its
-    model thread); ``port=0`` picks a free port. ``threads``: the model's intra-op threads (None:
-    leave them as they are); the other arguments are the limits of the module docstring."""
+    model threads); ``port=0`` picks a free port. ``threads``: the model's intra-op threads, per worker
+    (None: leave them as they are); ``workers``: model threads, forward passes at a time; the other
+    arguments are the limits of the module docstring."""
     for what, value in (("max_texts", max_texts), ("max_body", max_body), ("max_connections", max_connections)):
         if value < 1:
             raise ContrastfitError(f"{what} {value}: give 1 or more")
@@ -344,6 +418,8 @@ def make_server(model, host: str = "127.0.0.1", port: int = 8000, name: str = ""
         raise ContrastfitError(f"timeout {timeout}: give a number of seconds above 0")
     if threads is not None and threads < 1:
         raise ContrastfitError(f"threads {threads}: give 1 or more")
+    if workers < 1:
+        raise ContrastfitError(f"workers {workers}: give 1 or more")
     pair_model = takes_pairs(model)
     health = {"status": "ok", "model": name, "task": model.task, "labels": model.label_names, "pairs": pair_model}
 
@@ -450,10 +526,14 @@ def make_server(model, host: str = "127.0.0.1", port: int = 8000, name: str = ""
                 super().log_message(format, *args)
 
     Handler.timeout = timeout
-    server = ModelServer((host, port), Handler, None, max_connections)  # its model thread starts once it is bound
-    if threads is not None and not hasattr(getattr(model, "session", None), "get_providers"):
+    server = ModelServer((host, port), Handler, None, max_connections)  # its model threads start once it is bound
+    if threads is not None and not _runs_onnx(model):
         import torch
 
         server._torch_threads = torch.get_num_threads()
-    server.batcher = _Batcher(model, batch_size, threads)
+    try:
+        server.batcher = _Batcher(model, batch_size, threads, workers)
+    except BaseException:
+        server.socket.close()
+        raise
     return server
