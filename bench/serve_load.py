@@ -14,12 +14,16 @@ setting. Against each, at the same time and with bounded request counts:
   holds idle connections open: each must get its 4xx status with a JSON error, each idle
   connection must be closed by the server after ``--timeout``.
 
-Settings compared (``--settings``, each ``tT-bB`` is ``--threads T --batch-size B``): ``t1-b8`` (the
-defaults: one PyTorch thread, chunks of 8 texts), ``t1-b16``, ``t1-b32`` (larger chunks), ``t0-b16``
-(PyTorch's default thread count, one per core), ``t1-b256`` (no chunking: a whole request per
-forward pass, as before the model thread, when a request held the model's lock to its end).
+Settings compared (``--settings``, each ``tT-bB`` is ``--threads T --batch-size B``, ``-wW`` adds
+``--workers W``): ``t1-b8`` (the defaults: one model worker with one PyTorch thread, chunks of 8
+texts), ``t1-b16``, ``t1-b32`` (larger chunks), ``t0-b16`` (PyTorch's default thread count, one per
+core), ``t1-b256`` (no chunking: a whole request per forward pass, as before the model thread, when a
+request held the model's lock to its end), ``t1-b8-w2`` (two model workers, each one thread: two
+forward passes at a time). The settings run one after another in one run, on the same model, with
+the same clients (seeded), so that their rows compare.
 
     python bench/serve_load.py [--run TRAINED_FOLDER] [--output bench/results/serve_load]
+    python bench/serve_load.py --settings t1-b8 t1-b8-w2 --output bench/results/serve_load_workers
 """
 
 from __future__ import annotations
@@ -46,7 +50,8 @@ SETTINGS = {"t1-b8": ["--threads", "1", "--batch-size", "8"],
             "t1-b32": ["--threads", "1", "--batch-size", "32"],
             "t0-b16": ["--threads", "0", "--batch-size", "16"],
             "t0-b32": ["--threads", "0", "--batch-size", "32"],
-            "t1-b256": ["--threads", "1", "--batch-size", "256"]}
+            "t1-b256": ["--threads", "1", "--batch-size", "256"],
+            "t1-b8-w2": ["--threads", "1", "--batch-size", "8", "--workers", "2"]}
 
 
 def _post(body: bytes, length: int | None = None) -> bytes:
@@ -226,7 +231,7 @@ def trained_run(folder: Path) -> str:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--run", help="a trained folder to serve (default: train one, MiniLM `ce` on 16 MR sentences per class)")
-    p.add_argument("--settings", nargs="+", default=["t1-b8", "t1-b16", "t1-b32", "t0-b16", "t1-b256"],
+    p.add_argument("--settings", nargs="+", default=["t1-b8", "t1-b16", "t1-b32", "t0-b16", "t1-b256", "t1-b8-w2"],
                    choices=list(SETTINGS))
     p.add_argument("--clients", type=int, default=4)
     p.add_argument("--requests", type=int, default=20, help="small requests per client")
@@ -267,8 +272,9 @@ def main(argv: list[str] | None = None) -> int:
              f"{args.clients} clients x {args.requests} small requests (1-8 texts, a pause of 0-{2 * args.think:g} s "
              f"before each), 1 bulk client x {args.bulk} requests of {args.bulk_texts} texts ({args.bulk_pause:g} s "
              "pause before each), 1 client sending malformed/oversized requests and idle connections "
-             f"(--timeout {args.timeout:g}); {os.cpu_count()} CPU cores, shared. Latencies in seconds; \"during\": "
-             "small requests that overlapped a large one.", "",
+             f"(--timeout {args.timeout:g}); {os.cpu_count()} CPU cores, shared with other work (1-minute load "
+             f"average {record['load_average_1min_at_end']:.1f} at the end), so the numbers are noisy. Latencies in "
+             "seconds; \"during\": small requests that overlapped a large one.", "",
              "| setting | small p50 | small p95 | during: p50 | during: p95 | during: max | alone: p50 | small failed "
              "| large mean | large failed | malformed answered 4xx JSON | idle closed | wall s |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
