@@ -115,6 +115,8 @@ def test_an_int8_export_past_the_thresholds_writes_nothing(tmp_path, tiny_encode
     assert main(["export", str(run), "--output", str(out), "--quantize", "int8", "--max-prob-diff", "0.25"]) == 0
     line = capsys.readouterr().out.strip()
     assert "int8" in line and "labels agree with PyTorch's on 100.0% of 8 texts" in line and "\n" not in line
+    assert main(["predict", str(out), "good fun film"]) == 0  # predict (and serve) read it as any export
+    assert json.loads(capsys.readouterr().out)["label"] in ("negative", "neutral", "positive")
     assert main(["export", str(run), "--output", str(tmp_path / "o2"), "--quantize", "int8", "--max-prob-diff", "0"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("contrastfit: error: export --quantize int8:") and "\n" not in err
