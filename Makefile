@@ -37,6 +37,7 @@ bench: setup
 	HF_HUB_OFFLINE=1 $(PY) bench/step_time.py --methods all --steps 10
 	HF_HUB_OFFLINE=1 $(PY) bench/head_stage.py
 	HF_HUB_OFFLINE=1 $(PY) bench/shipping.py
+	HF_HUB_OFFLINE=1 $(PY) bench/quantize.py
 
 # few-shot accuracy and training time against a linear probe and the SetFit library (same samples, one run)
 bench-fewshot: setup
