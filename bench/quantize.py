@@ -3,7 +3,9 @@
 For each data set the default recipe is trained on K examples per class (sample 0, seed 0; or
 ``--run DATA=FOLDER`` reuses a trained folder), exported to ONNX (float, verified) and to int8 with
 the export's defaults (per-channel, 7-bit weights: ``reduce_range``); the other quantisation settings
-(per-tensor, 8-bit, MatMul only: the word embeddings stay float) quantise copies of the float graph with the same function the export uses. On the first
+(per-tensor, 8-bit, MatMul only: the word embeddings stay float; each layer's feed-forward output
+MatMul left float, via ``nodes_to_exclude``) quantise copies of the float graph with the same function
+the export uses (the last with ``quantize_dynamic`` itself, as the export has no such option). On the first
 ``--texts`` test sentences every model's labels are compared with PyTorch's (agreement, largest
 probability difference, accuracy); on the first ``--speed-texts`` of them, PyTorch, the float ONNX
 model and every int8 variant predict side by side in one process, in turn, ``--repeats`` times
@@ -42,7 +44,32 @@ VARIANTS = {
     "int8 per-channel 8-bit": {"per_channel": True, "reduce_range": False},
     "int8 per-tensor 7-bit": {"per_channel": False, "reduce_range": True},
     "int8 MatMul only": {"per_channel": True, "reduce_range": True, "op_types": ["MatMul"]},
+    "int8 FFN outputs float": {"per_channel": True, "reduce_range": True, "exclude": "ffn-out"},
 }
+
+
+def _ffn_outputs(folder: Path) -> list[str]:
+    """The MatMul nodes whose weight has more rows than columns: each layer's feed-forward output
+    (intermediate -> hidden), where BERT's activations have their outliers."""
+    import onnx
+
+    graph = onnx.load(str(folder / "model.onnx"), load_external_data=False).graph
+    shapes = {i.name: tuple(i.dims) for i in graph.initializer}
+    return [n.name for n in graph.node if n.op_type == "MatMul" and len(shapes.get(n.input[1], ())) == 2
+            and shapes[n.input[1]][0] > shapes[n.input[1]][1]]
+
+
+def _quantize_excluding(folder: Path, nodes: list[str]) -> None:
+    """As the export's ``_quantize`` (per channel, 7-bit), leaving ``nodes`` in float."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    graph = folder / "model.onnx"
+    floats = [p for p in folder.iterdir() if p.name.startswith("model.onnx")]
+    quantize_dynamic(graph, folder / "int8.onnx", per_channel=True, reduce_range=True, nodes_to_exclude=nodes,
+                     weight_type=QuantType.QInt8)
+    for f in floats:
+        f.unlink()
+    (folder / "int8.onnx").replace(graph)
 
 
 def _session(folder: Path, threads: int = 0, level: str = "all"):
@@ -97,8 +124,11 @@ def main(argv: list[str] | None = None) -> int:
                 if label != "int8":
                     folders[label] = tmp / f"{name}-{label.replace(' ', '-')}"
                     shutil.copytree(folders["float"], folders[label])
-                    _quantize(folders[label], "int8", options["per_channel"], options["reduce_range"],
-                              options.get("op_types"))
+                    if options.get("exclude") == "ffn-out":
+                        _quantize_excluding(folders[label], _ffn_outputs(folders[label]))
+                    else:
+                        _quantize(folders[label], "int8", options["per_channel"], options["reduce_range"],
+                                  options.get("op_types"))
             served = {label: OnnxClassifier(f) for label, f in folders.items()}
             reference = model.predict_proba(texts, batch_size=args.batch_size)
             quality = {"pytorch": {"accuracy": float((reference.argmax(1) == gold).mean())}}

@@ -123,3 +123,6 @@ def test_an_int8_export_past_the_thresholds_writes_nothing(tmp_path, tiny_encode
     assert not (tmp_path / "o2").exists()
     assert main(["export", str(run), "--output", str(tmp_path / "o3"), "--quantize", "int8", "--min-agreement", "1.5"]) == 2
     assert "fractions between 0 and 1" in capsys.readouterr().err
+    assert main(["export", str(run), "--output", str(tmp_path / "o4"), "--max-prob-diff", "0.1"]) == 2
+    assert "--max-prob-diff checks an int8 export: add --quantize int8" in capsys.readouterr().err
+    assert not (tmp_path / "o4").exists()

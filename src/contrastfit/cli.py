@@ -193,10 +193,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quantize", choices=["int8"], default=None,
                    help="write an int8 model (ONNX Runtime dynamic quantisation, about 4x smaller), checked against "
                         "PyTorch's labels and probabilities on the same texts after the float graph passed")
-    p.add_argument("--min-agreement", type=float, default=0.99,
+    p.add_argument("--min-agreement", type=float, default=None,
                    help="with --quantize: refuse (write nothing) when fewer of the texts get PyTorch's label "
                         "(default 0.99)")
-    p.add_argument("--max-prob-diff", type=float, default=0.05,
+    p.add_argument("--max-prob-diff", type=float, default=None,
                    help="with --quantize: refuse when a probability differs from PyTorch's by more (default 0.05)")
     _add_task_arg(p, "export")
 
@@ -430,8 +430,12 @@ def cmd_export(args: argparse.Namespace) -> int:
     if args.verify_file:
         texts, pairs = _read_predict_inputs(argparse.Namespace(texts=None, file=args.verify_file, text_column=None,
                                                                text_pair_column=None))
+    given = {k: getattr(args, k) for k in ("min_agreement", "max_prob_diff") if getattr(args, k) is not None}
+    if given and args.quantize is None:
+        raise ContrastfitError(f"--{next(iter(given)).replace('_', '-')} checks an int8 export: add --quantize int8 "
+                               "(a float export is checked with --atol)")
     meta = export_onnx(args.run, args.output, task=args.task, texts=texts, pairs=pairs, atol=args.atol, opset=args.opset,
-                       quantize=args.quantize, min_agreement=args.min_agreement, max_prob_diff=args.max_prob_diff)
+                       quantize=args.quantize, **given)
     check = meta["verification"]
     if meta.get("quantization"):
         q = meta["quantization"]
