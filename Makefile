@@ -1,5 +1,6 @@
 # Two entry points for a fresh machine (see README):
-#   make demo   set up and run the main job (few-shot CE vs CE+SCL on MR, MiniLM, 3 seeds)
+#   make demo   set up and run the main job (examples/quickstart.yaml: 5 methods on MR, MiniLM, 3 samples);
+#               keeps the default recipe's model of sample 0 in runs/quickstart/model (contrastfit predict)
 #   make test   set up and run the test suite (what .ci/run calls)
 PYTHON ?= python3
 VENV   ?= .venv
@@ -37,6 +38,7 @@ bench: setup
 	HF_HUB_OFFLINE=1 $(PY) bench/head_stage.py
 	HF_HUB_OFFLINE=1 $(PY) bench/shipping.py
 	HF_HUB_OFFLINE=1 $(PY) bench/serve_load.py
+	HF_HUB_OFFLINE=1 $(PY) bench/quantize.py
 
 # few-shot accuracy and training time against a linear probe and the SetFit library (same samples, one run)
 bench-fewshot: setup

@@ -9,7 +9,7 @@ import pytest
 
 from contrastfit import ContrastiveClassifier
 from contrastfit.errors import ModelError
-from contrastfit.export import OnnxClassifier, export_onnx
+from contrastfit.export import VERIFY_TEXTS, OnnxClassifier, export_onnx
 
 TEXTS = ["good fun film", "the plot was very dull and the actor was weak but the story was fine", "bad", "a great movie"]
 
@@ -69,3 +69,60 @@ def test_a_failed_verification_writes_nothing(tmp_path, tiny_encoder_dir, capsys
     assert main(["export", str(tmp_path / "missing"), "--output", str(tmp_path / "o2")]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("contrastfit: error:") and "\n" not in err
+
+
+def _ops(path) -> set[str]:
+    import onnx
+
+    return {node.op_type for node in onnx.load(str(path)).graph.node}
+
+
+def test_an_int8_export_is_quantised_checked_and_served(tmp_path, tiny_encoder_dir):
+    run, model = _saved(tmp_path, tiny_encoder_dir, "ce")
+    plain = export_onnx(run, tmp_path / "float")
+    # the tiny random encoder's probabilities move by ~0.1 when quantised (MiniLM's: bench/quantize.py)
+    meta = export_onnx(run, tmp_path / "int8", quantize="int8", max_prob_diff=0.25)
+    q, check = meta["quantization"], meta["verification"]
+    assert plain["quantization"] is None and "MatMulInteger" not in _ops(tmp_path / "float" / "model.onnx")
+    # one self-contained int8 graph: the float weights file is gone, the weights are int8 MatMulInteger inputs
+    assert sorted(p.name for p in (tmp_path / "int8").iterdir() if p.name.startswith("model.onnx")) == ["model.onnx"]
+    assert {"MatMulInteger", "DynamicQuantizeLinear"} <= _ops(tmp_path / "int8" / "model.onnx")
+    assert q["type"] == "int8" and q["bytes"] == (tmp_path / "int8" / "model.onnx").stat().st_size < q["float_bytes"]
+    assert q["float_verification"]["max_abs_diff"] <= 1e-4 and q["float_verification"]["same_predictions"]
+    assert json.loads((tmp_path / "int8" / "export.json").read_text())["quantization"]["type"] == "int8"
+    # the recorded parity numbers are the int8 graph's, against PyTorch, within the thresholds
+    served = OnnxClassifier(tmp_path / "int8")
+    probs, want = served.predict_proba(list(VERIFY_TEXTS)), model.predict_proba(list(VERIFY_TEXTS))
+    assert check["texts"] == 8 and check["batch_sizes"] == [1, 3, 8]
+    assert check["max_prob_diff"] >= float(np.abs(probs - want).max()) - 1e-6  # the all-in-one batch is one it checks
+    assert check["max_prob_diff"] > 1e-3  # int8, not the float graph
+    assert check["max_prob_diff"] <= check["max_prob_diff_allowed"] == 0.25
+    assert check["label_agreement"] >= check["min_label_agreement"] == 0.99
+    assert served.predict(TEXTS) == model.predict(TEXTS)
+
+
+def test_an_int8_export_past_the_thresholds_writes_nothing(tmp_path, tiny_encoder_dir, capsys):
+    from contrastfit.cli import main
+
+    run, _ = _saved(tmp_path, tiny_encoder_dir, "ce")
+    out = tmp_path / "int8"
+    with pytest.raises(ModelError, match=r"^export --quantize int8: the int8 model's labels agree with PyTorch's on "
+                                         r"\d+\.\d% of 8 texts \(at least 99\.0% required\) and its probabilities "
+                                         r"differ by up to 0\.\d{3} \(at most 0 allowed\); nothing written"):
+        export_onnx(run, out, quantize="int8", max_prob_diff=0.0)
+    assert not out.exists() and not [p for p in tmp_path.iterdir() if p.name.startswith(".int8")]
+    # the command line: one line with the numbers either way
+    assert main(["export", str(run), "--output", str(out), "--quantize", "int8", "--max-prob-diff", "0.25"]) == 0
+    line = capsys.readouterr().out.strip()
+    assert "int8" in line and "labels agree with PyTorch's on 100.0% of 8 texts" in line and "\n" not in line
+    assert main(["predict", str(out), "good fun film"]) == 0  # predict (and serve) read it as any export
+    assert json.loads(capsys.readouterr().out)["label"] in ("negative", "neutral", "positive")
+    assert main(["export", str(run), "--output", str(tmp_path / "o2"), "--quantize", "int8", "--max-prob-diff", "0"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("contrastfit: error: export --quantize int8:") and "\n" not in err
+    assert not (tmp_path / "o2").exists()
+    assert main(["export", str(run), "--output", str(tmp_path / "o3"), "--quantize", "int8", "--min-agreement", "1.5"]) == 2
+    assert "fractions between 0 and 1" in capsys.readouterr().err
+    assert main(["export", str(run), "--output", str(tmp_path / "o4"), "--max-prob-diff", "0.1"]) == 2
+    assert "--max-prob-diff checks an int8 export: add --quantize int8" in capsys.readouterr().err
+    assert not (tmp_path / "o4").exists()

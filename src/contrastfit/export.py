@@ -14,7 +14,16 @@
   different lengths, padded in batches of 1, 3 and all of them, against the PyTorch model's logits
   (largest absolute difference, the tolerance, and whether every predicted label agrees).
 
-An export whose logits differ by more than ``atol`` or whose predictions differ is not written
+``quantize="int8"`` (``contrastfit export --quantize int8``) then quantises the verified graph with ONNX
+Runtime's dynamic quantisation (int8 weights, per channel and 7-bit by default; activations quantised
+at run time) into one ``model.onnx`` about a quarter of the size, and checks it as above against the
+same PyTorch logits; as int8 cannot match to ``atol``, the check is the fraction of texts whose label
+agrees (``min_agreement``) and the largest probability difference (``max_prob_diff``).
+``export.json`` then has ``quantization`` (the settings, both sizes, and the float graph's
+verification) and ``verification`` is the int8 graph's. :class:`OnnxClassifier` serves either.
+
+An export whose logits differ by more than ``atol`` or whose predictions differ (for int8: whose
+labels or probabilities are past the thresholds) is not written
 (:class:`~contrastfit.errors.ModelError`, and the folder is left as it was: the export is built in a
 temporary folder and renamed into place, :func:`contrastfit.atomic.atomic_folder`).
 
@@ -33,9 +42,11 @@ import numpy as np
 
 from .errors import ModelError
 
-__all__ = ["EXPORT_NAME", "ONNX_NAME", "OnnxClassifier", "export_onnx", "VERIFY_TEXTS"]
+__all__ = ["EXPORT_NAME", "ONNX_NAME", "OnnxClassifier", "QUANTIZE_TYPES", "export_onnx", "VERIFY_TEXTS"]
 
 ONNX_NAME = "model.onnx"
+#: what ``export_onnx(..., quantize=...)`` accepts
+QUANTIZE_TYPES = ("int8",)
 EXPORT_NAME = "export.json"
 #: texts the export is checked on by default: short and long, so padding and truncation take part
 VERIFY_TEXTS = (
@@ -71,10 +82,19 @@ def _tokenize(tokenizer, texts, pairs, max_length: int, tensors: str, separate: 
 
 def export_onnx(run: str | os.PathLike, output: str | os.PathLike, *, task: str | None = None,
                 texts: Sequence[str] | None = None, pairs: Sequence[str] | None = None, atol: float = 1e-4,
-                opset: int | None = None) -> dict[str, Any]:
+                opset: int | None = None, quantize: str | None = None, max_prob_diff: float = 0.05,
+                min_agreement: float = 0.99, per_channel: bool = True, reduce_range: bool = True,
+                op_types: Sequence[str] | None = None) -> dict[str, Any]:
     """Export the model in ``run`` (a ``contrastfit train`` folder, or the task ``task`` of a multi-task
     folder) to the folder ``output``; verify it on ``texts`` (and ``pairs`` for a pair model; default
-    :data:`VERIFY_TEXTS`); return ``export.json``."""
+    :data:`VERIFY_TEXTS`); return ``export.json``.
+
+    ``quantize="int8"``: after the float graph passed the check, quantise it (ONNX Runtime's dynamic
+    quantisation, :func:`onnxruntime.quantization.quantize_dynamic`: int8 weights, activations quantised
+    on the fly; ``per_channel``, ``reduce_range`` (7-bit weights) and ``op_types`` are passed on; the defaults
+    are what agreed best with PyTorch in ``bench/quantize.py``) and check the int8 graph
+    against the same PyTorch outputs: refused (nothing written) when its labels agree on less than
+    ``min_agreement`` of the texts or a probability differs by more than ``max_prob_diff``."""
     import torch
 
     from .atomic import atomic_folder, write_json_atomic
@@ -82,6 +102,11 @@ def export_onnx(run: str | os.PathLike, output: str | os.PathLike, *, task: str 
     from .versions import library_versions
 
     _require_runtime()
+    if quantize is not None and quantize not in QUANTIZE_TYPES:
+        raise ModelError(f"export: unknown quantisation {quantize!r} (available: {', '.join(QUANTIZE_TYPES)})")
+    if not 0 <= max_prob_diff <= 1 or not 0 <= min_agreement <= 1:
+        raise ModelError(f"export: max_prob_diff ({max_prob_diff:g}) and min_agreement ({min_agreement:g}) are "
+                         "fractions between 0 and 1")
     if (Path(run) / EXPORT_NAME).is_file():
         raise ModelError(f"{run} is already an ONNX export; export the folder `contrastfit train` wrote")
     model = load_for_inference(str(run), task).to("cpu").eval()
@@ -93,6 +118,10 @@ def export_onnx(run: str | os.PathLike, output: str | os.PathLike, *, task: str 
         from .inputs import model_inputs
 
         texts, pairs = model_inputs(texts, pairs, pair_model, str(run), "pairs")
+    if quantize is not None and model.task != "classification":
+        raise ModelError(f"export --quantize: a {model.task} model is not quantised (its check compares labels and "
+                         "probabilities); export it without --quantize")
+    temperature = float(getattr(model, "temperature", 1.0))
     texts = list(texts) if texts is not None else list(VERIFY_TEXTS)
     if pair_model and pairs is None:
         pairs = list(reversed(texts))
@@ -130,30 +159,95 @@ def export_onnx(run: str | os.PathLike, output: str | os.PathLike, *, task: str 
             raise ModelError(f"export: torch.onnx.export wrote no {ONNX_NAME}")
         model.tokenizer.save_pretrained(staging)
         reference = model.predict_logits(texts, pairs)
-        served = OnnxClassifier(staging, _meta={"inputs": names, "max_length": model.max_length, "temperature": 1.0,
-                                                "label_names": model.label_names, "task": model.task,
-                                                "separate_pairs": separate})
-        worst, same = 0.0, True
-        for size in sorted({1, min(3, len(texts)), len(texts)}):
-            for start in range(0, len(texts), size):
-                got = served.predict_logits(texts[start:start + size], pairs[start:start + size] if pairs is not None else None)
-                want = reference[start:start + size]
-                worst = max(worst, float(np.abs(got - want).max()))
-                same = same and bool((got.argmax(1) == want.argmax(1)).all())
+        serving = {"inputs": names, "max_length": model.max_length, "temperature": temperature,
+                   "label_names": model.label_names, "task": model.task, "separate_pairs": separate}
+        check = _parity(OnnxClassifier(staging, _meta=serving), reference, texts, pairs, temperature, model.task)
+        worst, same = check["max_abs_diff"], check["same_predictions"]
         if worst > atol or (model.task == "classification" and not same):
             raise ModelError(f"export: ONNX Runtime's logits differ from PyTorch's by {worst:.2e} (tolerance {atol:g})"
                              f"{'' if same else ' and change predictions'}; nothing written to {output}")
+        check.update(atol=atol, runtime="onnxruntime")
+        quantization = None
+        if quantize is not None:  # the float graph matched; now the int8 one, against the same PyTorch logits
+            quantization = _quantize(staging, quantize, per_channel, reduce_range, op_types)
+            check, float_check = _parity(OnnxClassifier(staging, _meta=serving), reference, texts, pairs, temperature,
+                                         model.task), check
+            check.update(max_prob_diff_allowed=max_prob_diff, min_label_agreement=min_agreement, runtime="onnxruntime")
+            if check["max_prob_diff"] > max_prob_diff or check["label_agreement"] < min_agreement:
+                raise ModelError(
+                    f"export --quantize {quantize}: the {quantize} model's labels agree with PyTorch's on "
+                    f"{check['label_agreement']:.1%} of {len(texts)} texts (at least {min_agreement:.1%} required) and "
+                    f"its probabilities differ by up to {check['max_prob_diff']:.3f} (at most {max_prob_diff:g} allowed); "
+                    f"nothing written to {output}")
+            quantization["float_verification"] = float_check
         meta = {"format": "onnx", "onnx": ONNX_NAME, "inputs": names, "output": "logits",
                 "opset": int(program.model.opset_imports.get("", 0)) if hasattr(program, "model") else opset,
                 "task": model.task, "label_names": model.label_names, "text_pair": pair_model, "separate_pairs": separate,
-                "max_length": model.max_length, "temperature": getattr(model, "temperature", 1.0), "method": method,
+                "max_length": model.max_length, "temperature": temperature, "method": method,
                 "source": str(Path(run).absolute()),
-                "verification": {"texts": len(texts), "batch_sizes": sorted({1, min(3, len(texts)), len(texts)}),
-                                 "max_abs_diff": worst, "atol": atol, "same_predictions": same,
-                                 "runtime": "onnxruntime"},
-                "versions": library_versions()}
+                "verification": check, "quantization": quantization, "versions": library_versions()}
         write_json_atomic(staging / EXPORT_NAME, meta)
     return meta
+
+
+def _parity(served: "OnnxClassifier", reference: np.ndarray, texts: list[str], pairs: list[str] | None,
+            temperature: float, task: str) -> dict[str, Any]:
+    """``served``'s outputs on ``texts`` (padded in batches of 1, 3 and all of them) against the PyTorch
+    model's logits ``reference``: the largest logit difference, the largest probability difference
+    (``softmax(logits / temperature)``; classification), the fraction of texts whose label agrees (the
+    worst batch size) and whether all do."""
+    from .evaluation.calibration import log_softmax
+
+    sizes = sorted({1, min(3, len(texts)), len(texts)})
+    worst, worst_p, agreement = 0.0, 0.0, 1.0
+    for size in sizes:
+        agree = 0
+        for start in range(0, len(texts), size):
+            got = served.predict_logits(texts[start:start + size], pairs[start:start + size] if pairs is not None else None)
+            want = reference[start:start + size]
+            worst = max(worst, float(np.abs(got - want).max()))
+            agree += int((got.argmax(1) == want.argmax(1)).sum())
+            if task != "regression":
+                prob = np.exp(log_softmax(got / temperature)) - np.exp(log_softmax(want / temperature))
+                worst_p = max(worst_p, float(np.abs(prob).max()))
+        agreement = min(agreement, agree / len(texts))
+    check: dict[str, Any] = {"texts": len(texts), "batch_sizes": sizes, "max_abs_diff": worst}
+    if task != "regression":
+        check["max_prob_diff"] = worst_p
+        check["label_agreement"] = agreement
+    check["same_predictions"] = agreement == 1.0
+    return check
+
+
+def _quantize(folder: Path, kind: str, per_channel: bool, reduce_range: bool,
+              op_types: Sequence[str] | None) -> dict[str, Any]:
+    """Replace ``folder``'s float ``model.onnx`` (and its external weights file) by its dynamically
+    quantised int8 version; return what ``export.json`` records of it."""
+    import logging
+
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    graph = folder / ONNX_NAME
+    floats = [p for p in folder.iterdir() if p.name.startswith(ONNX_NAME)]  # model.onnx and model.onnx.data
+    float_bytes = sum(p.stat().st_size for p in floats)
+    target = folder / f"{ONNX_NAME}.{kind}"
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(logging.ERROR)  # quantize_dynamic's advice to pre-process, on the root logger
+    try:
+        quantize_dynamic(graph, target, per_channel=per_channel, reduce_range=reduce_range,
+                         op_types_to_quantize=list(op_types) if op_types else None, weight_type=QuantType.QInt8)
+    except Exception as exc:  # onnxruntime's own errors, one line
+        raise ModelError(f"export --quantize {kind}: onnxruntime.quantization failed: "
+                         f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
+    finally:
+        root.setLevel(level)
+    for p in floats:
+        p.unlink()
+    target.replace(graph)
+    return {"type": kind, "method": "onnxruntime.quantization.quantize_dynamic", "weight_type": "QInt8",
+            "per_channel": per_channel, "reduce_range": reduce_range, "op_types": list(op_types) if op_types else "all",
+            "float_bytes": float_bytes, "bytes": graph.stat().st_size}
 
 
 class OnnxClassifier:

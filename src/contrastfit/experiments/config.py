@@ -183,6 +183,12 @@ def parse_config(raw: dict[str, Any], where: str = "config") -> ExperimentConfig
     if experiment.baseline is not None and experiment.baseline not in names:
         raise ConfigError(f"{where}: baseline '{experiment.baseline}' is not one of the methods "
                           f"({', '.join(sorted(names))})")
+    labels = [v.label for v in variants]
+    if experiment.models is not None and len(experiment.models) > 1:
+        labels = [f"{model_label(m)}/{v}" for m in experiment.models for v in labels]
+    if experiment.keep_model is not None and experiment.keep_model not in labels:
+        raise ConfigError(f"{where}: keep_model '{experiment.keep_model}' is not a variant of this config "
+                          f"({', '.join(labels)})")
     values = {name: getattr(experiment, name) for name in Experiment.model_fields}
     return ExperimentConfig.model_construct(_fields_set=set(experiment.model_fields_set),
                                             **{**values, "methods": variants, "raw": raw})

@@ -19,7 +19,10 @@ same examples for every method, with their gold label as the target).
 from __future__ import annotations
 
 import json
+import os
 import re
+import shutil
+import tempfile
 import time
 from dataclasses import fields, replace
 from pathlib import Path
@@ -34,7 +37,7 @@ from ..distributed import launched_processes
 from ..errors import ConfigError, ContrastfitError
 from ..methods import get_method
 from ..methods.base import resolve_hparams
-from ..training import RESULTS_NAME, TrainConfig, train
+from ..training import CHECKPOINT_DIR, RESULTS_NAME, TrainConfig, train
 from .config import ExperimentConfig, MethodVariant, MultiTaskExperimentConfig
 from .identity import (IDENTITY_TAG, NOT_IDENTITY, base_run_id, changed_keys, content_hash, make_identity, path_digest,
                        record_identity, text_data_digest, with_identity)
@@ -56,7 +59,8 @@ def variant_training(config: ExperimentConfig, variant: MethodVariant) -> dict[s
 
 
 def _train_config(config: ExperimentConfig, job: Job, folder: Path, progress: bool, model: str,
-                  source: dict[str, Any] | None = None, identity: dict[str, Any] | None = None) -> TrainConfig:
+                  source: dict[str, Any] | None = None, identity: dict[str, Any] | None = None,
+                  keep: bool = False) -> TrainConfig:
     tags = {"experiment": config.name, "variant": job.label, "setting": job.run.setting,
             "sample": job.run.sample, "params": job.run.params, "sampling": job.run.sampling,
             "run_id": job.run_id}
@@ -70,7 +74,7 @@ def _train_config(config: ExperimentConfig, job: Job, folder: Path, progress: bo
         tags["transfer_source"] = source
     return TrainConfig(
         method=job.variant.method, data=config.data, output=str(folder), model=model,
-        hparams=dict(job.variant.hparams), seed=job.seed, save_model=config.save_models,
+        hparams=dict(job.variant.hparams), seed=job.seed, save_model=config.save_models or keep,
         resume=True, progress=progress, tags=tags, **variant_training(config, job.variant),
     )
 
@@ -254,11 +258,12 @@ def _job_units(config: ExperimentConfig, out: Path, progress: bool) -> list[Unit
     data = load_data(config.data, **config.data_options.settings())
     sources = TransferSources(config, out, progress) if config.protocol_kind == "transfer" else None
     plan = jobs(config, protocol_runs(config, data))
+    kept = kept_run(config, [j.label for j in plan])
     cache: dict[int, tuple[Any, str]] = {}
     data_digest = text_data_digest(data, cache)
     model_digests = {model: path_digest(model) for _, model in config.encoders}
 
-    def unit(job: Job) -> Unit:
+    def unit(job: Job, keep: bool) -> Unit:
         source_spec = sources.spec(job.variant, job.model, job.model_label) if sources is not None else None
         identity = job_identity(config, job, data_digest, text_data_digest(job.run.data, cache),
                                 model_digests[job.model], source_spec)
@@ -269,8 +274,8 @@ def _job_units(config: ExperimentConfig, out: Path, progress: bool) -> list[Unit
             # a transfer source is trained on first use
             source = sources.get(job.variant, job.model, job.model_label) if sources is not None else None
             model = source["encoder"] if source is not None else job.model
-            result = train(_train_config(config, job, folder, progress, model, source, identity),
-                           text_data=job.run.data)
+            result = train(_train_config(config, job, folder, progress, model, source, identity,
+                                         keep=keep), text_data=job.run.data)
             if config.analyses:
                 save_analysis(result.model, job.run.data.test, folder)
             if ("attributions" in config.analyses and job.run.setting == plan[0].run.setting
@@ -283,7 +288,52 @@ def _job_units(config: ExperimentConfig, out: Path, progress: bool) -> list[Unit
                            "seed": job.seed},
                     written=folder / RESULTS_NAME, identity=identity)
 
-    return [unit(job) for job in plan]
+    return [unit(job, i == kept) for i, job in enumerate(plan)]
+
+
+#: where ``keep_model:`` puts a copy of the kept run's folder: ``OUTPUT/model``
+KEPT_MODEL_DIR = "model"
+
+
+def kept_run(config: ExperimentConfig, labels: list[str]) -> int | None:
+    """The index, among the plan's runs (labelled ``labels``), of the run ``keep_model`` keeps: the first
+    run of that variant (first setting, sample 0, first encoder, first seed); None without ``keep_model``."""
+    keep = getattr(config, "keep_model", None)
+    return labels.index(keep) if keep is not None and keep in labels else None
+
+
+def _copy_kept_model(config: ExperimentConfig, out: Path, units: list[Unit]) -> None:
+    """Copy the kept run's folder (its model, ``results.json`` and card) to ``OUTPUT/model`` (replacing an
+    older copy) and print where it is and how to predict with it."""
+    from ..modeling import CONFIG_NAME
+
+    index = kept_run(config, [u.claim["variant"] for u in units])
+    if index is None:
+        return
+    unit, target = units[index], out / KEPT_MODEL_DIR
+    folder = unit.written.parent
+    if not (folder / CONFIG_NAME).is_file():
+        print(f"keep_model: {folder} holds no model ({unit.label} was trained before keep_model was set, or is not "
+              f"finished): delete that folder and run the experiment again to keep it", flush=True)
+        return
+    if not ((target / RESULTS_NAME).is_file() and (target / RESULTS_NAME).read_bytes() == unit.written.read_bytes()):
+        staging = Path(tempfile.mkdtemp(dir=out, prefix=f".{KEPT_MODEL_DIR}.new-"))
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(staging, 0o777 & ~umask)  # mkdtemp's folder is private; the copy is as readable as a new folder
+        try:
+            shutil.copytree(folder, staging, dirs_exist_ok=True, ignore=shutil.ignore_patterns(CHECKPOINT_DIR))
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        old = out / f".{KEPT_MODEL_DIR}.old"
+        shutil.rmtree(old, ignore_errors=True)
+        if target.exists():
+            target.rename(old)
+        staging.rename(target)
+        shutil.rmtree(old, ignore_errors=True)
+    print(f"model of {unit.label}: {target} (a copy of {folder}); predict with: contrastfit predict {target} "
+          f"\"a fine film\"", flush=True)
 
 
 def _set_store_aside(out: Path) -> None:
@@ -382,4 +432,6 @@ def run_experiment(config: ExperimentConfig | MultiTaskExperimentConfig, progres
             print(f"report: {paths['markdown']} and {paths['html']}")
         except ContrastfitError as exc:
             print(f"report not written: {exc}")
+    if not isinstance(config, MultiTaskExperimentConfig):
+        _copy_kept_model(config, out, units)  # the last line: where the kept model is
     return summary

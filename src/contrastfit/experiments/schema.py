@@ -315,6 +315,7 @@ class Experiment(Schema):
     training: Training = Field(default_factory=Training)  # type: ignore[valid-type]
     data_options: DataOptions = Field(default_factory=DataOptions)
     save_models: bool = False
+    keep_model: Annotated[str, Field(min_length=1)] | None = None
     metrics: one_or_more(str) = ["accuracy", "f1", "macro_f1", "mcc"]
     baseline: str | None = None
     top_k: PositiveInt | None = None
@@ -345,6 +346,12 @@ class Experiment(Schema):
                            f"their path); rename one folder")
         if self.search is not None:
             raise invalid("search: runs on one encoder: give model, not models")
+        return self
+
+    @model_validator(mode="after")
+    def _keep_model_of_the_grid(self):
+        if self.keep_model is not None and self.search is not None:
+            raise _invalid("keep_model: keeps a run of the methods' grid; a search: config has none to keep")
         return self
 
 

@@ -1,0 +1,202 @@
+"""int8 export (``contrastfit export --quantize int8``): size, speed and agreement with PyTorch.
+
+For each data set the default recipe is trained on K examples per class (sample 0, seed 0; or
+``--run DATA=FOLDER`` reuses a trained folder), exported to ONNX (float, verified) and to int8 with
+the export's defaults (per-channel, 7-bit weights: ``reduce_range``); the other quantisation settings
+(per-tensor, 8-bit, MatMul only: the word embeddings stay float; each layer's feed-forward output
+MatMul left float, via ``nodes_to_exclude``) quantise copies of the float graph with the same function
+the export uses (the last with ``quantize_dynamic`` itself, as the export has no such option). On the first
+``--texts`` test sentences every model's labels are compared with PyTorch's (agreement, largest
+probability difference, accuracy); on the first ``--speed-texts`` of them, PyTorch, the float ONNX
+model and every int8 variant predict side by side in one process, in turn, ``--repeats`` times
+(best time kept), with ONNX Runtime's session options as the export serves them (all graph
+optimisations, the default thread count) and, for the default int8 model, with 1 and 2 intra-op
+threads and with only the basic graph optimisations.
+
+    python bench/quantize.py --data mr bbc-news --run mr=/tmp/trained-mr
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import numpy as np  # noqa: E402
+
+from contrastfit import ContrastiveClassifier, load_data, train  # noqa: E402
+from contrastfit.atomic import write_json_atomic, write_text_atomic  # noqa: E402
+from contrastfit.export import OnnxClassifier, _quantize, export_onnx  # noqa: E402
+from contrastfit.versions import library_versions  # noqa: E402
+
+#: the quantisation settings compared: the export's default first
+VARIANTS = {
+    "int8": {"per_channel": True, "reduce_range": True},
+    "int8 per-tensor 8-bit": {"per_channel": False, "reduce_range": False},
+    "int8 per-channel 8-bit": {"per_channel": True, "reduce_range": False},
+    "int8 per-tensor 7-bit": {"per_channel": False, "reduce_range": True},
+    "int8 MatMul only": {"per_channel": True, "reduce_range": True, "op_types": ["MatMul"]},
+    "int8 FFN outputs float": {"per_channel": True, "reduce_range": True, "exclude": "ffn-out"},
+}
+
+
+def _ffn_outputs(folder: Path) -> list[str]:
+    """The MatMul nodes whose weight has more rows than columns: each layer's feed-forward output
+    (intermediate -> hidden), where BERT's activations have their outliers."""
+    import onnx
+
+    graph = onnx.load(str(folder / "model.onnx"), load_external_data=False).graph
+    shapes = {i.name: tuple(i.dims) for i in graph.initializer}
+    return [n.name for n in graph.node if n.op_type == "MatMul" and len(shapes.get(n.input[1], ())) == 2
+            and shapes[n.input[1]][0] > shapes[n.input[1]][1]]
+
+
+def _quantize_excluding(folder: Path, nodes: list[str]) -> None:
+    """As the export's ``_quantize`` (per channel, 7-bit), leaving ``nodes`` in float."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    graph = folder / "model.onnx"
+    floats = [p for p in folder.iterdir() if p.name.startswith("model.onnx")]
+    quantize_dynamic(graph, folder / "int8.onnx", per_channel=True, reduce_range=True, nodes_to_exclude=nodes,
+                     weight_type=QuantType.QInt8)
+    for f in floats:
+        f.unlink()
+    (folder / "int8.onnx").replace(graph)
+
+
+def _session(folder: Path, threads: int = 0, level: str = "all"):
+    import onnxruntime
+
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.graph_optimization_level = {"all": onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL,
+                                        "basic": onnxruntime.GraphOptimizationLevel.ORT_ENABLE_BASIC}[level]
+    return onnxruntime.InferenceSession(str(folder / "model.onnx"), options, providers=["CPUExecutionProvider"])
+
+
+def _size(folder: Path) -> int:
+    return sum(p.stat().st_size for p in folder.iterdir() if p.name.startswith("model.onnx"))
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--data", nargs="+", default=["mr", "bbc-news"])
+    p.add_argument("--model", default="minilm-l6")
+    p.add_argument("--shots", type=int, default=16)
+    p.add_argument("--run", action="append", default=[], help="DATA=FOLDER: a trained folder to reuse")
+    p.add_argument("--texts", type=int, default=1000, help="test sentences for the agreement")
+    p.add_argument("--speed-texts", type=int, default=256)
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--output", default="bench/results/quantize")
+    args = p.parse_args(argv)
+    runs = dict(r.split("=", 1) for r in args.run)
+
+    import torch
+
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        for name in args.data:
+            test = load_data(name).split("test")
+            texts = list(test["text"])[:args.texts]
+            gold = np.asarray(test["label"])[:args.texts]
+            run = Path(runs[name]) if name in runs else tmp / name
+            if name not in runs:
+                train(data=name, model=args.model, shots=args.shots, seed=0, output=str(run), progress=False)
+            model = ContrastiveClassifier.from_pretrained(run).eval()
+            folders = {"float": tmp / f"{name}-float"}
+            export_onnx(run, folders["float"])
+            t0 = time.perf_counter()
+            # thresholds open: the bench reports the numbers the export would refuse on
+            meta = export_onnx(run, tmp / f"{name}-int8", quantize="int8", max_prob_diff=1.0, min_agreement=0.0)
+            export_s = time.perf_counter() - t0
+            folders["int8"] = tmp / f"{name}-int8"
+            for label, options in VARIANTS.items():
+                if label != "int8":
+                    folders[label] = tmp / f"{name}-{label.replace(' ', '-')}"
+                    shutil.copytree(folders["float"], folders[label])
+                    if options.get("exclude") == "ffn-out":
+                        _quantize_excluding(folders[label], _ffn_outputs(folders[label]))
+                    else:
+                        _quantize(folders[label], "int8", options["per_channel"], options["reduce_range"],
+                                  options.get("op_types"))
+            served = {label: OnnxClassifier(f) for label, f in folders.items()}
+            reference = model.predict_proba(texts, batch_size=args.batch_size)
+            quality = {"pytorch": {"accuracy": float((reference.argmax(1) == gold).mean())}}
+            for label, s in served.items():
+                probs = s.predict_proba(texts, batch_size=args.batch_size)
+                quality[label] = {"accuracy": float((probs.argmax(1) == gold).mean()),
+                                  "agreement": float((probs.argmax(1) == reference.argmax(1)).mean()),
+                                  "max_prob_diff": float(np.abs(probs - reference).max()),
+                                  "bytes": _size(folders[label])}
+            # speed: every model in turn, repeated, best time kept
+            speed_texts = texts[:args.speed_texts]
+            timed = {"pytorch": lambda: model.predict_logits(speed_texts, batch_size=args.batch_size)}
+            for label, s in served.items():
+                timed[label] = (lambda s=s: s.predict_logits(speed_texts, batch_size=args.batch_size))
+            extra = {"int8, 1 thread": {"threads": 1}, "int8, 2 threads": {"threads": 2},
+                     "int8, basic graph optimisations": {"level": "basic"},
+                     "float, basic graph optimisations": {"level": "basic", "base": "float"}}
+            for label, opts in extra.items():
+                s = OnnxClassifier(folders[opts.get("base", "int8")])
+                s.session = _session(folders[opts.get("base", "int8")], opts.get("threads", 0), opts.get("level", "all"))
+                timed[label] = (lambda s=s: s.predict_logits(speed_texts, batch_size=args.batch_size))
+            for fn in timed.values():  # warm-up
+                fn()
+            times = {label: [] for label in timed}
+            for _ in range(args.repeats):
+                for label, fn in timed.items():
+                    t = time.perf_counter()
+                    fn()
+                    times[label].append(time.perf_counter() - t)
+            best = {label: min(v) for label, v in times.items()}
+            row = {"data": name, "classes": len(model.label_names), "texts": len(texts), "speed_texts": len(speed_texts),
+                   "export_int8_s": export_s, "export_verification": meta["verification"],
+                   "quality": quality, "seconds": best,
+                   "speedup_vs_pytorch": {k: best["pytorch"] / v for k, v in best.items()},
+                   "speedup_vs_float_onnx": {k: best["float"] / v for k, v in best.items()}}
+            rows.append(row)
+            print(json.dumps(row), file=sys.stderr, flush=True)
+
+    out = Path(args.output)
+    record = {"rows": rows, "model": args.model, "shots": args.shots, "batch_size": args.batch_size,
+              "repeats": args.repeats, "torch_threads": torch.get_num_threads(), "cpus": os.cpu_count(),
+              "load_average": os.getloadavg(), "versions": library_versions(),
+              "onnxruntime": __import__("onnxruntime").__version__}
+    write_json_atomic(out.with_suffix(".json"), record)
+    lines = [f"# int8 export ({args.model}, default recipe, K = {args.shots}, sample 0, seed 0)", "",
+             f"Agreement: labels of the ONNX model vs PyTorch's on the first {args.texts} test sentences; "
+             f"time: the first {args.speed_texts} of them in batches of {args.batch_size}, best of {args.repeats}, "
+             "every model in turn in one process.", ""]
+    for r in rows:
+        lines += [f"## {r['data']} ({r['classes']} classes)", "",
+                  "| model | MB | agreement with PyTorch | largest prob. difference | test accuracy | seconds | "
+                  "x PyTorch | x float ONNX |", "|---|---|---|---|---|---|---|---|"]
+        for label, sec in r["seconds"].items():
+            q = r["quality"].get(label.split(",")[0], {}) if "," in label else r["quality"].get(label, {})
+            mb = f"{q['bytes'] / 1e6:.1f}" if "bytes" in q else "–"
+            agree = f"{100 * q['agreement']:.1f}%" if "agreement" in q else "–"
+            diff = f"{q['max_prob_diff']:.3f}" if "max_prob_diff" in q else "–"
+            acc = f"{100 * q['accuracy']:.1f}" if "accuracy" in q else "–"
+            lines.append(f"| {label} | {mb} | {agree} | {diff} | {acc} | {sec:.2f} | "
+                         f"x{r['speedup_vs_pytorch'][label]:.2f} | x{r['speedup_vs_float_onnx'][label]:.2f} |")
+        lines.append("")
+    lines.append(f"{record['cpus']} CPUs (shared; load average {record['load_average'][0]:.1f} at the end), "
+                 f"torch {record['torch_threads']} threads, torch {record['versions'].get('torch')}, "
+                 f"onnxruntime {record['onnxruntime']}.")
+    write_text_atomic(out.with_suffix(".md"), "\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
