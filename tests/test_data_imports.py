@@ -1,10 +1,8 @@
-"""The modules of ``contrastfit.data`` import without a cycle: every import statement (also those
+"""The package imports without a cycle (the whole of it, and ``contrastfit.data`` on its own): every import statement (also those
 inside functions) is an edge of the graph, and each module imports in a fresh interpreter on its own."""
 
 from __future__ import annotations
 
-import ast
-import importlib.util
 import os
 import subprocess
 import sys
@@ -13,61 +11,11 @@ from pathlib import Path
 import pytest
 
 import contrastfit.data
+from import_graph import find_cycle, import_graph
 
 PACKAGE = "contrastfit.data"
 FOLDER = Path(contrastfit.data.__file__).parent
 MODULES = sorted(p.stem for p in FOLDER.glob("*.py") if p.stem != "__init__")
-
-
-def _module_name(path: Path, package: str) -> str:
-    return package if path.stem == "__init__" else f"{package}.{path.stem}"
-
-
-def import_graph(folder: Path, package: str) -> dict[str, set[str]]:
-    """``{module: modules of package it imports}`` from the source (ast), with relative imports
-    resolved; ``from package import name`` is an edge to the submodule ``name`` if there is one,
-    else to the package itself (its ``__init__``)."""
-    names = {_module_name(p, package) for p in folder.glob("*.py")}
-    graph: dict[str, set[str]] = {}
-    for path in sorted(folder.glob("*.py")):
-        module = _module_name(path, package)
-        here = module if path.stem == "__init__" else module.rpartition(".")[0]
-        edges: set[str] = set()
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
-            if isinstance(node, ast.Import):
-                targets = [alias.name for alias in node.names]
-            elif isinstance(node, ast.ImportFrom):
-                base = importlib.util.resolve_name("." * node.level + (node.module or ""), here) if node.level \
-                    else node.module
-                targets = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in names else base for alias in node.names]
-            else:
-                continue
-            edges |= {t for t in targets if t in names and t != module}
-        graph[module] = edges
-    return graph
-
-
-def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
-    """One cycle of ``graph`` as a path ``[a, b, ..., a]``, or None (depth-first search)."""
-    state: dict[str, int] = {}  # 1: on the current path, 2: done
-    path: list[str] = []
-
-    def visit(node: str) -> list[str] | None:
-        state[node] = 1
-        path.append(node)
-        for nxt in sorted(graph.get(node, ())):
-            if state.get(nxt) == 1:
-                return path[path.index(nxt):] + [nxt]
-            if nxt not in state and (cycle := visit(nxt)):
-                return cycle
-        path.pop()
-        state[node] = 2
-        return None
-
-    for start in sorted(graph):
-        if start not in state and (cycle := visit(start)):
-            return cycle
-    return None
 
 
 def test_cycle_finder_on_small_graphs():
@@ -89,8 +37,18 @@ def test_graph_reads_relative_imports_inside_functions_too(tmp_path):
     assert find_cycle(graph) == ["pkg.a", "pkg.types", "pkg.b", "pkg.a"]
 
 
+def test_no_import_cycle_in_the_package():
+    """The whole of contrastfit, subpackages included: every import statement is an edge."""
+    graph = import_graph(FOLDER.parent, "contrastfit")
+    assert {"contrastfit.export", "contrastfit.serve", "contrastfit.inference", "contrastfit.experiments.runner",
+            "contrastfit.data.loading"} <= set(graph)
+    assert "contrastfit.inference" in graph["contrastfit.export"] and "contrastfit.inference" in graph["contrastfit.serve"]
+    assert find_cycle(graph) is None, " -> ".join(find_cycle(graph))
+
+
 def test_no_import_cycle_in_contrastfit_data():
-    graph = import_graph(FOLDER, PACKAGE)
+    graph = {k: {m for m in v if m.startswith(PACKAGE)}
+             for k, v in import_graph(FOLDER.parent, "contrastfit").items() if k.startswith(PACKAGE)}
     assert f"{PACKAGE}.types" in graph and f"{PACKAGE}.builtin" in graph[f"{PACKAGE}.loading"]
     assert graph[f"{PACKAGE}.types"] == set(), "types.py is the bottom of the graph"
     assert find_cycle(graph) is None, " -> ".join(find_cycle(graph))

@@ -4,7 +4,6 @@ protocol functions, the parsed objects as what the plan reads, and no import cyc
 
 from __future__ import annotations
 
-import ast
 import dataclasses
 import inspect
 from pathlib import Path
@@ -240,88 +239,26 @@ def test_every_example_config_parses_into_its_schema(path):
 
 
 # ---------------------------------------------------------------------------------------------
-# No import cycle among the modules of contrastfit.experiments
+# The cycle finder on the experiments' old config <-> plan cycle (the package-wide test without a
+# cycle is tests/test_data_imports.py's)
 # ---------------------------------------------------------------------------------------------
 
-EXPERIMENTS = Path(__file__).parent.parent / "src" / "contrastfit" / "experiments"
-
-
-def _import_graph(root: Path) -> dict[str, set[str]]:
-    """Module -> the modules under ``root`` (a package folder two levels below the source root) it
-    imports, anywhere in the file: an import inside a function closes a cycle as surely when it runs.
-    ``from .x import y`` counts as importing module ``x.y`` where that is a module, else ``x``."""
-    src = root.parent.parent
-
-    def module_name(path: Path) -> str:
-        parts = path.relative_to(src).with_suffix("").parts
-        return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-
-    files = {module_name(p): p for p in root.rglob("*.py")}
-    graph: dict[str, set[str]] = {name: set() for name in files}
-    for name, path in files.items():
-        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.ImportFrom):
-                base = node.module or ""
-                if node.level:
-                    anchor = package.split(".")
-                    base = ".".join(anchor[:len(anchor) - node.level + 1] + ([node.module] if node.module else []))
-                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in files else base for a in node.names]
-            elif isinstance(node, ast.Import):
-                targets = [a.name for a in node.names]
-            else:
-                continue
-            graph[name].update(t for t in targets if t in files and t != name)
-    return graph
-
-
-def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
-    """One import cycle (as a list of modules, first repeated at the end), or None."""
-    state: dict[str, int] = {}
-    stack: list[str] = []
-
-    def visit(node: str) -> list[str] | None:
-        state[node] = 1
-        stack.append(node)
-        for nxt in sorted(graph[node]):
-            if state.get(nxt) == 1:
-                return stack[stack.index(nxt):] + [nxt]
-            if nxt not in state:
-                found = visit(nxt)
-                if found:
-                    return found
-        stack.pop()
-        state[node] = 2
-        return None
-
-    for node in sorted(graph):
-        if node not in state:
-            found = visit(node)
-            if found:
-                return found
-    return None
-
-
 def test_the_cycle_finder_finds_the_old_config_plan_cycle(tmp_path):
+    from import_graph import find_cycle, import_graph
+
     package = tmp_path / "contrastfit" / "experiments"
     package.mkdir(parents=True)
     (package / "__init__.py").write_text("from .config import parse\n")
     (package / "config.py").write_text("def parse():\n    from .plan import check_protocol\n")
     (package / "plan.py").write_text("from .config import ExperimentConfig\n")
     (package / "runner.py").write_text("from . import plan\nfrom contrastfit.experiments.config import parse\n")
-    graph = _import_graph(package)
+    graph = import_graph(package, "contrastfit.experiments")
     assert graph["contrastfit.experiments.runner"] == {"contrastfit.experiments.plan", "contrastfit.experiments.config"}
     assert graph["contrastfit.experiments"] == {"contrastfit.experiments.config"}
-    cycle = _cycle(graph)
+    cycle = find_cycle(graph)
     assert cycle is not None and set(cycle) == {"contrastfit.experiments.config", "contrastfit.experiments.plan"}
     (package / "config.py").write_text("def parse():\n    pass\n")
-    assert _cycle(_import_graph(package)) is None
-
-
-def test_no_import_cycle_in_experiments():
-    graph = _import_graph(EXPERIMENTS)
-    assert "contrastfit.experiments.schema" in graph and "contrastfit.experiments.plan" in graph["contrastfit.experiments.runner"]
-    assert _cycle(graph) is None, " -> ".join(_cycle(graph))
+    assert find_cycle(import_graph(package, "contrastfit.experiments")) is None
 
 
 def test_floats_in_scientific_notation_without_a_dot_are_numbers(tmp_path):

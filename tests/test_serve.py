@@ -10,7 +10,8 @@ import urllib.request
 import pytest
 
 from contrastfit import ContrastiveClassifier
-from contrastfit.serve import load_for_inference, make_server
+from contrastfit.inference import load_for_inference
+from contrastfit.serve import make_server
 
 
 @pytest.fixture(scope="module")

@@ -16,18 +16,32 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any, Sequence
 
 from .atomic import write_text_atomic
 from .errors import ModelError
-from .hub import public_record
 
-__all__ = ["CARD_NAME", "model_card", "multitask_card", "write_model_card"]
+__all__ = ["CARD_NAME", "HUB_ID", "model_card", "multitask_card", "public_record", "write_model_card"]
 
 CARD_NAME = "README.md"
 _CLASSIFICATION = ("accuracy", "f1", "macro_f1", "mcc", "nll", "ece")
 _REGRESSION = ("pearson", "spearman", "mse")
+
+#: A Hugging Face Hub model id, ``owner/name``.
+HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+def public_record(obj: Any) -> Any:
+    """``obj`` (a JSON record) with every absolute local path replaced by its file name."""
+    if isinstance(obj, dict):
+        return {k: public_record(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [public_record(v) for v in obj]
+    if isinstance(obj, str) and os.path.isabs(obj) and len(Path(obj).parts) > 2:
+        return Path(obj).name
+    return obj
 
 
 def _fmt(value: Any, metric: bool = False) -> str:
@@ -40,11 +54,10 @@ def hub_base_model(base: Any) -> str | None:
     """``base`` as a Hub model id: a built-in alias mapped to its id, a Hub id as it is; None for a
     local folder (which is no Hub id)."""
     from .encoders import BUILTIN_MODEL_CARDS
-    from .hub import _HUB_ID
 
     if base in BUILTIN_MODEL_CARDS:
         return str(BUILTIN_MODEL_CARDS[base]["hub_id"])
-    if isinstance(base, str) and _HUB_ID.match(base) and not Path(base).exists():
+    if isinstance(base, str) and HUB_ID.match(base) and not Path(base).exists():
         return base
     return None
 

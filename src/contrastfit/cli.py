@@ -365,9 +365,9 @@ def _add_task_arg(p: argparse.ArgumentParser, verb: str) -> None:
 
 
 def _load_model(args: argparse.Namespace):
-    """The model in ``args.run`` (:func:`contrastfit.serve.load_for_inference`): a single-task model, the
+    """The model in ``args.run`` (:func:`contrastfit.inference.load_for_inference`): a single-task model, the
     task ``--task`` of a multi-task folder, or an ONNX export."""
-    from .serve import load_for_inference
+    from .inference import load_for_inference
 
     return load_for_inference(args.run, getattr(args, "task", None))
 
@@ -377,7 +377,7 @@ def _model_inputs(args: argparse.Namespace, model, texts, pairs) -> tuple[list[s
     follows too): whole lines for a single-text model, two tab-separated texts per line (or a table's
     pair column) for a pair model."""
     from .inputs import model_inputs
-    from .serve import takes_pairs
+    from .inference import takes_pairs
 
     what = f"task '{args.task}' of {args.run}" if args.task is not None else args.run
     return model_inputs(texts, pairs, takes_pairs(model), what, "a second-text column (--text-pair-column)")
@@ -493,7 +493,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     from .evaluation.calibration import DegenerateFitError
     from .export import EXPORT_NAME
     from .modeling import CONFIG_NAME
-    from .serve import load_for_inference
+    from .inference import load_for_inference
 
     if os.path.isfile(os.path.join(args.run, EXPORT_NAME)):
         raise ContrastfitError(f"{args.run} is an ONNX export; calibrate the model folder it was exported from, "
@@ -567,7 +567,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
     model = _load_model(args)
     texts, pairs = _model_inputs(args, model, *_read_predict_inputs(args))
     from .atomic import atomic_open
-    from .serve import prediction_rows
+    from .inference import prediction_rows
 
     rows = prediction_rows(model, texts, pairs, batch_size=args.batch_size)
     with atomic_open(args.output) if args.output else contextlib.nullcontext(sys.stdout) as out:

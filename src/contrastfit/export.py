@@ -27,13 +27,13 @@ labels or probabilities are past the thresholds) is not written
 (:class:`~contrastfit.errors.ModelError`, and the folder is left as it was: the export is built in a
 temporary folder and renamed into place, :func:`contrastfit.atomic.atomic_folder`).
 
-:class:`OnnxClassifier` loads such a folder with ONNX Runtime and the tokenizer alone (no PyTorch
-model code) and predicts as :class:`~contrastfit.modeling.ContrastiveClassifier` does.
+:class:`~contrastfit.onnx_model.OnnxClassifier` (in :mod:`contrastfit.onnx_model`, re-exported
+here) loads such a folder with ONNX Runtime and the tokenizer alone (no PyTorch model code) and
+predicts as :class:`~contrastfit.modeling.ContrastiveClassifier` does.
 """
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any, Sequence
@@ -41,13 +41,12 @@ from typing import Any, Sequence
 import numpy as np
 
 from .errors import ModelError
+from .onnx_model import EXPORT_NAME, ONNX_NAME, OnnxClassifier, _require_runtime, _tokenize
 
 __all__ = ["EXPORT_NAME", "ONNX_NAME", "OnnxClassifier", "QUANTIZE_TYPES", "export_onnx", "VERIFY_TEXTS"]
 
-ONNX_NAME = "model.onnx"
 #: what ``export_onnx(..., quantize=...)`` accepts
 QUANTIZE_TYPES = ("int8",)
-EXPORT_NAME = "export.json"
 #: texts the export is checked on by default: short and long, so padding and truncation take part
 VERIFY_TEXTS = (
     "good", "a fine film", "the plot was dull and the actors were weak", "not bad at all",
@@ -57,27 +56,10 @@ VERIFY_TEXTS = (
 )
 
 
-def _require_runtime() -> None:
-    import importlib.util
-
-    missing = [m for m in ("onnx", "onnxscript", "onnxruntime") if importlib.util.find_spec(m) is None]
-    if missing:
-        raise ModelError(f"ONNX export needs {', '.join(missing)}: pip install 'contrastfit[export]'")
-
-
 def _inputs_of(tokenizer) -> list[str]:
     """The model inputs the tokenizer makes (``input_ids``, ``attention_mask`` and maybe ``token_type_ids``)."""
     made = set(tokenizer("a"))
     return [k for k in ("input_ids", "attention_mask", "token_type_ids") if k in made]
-
-
-def _tokenize(tokenizer, texts, pairs, max_length: int, tensors: str, separate: bool = False):
-    """The model's inputs: the texts (and pairs) as one sequence each, or, for a head that reads the two
-    texts of a pair encoded apart (``separate``), each text on its own with ``*_b`` for the second."""
-    kw = dict(truncation=True, max_length=max_length, padding=True, return_tensors=tensors)
-    if separate:
-        return {**tokenizer(list(texts), **kw), **{f"{k}_b": v for k, v in tokenizer(list(pairs), **kw).items()}}
-    return tokenizer(list(texts), list(pairs) if pairs is not None else None, **kw)
 
 
 def export_onnx(run: str | os.PathLike, output: str | os.PathLike, *, task: str | None = None,
@@ -98,7 +80,7 @@ def export_onnx(run: str | os.PathLike, output: str | os.PathLike, *, task: str 
     import torch
 
     from .atomic import atomic_folder, write_json_atomic
-    from .serve import load_for_inference
+    from .inference import load_for_inference
     from .versions import library_versions
 
     _require_runtime()
@@ -248,71 +230,3 @@ def _quantize(folder: Path, kind: str, per_channel: bool, reduce_range: bool,
     return {"type": kind, "method": "onnxruntime.quantization.quantize_dynamic", "weight_type": "QInt8",
             "per_channel": per_channel, "reduce_range": reduce_range, "op_types": list(op_types) if op_types else "all",
             "float_bytes": float_bytes, "bytes": graph.stat().st_size}
-
-
-class OnnxClassifier:
-    """A folder written by :func:`export_onnx`, served by ONNX Runtime and the tokenizer alone."""
-
-    def __init__(self, folder: str | os.PathLike, *, providers: Sequence[str] | None = None,
-                 _meta: dict[str, Any] | None = None):
-        _require_runtime()
-        import onnxruntime
-        from transformers import AutoTokenizer
-
-        folder = Path(folder)
-        if _meta is None:
-            path = folder / EXPORT_NAME
-            if not path.is_file():
-                raise ModelError(f"{folder} is not an ONNX export of contrastfit (no {EXPORT_NAME}); write one with "
-                                 "`contrastfit export`")
-            _meta = json.loads(path.read_text(encoding="utf-8"))
-        self.meta = _meta
-        self.label_names: list[str] | None = _meta["label_names"]
-        self.task: str = _meta["task"]
-        self.temperature = float(_meta.get("temperature", 1.0))
-        self.tokenizer = AutoTokenizer.from_pretrained(str(folder))
-        self.session = onnxruntime.InferenceSession(str(folder / ONNX_NAME),
-                                                    providers=list(providers or ["CPUExecutionProvider"]))
-
-    @property
-    def info(self) -> dict[str, Any]:
-        """What the command line reads of a model's record: whether it takes text pairs."""
-        return {"data": {"text_pair": bool(self.meta.get("text_pair"))}}
-
-    @classmethod
-    def from_pretrained(cls, folder: str | os.PathLike, **kwargs) -> "OnnxClassifier":
-        return cls(folder, **kwargs)
-
-    def predict_logits(self, texts: Sequence[str], pairs: Sequence[str] | None = None, batch_size: int = 64,
-                       progress: bool = False) -> np.ndarray:
-        from tqdm.auto import tqdm
-
-        out = []
-        order = np.argsort([-len(t) for t in texts], kind="stable")  # similar lengths batch together (less padding)
-        for start in tqdm(range(0, len(texts), batch_size), desc="predict", disable=not progress, leave=False):
-            idx = order[start:start + batch_size]
-            enc = _tokenize(self.tokenizer, [texts[i] for i in idx], [pairs[i] for i in idx] if pairs is not None else None,
-                            self.meta["max_length"], "np", bool(self.meta.get("separate_pairs")))
-            feed = {k: np.asarray(enc[k], dtype=np.int64) for k in self.meta["inputs"]}
-            out.append(self.session.run(["logits"], feed)[0])
-        width = 1 if self.task == "regression" else len(self.label_names or [])
-        if not out:
-            return np.zeros((0, width), np.float32)
-        logits = np.concatenate(out)
-        result = np.empty_like(logits)
-        result[order] = logits
-        return result
-
-    def predict_proba(self, texts: Sequence[str], pairs: Sequence[str] | None = None, batch_size: int = 64) -> np.ndarray:
-        logits = self.predict_logits(texts, pairs, batch_size)
-        if self.task == "regression":
-            return logits
-        from .evaluation.calibration import log_softmax
-
-        return np.exp(log_softmax(logits / self.temperature))
-
-    def predict(self, texts: Sequence[str], pairs: Sequence[str] | None = None, batch_size: int = 64) -> list:
-        logits = self.predict_logits(texts, pairs, batch_size)
-        if self.task == "regression":
-            return logits[:, 0].tolist()
-        return [self.label_names[i] for i in logits.argmax(axis=1)]

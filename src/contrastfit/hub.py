@@ -28,22 +28,22 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
 
 from .atomic import write_json_atomic, write_text_atomic
+from .card import CARD_NAME, HUB_ID, model_card, public_record
 from .errors import ModelError
+from .folder import CONFIG_NAME
 
-__all__ = ["ST_FILES", "mark_encoder_without_head", "public_record", "push_to_hub", "resolve_model_folder",
+__all__ = ["ST_FILES", "mark_encoder_without_head", "push_to_hub", "resolve_model_folder",
            "sentence_transformers_layout", "write_sentence_transformers"]
 
 #: The root entries :func:`write_sentence_transformers` may write (a save removes those it did not write
 #: now; the module folders live in ``encoder/``, which every save replaces whole).
 ST_FILES = ("modules.json", "config_sentence_transformers.json")
-_HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _ST_CONFIG = {"model_type": "SentenceTransformer", "prompts": {}, "default_prompt_name": None, "similarity_fn_name": "cosine"}
 
 
@@ -161,7 +161,7 @@ def resolve_model_folder(name: str | os.PathLike) -> Path:
     else the local copy of the Hub repository ``owner/name`` (``huggingface_hub.snapshot_download``)."""
     path = Path(name)
     text = os.fspath(name)
-    if path.exists() or not _HUB_ID.match(text):
+    if path.exists() or not HUB_ID.match(text):
         return path
     try:
         from huggingface_hub import snapshot_download
@@ -179,17 +179,6 @@ def _link_or_copy(src: str, dst: str) -> None:
         shutil.copy2(src, dst)
 
 
-def public_record(obj: Any) -> Any:
-    """``obj`` (a JSON record) with every absolute local path replaced by its file name."""
-    if isinstance(obj, dict):
-        return {k: public_record(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [public_record(v) for v in obj]
-    if isinstance(obj, str) and os.path.isabs(obj) and len(Path(obj).parts) > 2:
-        return Path(obj).name
-    return obj
-
-
 def push_to_hub(folder: str | os.PathLike, repo_id: str, *, private: bool = False,
                 commit_message: str | None = None, token: str | None = None) -> str:
     """Upload the contrastfit model folder ``folder`` to the Hub repository ``repo_id`` (created if
@@ -197,11 +186,8 @@ def push_to_hub(folder: str | os.PathLike, repo_id: str, *, private: bool = Fals
     weights, ``contrastfit.json``, ``results.json`` if present (absolute local paths in both written
     as file names), the sentence-transformers files and ``README.md`` (written from the records if
     the folder has none); not ``checkpoints/`` or hidden files."""
-    from .card import CARD_NAME, model_card
-    from .modeling import CONFIG_NAME
-
     folder = Path(folder)
-    if not _HUB_ID.match(repo_id):
+    if not HUB_ID.match(repo_id):
         raise ModelError(f"--repo {repo_id!r} is not a Hub repository id (owner/name)")
     if not (folder / CONFIG_NAME).is_file():
         raise ModelError(f"{folder} is not a contrastfit output folder (no {CONFIG_NAME})")

@@ -43,10 +43,7 @@ from .encoders import TextEncoder, load_backbone
 from .errors import ModelError
 from .methods import Method, get_method
 
-CONFIG_NAME = "contrastfit.json"
-HEAD_NAME = "head.safetensors"
-ENCODER_DIR = "encoder"
-FORMAT_VERSION = 1
+from .folder import CONFIG_NAME, ENCODER_DIR, FORMAT_VERSION, HEAD_NAME  # noqa: F401  (the folder's names)
 
 
 @dataclass

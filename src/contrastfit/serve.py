@@ -30,18 +30,17 @@ import collections
 import copy
 import itertools
 import json
-import socket
 import sys
 import threading
 import time
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from typing import Any
 
 from .errors import ContrastfitError, DataError
+from .inference import rows, takes_pairs
 
-__all__ = ["load_for_inference", "make_server", "prediction_rows"]
+__all__ = ["make_server"]
 
 #: the largest request body read by default (bytes): a batch of texts, not a corpus
 MAX_BODY = 8 * 1024 * 1024
@@ -58,52 +57,6 @@ MAX_CONNECTIONS = 64
 #: an oversized body is read and thrown away up to this many bytes, so that the client, still
 #: sending, receives the 413 instead of a reset connection; past it the connection is closed
 DRAIN_LIMIT = 64 * 1024 * 1024
-
-
-def load_for_inference(folder: str, task: str | None = None):
-    """The model in ``folder`` for prediction: an ONNX export (:class:`~contrastfit.export.OnnxClassifier`),
-    the task ``task`` of a multi-task folder (:class:`~contrastfit.multitask.model.TaskModel`), or a
-    single-task :class:`~contrastfit.modeling.ContrastiveClassifier`; one-line errors for a missing,
-    unknown or superfluous ``task``."""
-    from .export import EXPORT_NAME, OnnxClassifier
-    from .modeling import ContrastiveClassifier
-    from .multitask import MultiTaskModel, is_multitask_folder
-
-    if (Path(folder) / EXPORT_NAME).is_file():
-        if task is not None:
-            raise ContrastfitError(f"--task {task}: {folder} is a single-task ONNX export; leave --task out")
-        return OnnxClassifier(folder)
-    if not is_multitask_folder(folder):
-        if task is not None:
-            raise ContrastfitError(f"--task {task}: {folder} holds a single-task model (it has no tasks); "
-                                   "leave --task out")
-        return ContrastiveClassifier.from_pretrained(folder)
-    model = MultiTaskModel.from_pretrained(folder)
-    tasks = ", ".join(model.task_names)
-    if task is None:
-        raise ContrastfitError(f"{folder} holds a multi-task model: give --task NAME (tasks: {tasks})")
-    if task not in model.task_names:
-        raise ContrastfitError(f"--task {task!r} is not a task of {folder} (tasks: {tasks})")
-    return model.for_task(task)
-
-
-def takes_pairs(model) -> bool:
-    """Whether ``model`` (any :func:`load_for_inference` gives) classifies text pairs."""
-    return bool(model.info.get("data", {}).get("text_pair"))
-
-
-def _rows(model, scores) -> list[dict[str, Any]]:
-    if model.task == "regression":
-        return [{"score": float(s[0])} for s in scores]
-    names = model.label_names
-    return [{"label": names[int(s.argmax())], "probabilities": {n: round(float(p), 6) for n, p in zip(names, s)}}
-            for s in scores]
-
-
-def prediction_rows(model, texts: list[str], pairs: list[str] | None, batch_size: int = 64) -> list[dict[str, Any]]:
-    """One row per text, as ``predict`` writes them: ``label`` and ``probabilities`` (``score`` for
-    a regression model)."""
-    return _rows(model, model.predict_proba(texts, pairs, batch_size=batch_size))
 
 
 class RequestError(ValueError):
@@ -514,12 +467,12 @@ def make_server(model, host: str = "127.0.0.1", port: int = 8000, name: str = ""
                         pass
                 return
             try:
-                rows = _rows(model, self.server.batcher.predict(texts, pairs))
+                answer = rows(model, self.server.batcher.predict(texts, pairs))
             except Exception as exc:  # noqa: BLE001
                 self._reply(HTTPStatus.INTERNAL_SERVER_ERROR,
                             {"error": _one_line(f"the model failed on this request: {type(exc).__name__}: {exc}")})
                 return
-            self._reply(HTTPStatus.OK, {"predictions": rows})
+            self._reply(HTTPStatus.OK, {"predictions": answer})
 
         def log_message(self, format: str, *args: Any) -> None:  # one line per request, on stderr
             if not getattr(self.server, "quiet", False):
