@@ -54,7 +54,7 @@ from .atomic import write_json_atomic
 from .modeling import ContrastiveClassifier
 from .versions import library_versions
 
-#: The default recipe: what `contrastfit train --data FILE` trains with no --method (README, Benchmarks).
+#: The default recipe: what `contrastfit train --data FILE` trains with no --method (docs/benchmarks.md).
 DEFAULT_METHOD = "ce-scl-lr"
 DEFAULT_REGRESSION_METHOD = "ce"
 DEFAULT_LEARNING_RATE = 5e-5
