@@ -677,3 +677,20 @@ def test_calibrate_a_task_refuses_its_training_rows_and_a_degenerate_fit(multita
         f"{before['ece']:.4f} -> {after['ece']:.4f}; nothing was saved); calibrate on held-out rows the model gets "
         "some wrong")
     assert (run / "contrastfit.json").read_bytes() == config
+
+
+def test_runs_that_would_train_nothing_get_one_line_errors_before_loading(tmp_path, capsys):
+    """Issue 19 §1, §3: checked before the data (which does not exist here) or the model is loaded."""
+    def cli(*args):
+        code = main(["train", "--data", str(tmp_path / "nowhere.csv"), "--model", str(tmp_path / "no-model"),
+                     "--output", str(tmp_path / "out"), "--quiet", *args])
+        return code, capsys.readouterr().err
+
+    for value in ("inf", "nan", "-inf"):
+        _one_line_error(cli("--method", "ce-scl", f"--temperature={value}"),
+                        f"method 'ce-scl': hyper-parameter 'temperature' must be a finite number, got {float(value)}")
+    _one_line_error(cli("--method", "ce-scl", "--batch-size", "1", "--sampler", "random"),
+                    "ce-scl compares the rows of a batch with each other: --batch-size 1 makes its contrastive term 0")
+    _one_line_error(cli("--bf16", "--cpu"), "--bf16 is mixed precision on a GPU and --cpu trains on the CPU")
+    _one_line_error(cli("--fp16", "--cpu"), "--fp16 is mixed precision on a GPU and --cpu trains on the CPU")
+    assert not (tmp_path / "out").exists()

@@ -455,3 +455,50 @@ def test_resume_refuses_a_checkpoint_that_would_run_code(tmp_path, tiny_encoder_
     with pytest.raises(ModelError, match=r"checkpoint-2: refused to resume: .*Unsupported global: GLOBAL exec"):
         _run(tmp_path, tiny_encoder_dir, tasks, name="cut", resume=True, **kw)
     assert not marker.exists()
+
+
+def test_runs_that_would_train_nothing_or_in_emulated_precision_are_refused_before_any_data_is_loaded(tmp_path,
+                                                                                                     monkeypatch):
+    """Issue 19 §1, §3 (as train's): mixed precision without a GPU, a contrastive task's batch of one, a
+    non-finite objective hyper-parameter: one line each, before anything is loaded."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
+    if hasattr(torch, "xpu"):
+        monkeypatch.setattr(torch.xpu, "is_available", lambda: False)
+    task = {"name": "a", "data": "no-such-data", "objective": "ce-scl"}
+    for options, message in [
+        ({"fp16": True}, "fp16 needs a GPU, and torch sees none on this machine: leave out fp16 to train in float32 on "
+                         "the CPU"),
+        ({"bf16": True, "use_cpu": True}, "bf16 is mixed precision on a GPU and use_cpu trains on the CPU: leave out "
+                                          "one of them"),
+        ({"batch_size": 1}, "task 'a': objective ce-scl compares the rows of a batch with each other and needs "
+                            "batch_size >= 2, got 1"),
+        ({"tasks": [{**task, "batch_size": 1}]}, "task 'a': objective ce-scl compares the rows of a batch with each "
+                                                 "other and needs batch_size >= 2, got 1"),
+        ({"tasks": [{**task, "hparams": {"temperature": math.inf}}]}, "task 'a': temperature must be a finite number, "
+                                                                       "got inf"),
+        ({"tasks": [{**task, "hparams": {"lambda": math.nan}}]}, "task 'a': lambda must be a finite number, got nan"),
+    ]:
+        with pytest.raises(ConfigError) as err:
+            train_multitask(**{"tasks": [task], "output": str(tmp_path / "x"), "progress": False, **options})
+        assert str(err.value) == message
+    assert not (tmp_path / "x").exists()
+
+
+def test_resume_skips_an_incomplete_checkpoint_as_train_does(tmp_path, tiny_encoder_dir, sentiment_csv, capfd):
+    """Issue 19 §5: the same resume as train's (contrastfit.training.resume_checkpoint)."""
+    import shutil
+
+    tasks = [{"name": "sent", "data": str(sentiment_csv), "label_column": "sentiment"}]
+    kw = dict(select_best=False, max_steps=4, save_steps=2)
+    _run(tmp_path, tiny_encoder_dir, tasks, name="cut", callbacks=[StopAt(2)], **kw)
+    checkpoints = tmp_path / "cut" / "checkpoints"
+    shutil.copytree(checkpoints / "checkpoint-2", checkpoints / "checkpoint-4")  # a kill before its state was written
+    (checkpoints / "checkpoint-4" / "trainer_state.json").unlink()
+    optimizer = checkpoints / "checkpoint-4" / "optimizer.pt"
+    optimizer.write_bytes(optimizer.read_bytes()[:100])
+    capfd.readouterr()
+    resumed = _run(tmp_path, tiny_encoder_dir, tasks, name="cut", resume=True, **kw)
+    assert (f"contrastfit: resuming from {checkpoints / 'checkpoint-2'} (step 2); skipped the incomplete "
+            "checkpoint-4 (trainer_state.json is missing)") in capfd.readouterr().err.splitlines()
+    assert resumed["training"]["resumed_from"].endswith("checkpoint-2") and resumed["training"]["steps"] == 4

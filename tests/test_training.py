@@ -397,3 +397,230 @@ def test_selection_breaks_accuracy_ties_by_the_lower_validation_loss():
     assert better[SELECTION_KEY] > sure[SELECTION_KEY]  # one more correct example beats any loss
     mse = _compute_metrics(None, "mse")(SimpleNamespace(predictions=np.array([[1.0], [2.0]]), label_ids=np.array([1.0, 1.0])))
     assert mse[SELECTION_KEY] == pytest.approx(-0.5, abs=2e-6)  # lower mse is better
+
+
+# -- runs that would train nothing, non-finite hyper-parameters, mixed precision on the CPU ----------
+
+def _encoder_change(run_folder, tiny_encoder_dir) -> float:
+    """The largest absolute difference between the saved encoder's weights and the pretrained ones."""
+    from safetensors.torch import load_file
+
+    pretrained = load_file(str(Path(tiny_encoder_dir) / "model.safetensors"))
+    saved = ContrastiveClassifier.from_pretrained(run_folder).encoder.backbone.state_dict()
+    shared = [k for k in pretrained if k in saved]
+    assert len(shared) == len(pretrained)
+    return max(float((saved[k].float() - pretrained[k].float()).abs().max()) for k in shared)
+
+
+def test_a_one_step_run_trains_and_warns_with_its_numbers(tmp_path, tiny_encoder_dir, sentiment_csv):
+    """Issue 19 §3: 8 examples, batch 16, 1 epoch is one optimisation step; with a warm-up ratio of 0.1
+    the library's warm-up was ceil(0.1) = 1 step, so that step ran at a learning rate of 0 and the saved
+    encoder was the pretrained one. The warm-up now leaves the last step to training, and the run warns."""
+    with pytest.warns(UserWarning, match=r"^1 optimisation step \(8 examples, batch 16, 1 epoch, no warm-up\): "
+                                         r"fewer than 10 steps leave the encoder close to the pretrained one"):
+        result = _train(tmp_path, tiny_encoder_dir, sentiment_csv, method="ce", shots=4, epochs=1, batch_size=16,
+                        learning_rate=5e-5, select_best=False)
+    assert result["training"]["steps"] == 1 and result["training"]["warmup_steps"] == 0
+    assert _encoder_change(tmp_path / "run", tiny_encoder_dir) > 1e-6
+
+
+def test_the_warm_up_never_takes_every_step():
+    from contrastfit.training import capped_warmup
+
+    assert [capped_warmup(w, n) for w, n in [(1, 1), (1, 2), (2, 2), (6, 60), (0, 5), (0, 1)]] == [0, 1, 1, 6, 0, 0]
+
+
+@pytest.mark.parametrize("method", ["ce-scl", "supcl-seq", "simcse-unsup", "setfit"])
+@pytest.mark.parametrize("sampler", ["random", "balanced"])
+def test_a_batch_of_one_is_refused_for_a_method_that_compares_rows(method, sampler):
+    """One rule for both samplers: a batch of one row makes every in-batch contrastive term 0."""
+    with pytest.raises(ConfigError) as err:
+        TrainConfig(method=method, batch_size=1, sampler=sampler).validate()
+    assert str(err.value) == (f"{method} compares the rows of a batch with each other: --batch-size 1 makes its "
+                              "contrastive term 0 at every step; use --batch-size >= 2")
+    TrainConfig(method="ce", batch_size=1, sampler="random").validate()  # plain CE trains on single rows
+    with pytest.raises(ConfigError, match=r"^the balanced sampler needs --batch-size >= 2"):
+        TrainConfig(method="ce", batch_size=1, sampler="balanced").validate()
+    TrainConfig(method="ce-scl", batch_size=1, sampler="random", memory_size=8).validate()  # the memory contrasts
+
+
+def test_a_batch_of_one_is_refused_for_the_default_method_once_it_is_known(tmp_path, tiny_encoder_dir, sentiment_csv,
+                                                                            monkeypatch):
+    import contrastfit.training as training
+
+    built = []
+    monkeypatch.setattr(training.ContrastiveClassifier, "from_encoder", lambda *a, **k: built.append(1))
+    with pytest.raises(ConfigError, match=r"^ce-scl-lr compares the rows of a batch with each other: --batch-size 1"):
+        _train(tmp_path, tiny_encoder_dir, sentiment_csv, method=None, batch_size=1, sampler="random")
+    assert not built  # refused before the model is loaded
+
+
+@pytest.mark.parametrize("value", [float("inf"), "inf", float("nan"), "nan", "-inf"])
+def test_non_finite_hyper_parameters_are_refused_in_one_line(value):
+    shown = float(value)
+    with pytest.raises(ConfigError) as err:
+        TrainConfig(method="ce-scl", hparams={"temperature": value}).validate()  # before anything is loaded
+    assert str(err.value) == f"method 'ce-scl': hyper-parameter 'temperature' must be a finite number, got {shown}"
+    from contrastfit.methods import get_method
+
+    for method, key in [("ce-scl", "temperature"), ("ce-scl", "lambda"), ("lacon", "lcl_weight"),
+                        ("diffcse", "mask_ratio"), ("ce-softtriple", "gamma")]:
+        with pytest.raises(ConfigError, match=rf"^method '{method}': hyper-parameter '{key}' must be a finite number"):
+            get_method(method).create(2, 8, **{key: value})
+    with pytest.raises(ConfigError, match=r"^method 'ce-softtriple': hyper-parameter 'centers_per_class' must be a int"):
+        get_method("ce-softtriple").create(2, 8, centers_per_class=value)  # an int: no traceback from int(inf)
+    with pytest.raises(ConfigError, match=r"^method 'supcl-seq': hyper-parameter 'view_dropouts' must be a finite"):
+        TrainConfig(method="supcl-seq", hparams={"view_dropouts": f"0.1,{value}"}).validate()
+
+
+def test_simcse_sup_keeps_its_minus_infinite_hard_negative_weight():
+    from contrastfit.methods import get_method
+
+    assert get_method("simcse-sup").create(2, 8, hard_negative_weight="-inf").hparams["hard_negative_weight"] == -np.inf
+    TrainConfig(method="simcse-sup", hparams={"hard_negative_weight": "-inf"}).validate()
+    with pytest.raises(ConfigError, match=r"^method 'simcse-sup': hyper-parameter 'hard_negative_weight' must be a "
+                                          r"finite number \(or -inf\), got inf$"):
+        TrainConfig(method="simcse-sup", hparams={"hard_negative_weight": "inf"}).validate()
+
+
+@pytest.fixture()
+def no_gpu(monkeypatch):
+    """A machine where torch sees no GPU (also on one that has one)."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
+    if hasattr(torch, "xpu"):
+        monkeypatch.setattr(torch.xpu, "is_available", lambda: False)
+
+
+@pytest.mark.parametrize("flag", ["fp16", "bf16"])
+def test_mixed_precision_without_a_gpu_is_refused(flag, no_gpu):
+    with pytest.raises(ConfigError) as err:
+        TrainConfig(**{flag: True}).validate()
+    assert str(err.value) == (f"--{flag} needs a GPU, and torch sees none on this machine: leave out --{flag} to train "
+                              "in float32 on the CPU")
+    TrainConfig().validate()
+
+
+@pytest.mark.parametrize("flag", ["fp16", "bf16"])
+def test_mixed_precision_with_cpu_is_refused(flag):
+    with pytest.raises(ConfigError, match=rf"^--{flag} is mixed precision on a GPU and --cpu trains on the CPU"):
+        TrainConfig(**{flag: True, "use_cpu": True}).validate()
+
+
+RESUME_KWARGS = dict(epochs=3, save_steps=2, shots=8, select_best=False)
+
+
+@pytest.fixture(scope="module")
+def cut_at_4(tmp_path_factory, tiny_encoder_dir):
+    """An uninterrupted run, and a real interrupted run of the same settings with complete checkpoints at
+    steps 2 and 4 (the library keeps one: the older is put back, as it is still there while the library
+    writes the newer one)."""
+    import shutil
+
+    from conftest import write_sentiment_csv
+
+    folder = tmp_path_factory.mktemp("cut-at-4")
+    data = write_sentiment_csv(folder / "toy.csv")
+    full = _train(folder, tiny_encoder_dir, data, name="full", **RESUME_KWARGS)
+    _train(folder, tiny_encoder_dir, data, name="cut", callbacks=[StopAt(2)], **RESUME_KWARGS)
+    checkpoints = folder / "cut" / "checkpoints"
+    shutil.copytree(checkpoints / "checkpoint-2", folder / "kept-2")
+    _train(folder, tiny_encoder_dir, data, name="cut", callbacks=[StopAt(4)], resume=True, **RESUME_KWARGS)
+    assert not (checkpoints / "checkpoint-2").exists()
+    shutil.copytree(folder / "kept-2", checkpoints / "checkpoint-2")
+    texts = ["good fun film", "awful dull plot"]
+    return folder / "cut", data, full["training"]["steps"], texts, full.model.predict_logits(texts)
+
+
+@pytest.mark.parametrize("damage,reason", [
+    ("truncate optimizer.pt", "optimizer.pt is truncated or not a torch file"),
+    ("delete trainer_state.json", "trainer_state.json is missing"),
+    ("truncate model.safetensors", "model.safetensors is truncated"),
+    ("empty rng_state.pth", "rng_state.pth is empty"),
+])
+def test_resume_skips_a_checkpoint_cut_short_and_says_so(tmp_path, tiny_encoder_dir, cut_at_4, capfd, damage, reason):
+    """Issue 19 §5: a kill while the library writes a checkpoint leaves it incomplete; --resume continues
+    from the newest complete one, says which and why, and ends where an uninterrupted run does."""
+    import shutil
+
+    cut, data, full_steps, texts, full_logits = cut_at_4
+    shutil.copytree(cut, tmp_path / "cut")
+    checkpoints = tmp_path / "cut" / "checkpoints"
+    action, name = damage.split()
+    target = checkpoints / "checkpoint-4" / name
+    if action == "delete":
+        target.unlink()
+    else:
+        content = target.read_bytes()
+        target.write_bytes(b"" if action == "empty" else content[: len(content) // 2])
+    capfd.readouterr()
+    resumed = _train(tmp_path, tiny_encoder_dir, data, name="cut", resume=True, **RESUME_KWARGS)
+    assert (f"contrastfit: resuming from {checkpoints / 'checkpoint-2'} (step 2); skipped the incomplete "
+            f"checkpoint-4 ({reason})") in capfd.readouterr().err.splitlines()
+    assert resumed["training"]["resumed_from"].endswith("checkpoint-2")
+    assert resumed["training"]["steps"] == full_steps == 6
+    np.testing.assert_allclose(resumed.model.predict_logits(texts), full_logits, atol=1e-5)
+
+
+def test_checkpoint_completeness_reads_headers_only(tmp_path):
+    from safetensors.torch import save_file
+
+    from contrastfit.training import checkpoint_problem
+
+    folder = tmp_path / "checkpoint-1"
+    folder.mkdir()
+    assert checkpoint_problem(folder) == "trainer_state.json is missing"
+    (folder / "trainer_state.json").write_text('{"global_step": 1', encoding="utf-8")
+    assert checkpoint_problem(folder) == "trainer_state.json is unreadable"
+    (folder / "trainer_state.json").write_text('{"global_step": 1}', encoding="utf-8")
+    assert checkpoint_problem(folder) == "the model weights are missing"
+    save_file({"w": torch.zeros(4, 4)}, str(folder / "model.safetensors"))
+    assert checkpoint_problem(folder) == "optimizer.pt is missing"
+    torch.save({"state": {}}, folder / "optimizer.pt")
+    torch.save({"last_epoch": 1}, folder / "scheduler.pt")
+    assert checkpoint_problem(folder) is None
+    (folder / "scaler.pt").write_bytes(b"\x80\x02}q\x00.")  # a pickle, not torch's zip format
+    assert checkpoint_problem(folder) == "scaler.pt is truncated or not a torch file"
+    (folder / "scaler.pt").unlink()
+    content = (folder / "model.safetensors").read_bytes()
+    (folder / "model.safetensors").write_bytes(content[:-1])
+    assert checkpoint_problem(folder) == "model.safetensors is truncated"
+    (folder / "model.safetensors").write_bytes(content[:5])
+    assert checkpoint_problem(folder) == "model.safetensors is truncated"
+    (folder / "model.safetensors").unlink()
+    (folder / "model.safetensors.index.json").write_text('{"weight_map": {"w": "model-1.safetensors"}}')
+    assert checkpoint_problem(folder) == "model-1.safetensors is missing"
+
+
+def test_resume_with_no_complete_checkpoint_starts_over_and_says_so(tmp_path, tiny_encoder_dir, sentiment_csv, capfd):
+    kwargs = dict(epochs=2, save_steps=2, shots=8, select_best=False)
+    _train(tmp_path, tiny_encoder_dir, sentiment_csv, name="cut", callbacks=[StopAt(2)], **kwargs)
+    checkpoint = tmp_path / "cut" / "checkpoints" / "checkpoint-2"
+    (checkpoint / "trainer_state.json").unlink()
+    with pytest.raises(ConfigError, match="unfinished run"):  # an incomplete checkpoint is still a run's
+        _train(tmp_path, tiny_encoder_dir, sentiment_csv, name="cut", **kwargs)
+    capfd.readouterr()
+    resumed = _train(tmp_path, tiny_encoder_dir, sentiment_csv, name="cut", resume=True, **kwargs)
+    assert (f"contrastfit: no complete checkpoint in {checkpoint.parent} (checkpoint-2 (trainer_state.json is "
+            "missing)): training from the start") in capfd.readouterr().err.splitlines()
+    assert resumed["training"]["resumed_from"] is None and resumed["training"]["steps"] == 4
+
+
+def test_a_weights_only_checkpoint_is_not_resumed_from_half_way(tmp_path, tiny_encoder_dir, sentiment_csv, capfd):
+    """Without resumable checkpoints (the experiments' default) the library still writes the weights at
+    each evaluation; resuming from one used to restart the optimiser and the warm-up in mid-run. Such a
+    run now starts over, says so, and gives the uninterrupted run's model."""
+    kwargs = dict(epochs=3, shots=8, eval_steps=2, save_checkpoints=False)
+    full = _train(tmp_path, tiny_encoder_dir, sentiment_csv, name="full", **kwargs)
+    _train(tmp_path, tiny_encoder_dir, sentiment_csv, name="cut", callbacks=[StopAt(2)], **kwargs)
+    checkpoints = tmp_path / "cut" / "checkpoints"
+    assert (checkpoints / "checkpoint-2" / "model.safetensors").is_file()
+    capfd.readouterr()
+    resumed = _train(tmp_path, tiny_encoder_dir, sentiment_csv, name="cut", resume=True, **kwargs)
+    assert (f"contrastfit: no complete checkpoint in {checkpoints} (checkpoint-2 (optimizer.pt is missing)): "
+            "training from the start") in capfd.readouterr().err.splitlines()
+    assert resumed["training"]["resumed_from"] is None and resumed["training"]["steps"] == full["training"]["steps"]
+    evaluations = lambda run: [(e["step"], round(e["loss"], 5)) for e in run["training"]["selection"]["evaluations"]]  # noqa: E731
+    assert evaluations(resumed) == evaluations(full) and len(evaluations(full)) == 3
+    texts = ["good fun film", "awful dull plot"]
+    np.testing.assert_allclose(resumed.model.predict_logits(texts), full.model.predict_logits(texts), atol=1e-5)

@@ -4,16 +4,40 @@ and one CLI."""
 
 __version__ = "0.1.0"
 
-from .data import TextData, load_data  # noqa: E402
-from .encoders import TextEncoder, load_backbone, set_dropout  # noqa: E402
-from .errors import ConfigError, ContrastfitError, DataError, ModelError  # noqa: E402
-from .evaluation import evaluate_model  # noqa: E402
-from .losses import SupConLoss, supcon  # noqa: E402
-from .methods import available_methods, get_method  # noqa: E402
-from .modeling import ContrastiveClassifier  # noqa: E402
-from .multitask import MultiTaskConfig, MultiTaskModel, Task, train_multitask  # noqa: E402
-from . import pretrain  # noqa: E402  (the module: contrastfit.pretrain.pretrain(...), stage 1 on its own corpus)
-from .training import TrainConfig, train  # noqa: E402
+import importlib
+
+#: Where each public name lives. Imported on first use (PEP 562), so that ``import contrastfit.X``
+#: loads only what X needs: the results store and the CLI's argument parsing start without torch.
+_EXPORTS = {
+    "TextData": "data", "load_data": "data",
+    "TextEncoder": "encoders", "load_backbone": "encoders", "set_dropout": "encoders",
+    "ConfigError": "errors", "ContrastfitError": "errors", "DataError": "errors", "ModelError": "errors",
+    "evaluate_model": "evaluation",
+    "SupConLoss": "losses", "supcon": "losses",
+    "available_methods": "methods", "get_method": "methods",
+    "ContrastiveClassifier": "modeling",
+    "MultiTaskConfig": "multitask", "MultiTaskModel": "multitask", "Task": "multitask", "train_multitask": "multitask",
+    "TrainConfig": "training", "train": "training",
+}
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+    else:  # a submodule, e.g. contrastfit.pretrain (the module: contrastfit.pretrain.pretrain(...))
+        try:
+            value = importlib.import_module(f".{name}", __name__)
+        except ModuleNotFoundError as err:
+            if err.name != f"{__name__}.{name}":
+                raise
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_EXPORTS))
+
 
 __all__ = [
     "ConfigError", "ContrastfitError", "ContrastiveClassifier", "DataError", "ModelError", "MultiTaskConfig",

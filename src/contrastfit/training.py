@@ -29,8 +29,11 @@ import math
 import os
 import pickle
 import shutil
+import struct
+import sys
 import time
 import warnings
+import zipfile
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Iterator
@@ -59,6 +62,8 @@ DEFAULT_METHOD = "ce-scl-lr"
 DEFAULT_REGRESSION_METHOD = "ce"
 DEFAULT_LEARNING_RATE = 5e-5
 DEFAULT_MIN_STEPS = 60
+#: Fewer optimisation steps than this leave the encoder close to the pretrained one: such a run warns.
+MIN_USEFUL_STEPS = 10
 RESULTS_NAME = "results.json"
 CHECKPOINT_DIR = "checkpoints"
 MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids", "labels")
@@ -208,8 +213,13 @@ class TrainConfig:
             raise ConfigError("give either --shots (per class) or --train-size (total), not both")
         if self.fp16 and self.bf16:
             raise ConfigError("choose one of fp16 and bf16")
-        if self.sampler == "balanced" and self.batch_size < 2:
-            raise ConfigError("the balanced sampler needs --batch-size >= 2 (or use --sampler random)")
+        check_precision(self)
+        check_batch_size(self.batch_size, self.sampler, self.method, self.memory_size)
+        if self.method is not None:
+            from .methods.base import resolve_hparams
+
+            # names, types and finiteness now; ranges when the method is built (they may depend on the data)
+            resolve_hparams(self.method, get_method(self.method).defaults, self.hparams)
         if self.memory_size is not None and self.method is not None:
             from .memory import check_memory
 
@@ -217,6 +227,48 @@ class TrainConfig:
 
     def _check_fields(self) -> None:
         check_fields(self)
+
+
+def gpu_available() -> bool:
+    """Whether torch sees a device that mixed precision runs on (CUDA, Apple MPS or Intel XPU)."""
+    mps = getattr(torch.backends, "mps", None)
+    xpu = getattr(torch, "xpu", None)
+    return bool(torch.cuda.is_available() or (mps is not None and mps.is_available())
+                or (xpu is not None and xpu.is_available()))
+
+
+def check_precision(config: Any, flags: tuple[str, str, str] = ("--fp16", "--bf16", "--cpu")) -> None:
+    """``fp16`` / ``bf16`` (named ``flags[0]`` / ``flags[1]`` in the message) need a GPU: with
+    ``use_cpu`` (``flags[2]``) or on a machine without one they are a one-line :class:`ConfigError`
+    (the library would train about 10x slower in emulated float16, or fail with a traceback for bf16)."""
+    flag = flags[0] if config.fp16 else flags[1] if config.bf16 else None
+    if flag is None:
+        return
+    if config.use_cpu:
+        raise ConfigError(f"{flag} is mixed precision on a GPU and {flags[2]} trains on the CPU: leave out one of them")
+    if not gpu_available():
+        raise ConfigError(f"{flag} needs a GPU, and torch sees none on this machine: leave out {flag} to train "
+                          "in float32 on the CPU")
+
+
+def check_batch_size(batch_size: int, sampler: str, method: str | None = None, memory_size: int | None = None) -> None:
+    """The one rule for batches of one row (a one-line :class:`ConfigError`): a method whose loss compares
+    the rows of a batch with each other (``Method.contrastive`` or ``Method.in_batch_negatives``) gets a
+    term of 0 at every step from a batch of one, whatever the sampler (unless a cross-batch memory,
+    ``memory_size``, supplies the other rows, or several processes gather their batches); the balanced
+    sampler needs two rows a batch for any method. ``method`` None (not yet known): only the sampler's rule."""
+    if batch_size >= 2:
+        return
+    from .distributed import launched_processes
+
+    # under DDP the contrastive methods gather the batches of every process
+    if method is not None and memory_size is None and batch_size * launched_processes() < 2:
+        cls = get_method(method).cls
+        if cls.contrastive or cls.in_batch_negatives:
+            raise ConfigError(f"{method} compares the rows of a batch with each other: --batch-size {batch_size} "
+                              "makes its contrastive term 0 at every step; use --batch-size >= 2")
+    if sampler == "balanced":
+        raise ConfigError("the balanced sampler needs --batch-size >= 2 (or use --sampler random)")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -244,12 +296,60 @@ class LossPartLogging(Trainer):
                 self._part_sums[key] = (total + value, count + 1)
         return (loss, outputs) if return_outputs else loss
 
+    def create_scheduler(self, num_training_steps: int, optimizer=None):
+        """The library's schedule (linear warm-up, then linear decay), with the warm-up capped at
+        ``num_training_steps - 1`` steps (:func:`capped_warmup`): the last step, at least, trains at a
+        learning rate above 0 (a 1-step run with warm-up ratio 0.1 would otherwise take its only step at
+        0 and save the pretrained encoder unchanged). A run of fewer than :data:`MIN_USEFUL_STEPS` steps
+        warns, with its numbers (:func:`short_schedule_warning`). ``scheduled_warmup_steps`` is what the
+        schedule used."""
+        if self.lr_scheduler is not None:
+            return self.lr_scheduler
+        ratio_or_steps = self.args.warmup_steps
+        self.scheduled_warmup_steps = capped_warmup(self.args.get_warmup_steps(num_training_steps), num_training_steps)
+        if num_training_steps < MIN_USEFUL_STEPS:
+            # attributed here, to contrastfit (the CLI hides transformers' own UserWarnings)
+            warnings.warn(short_schedule_warning(self, num_training_steps), stacklevel=1)
+        # the library reads an int >= 1 as steps and a fraction below 1 as a ratio (0: none)
+        self.args.warmup_steps = self.scheduled_warmup_steps
+        try:
+            return super().create_scheduler(num_training_steps, optimizer)
+        finally:
+            self.args.warmup_steps = ratio_or_steps
+
     def log(self, logs: dict[str, float], *args, **kwargs) -> None:
         if self._part_sums and "loss" in logs:
             for key, (total, count) in self._part_sums.items():
                 logs[f"loss_{key}"] = round(float(total) / count, 6)
             self._part_sums = {}
         super().log(logs, *args, **kwargs)
+
+
+def capped_warmup(warmup_steps: int, total_steps: int) -> int:
+    """Warm-up steps of a ``total_steps`` run: the library's (``ceil(ratio * total)``), but at most
+    ``total_steps - 1``, so that the learning rate leaves 0 before the run ends."""
+    return max(0, min(int(warmup_steps), total_steps - 1))
+
+
+def short_schedule_warning(trainer: Trainer, total_steps: int) -> str:
+    """The one-line warning for a run of fewer than :data:`MIN_USEFUL_STEPS` optimisation steps, with
+    what made the number: e.g. ``1 optimisation step (8 examples, batch 16, 1 epoch, no warm-up): ...``."""
+    args = trainer.args
+    parts = []
+    try:
+        parts.append(f"{len(trainer.train_dataset)} examples")
+    except TypeError:
+        pass
+    batch = getattr(trainer, "_train_batch_size", args.per_device_train_batch_size) * args.world_size
+    parts.append(f"batch {batch}" + (f" x {args.gradient_accumulation_steps} accumulated"
+                                     if args.gradient_accumulation_steps > 1 else ""))
+    if args.max_steps <= 0:
+        parts.append(f"{args.num_train_epochs:g} epoch{'' if args.num_train_epochs == 1 else 's'}")
+    warmup = getattr(trainer, "scheduled_warmup_steps", 0)
+    parts.append(f"{warmup} warm-up step{'' if warmup == 1 else 's'}" if warmup else "no warm-up")
+    return (f"{total_steps} optimisation step{'' if total_steps == 1 else 's'} ({', '.join(parts)}): fewer than "
+            f"{MIN_USEFUL_STEPS} steps leave the encoder close to the pretrained one; train longer (more epochs or "
+            "examples, or leave --epochs out for at least --min-steps steps)")
 
 
 class ContrastfitTrainer(LossPartLogging):
@@ -710,10 +810,121 @@ def train_head(model: ContrastiveClassifier, train_ds: datasets.Dataset, collato
 
 
 def last_checkpoint(output: str | Path) -> str | None:
+    """The newest ``checkpoint-N`` folder of the run in ``output``, complete or not (None: none)."""
     from transformers.trainer_utils import get_last_checkpoint
 
     folder = Path(output) / CHECKPOINT_DIR
     return get_last_checkpoint(str(folder)) if folder.is_dir() else None
+
+
+#: A checkpoint's weights: one of these files (a ``*.index.json`` names its shards).
+CHECKPOINT_WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+                      "pytorch_model.bin.index.json")
+#: What a resumable checkpoint holds besides its weights and ``trainer_state.json``.
+CHECKPOINT_STATE_FILES = ("optimizer.pt", "scheduler.pt")
+
+
+def checkpoint_problem(folder: str | Path) -> str | None:
+    """None when the Trainer checkpoint ``folder`` is complete, else what is wrong with it (a phrase).
+    Complete: ``trainer_state.json`` (which the library writes last) is there and parses as JSON with a
+    ``global_step``; the weights (:data:`CHECKPOINT_WEIGHTS`, with every shard an index names) and
+    :data:`CHECKPOINT_STATE_FILES` are there; every ``*.safetensors`` file is as long as its header says
+    (:func:`_safetensors_problem`) and every torch file (``*.pt``, ``*.pth``, ``*.bin``) is a readable zip
+    archive, torch's format, whose directory sits at its end, so a file cut short has none. Nothing is
+    unpickled or loaded."""
+    folder = Path(folder)
+    state = folder / "trainer_state.json"
+    if not state.is_file():
+        return "trainer_state.json is missing"
+    try:
+        int(json.loads(state.read_text(encoding="utf-8"))["global_step"])
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError):
+        return "trainer_state.json is unreadable"
+    weights = [name for name in CHECKPOINT_WEIGHTS if (folder / name).is_file()]
+    if not weights:
+        return "the model weights are missing"
+    for name in [*CHECKPOINT_STATE_FILES, *_shards(folder, weights)]:
+        if not (folder / name).is_file():
+            return f"{name} is missing"
+    for path in sorted(folder.iterdir()):
+        problem = (_safetensors_problem(path) if path.suffix == ".safetensors"
+                   else _torch_file_problem(path) if path.suffix in (".pt", ".pth", ".bin") else None)
+        if problem:
+            return f"{path.name} {problem}"
+    return None
+
+
+def _shards(folder: Path, weights: list[str]) -> list[str]:
+    """The shard files the ``*.index.json`` among ``weights`` names (a broken index names one that is not there)."""
+    out = []
+    for name in weights:
+        if name.endswith(".index.json"):
+            try:
+                out += sorted(set(json.loads((folder / name).read_text(encoding="utf-8"))["weight_map"].values()))
+            except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError):
+                out.append(f"a readable {name}")
+    return out
+
+
+def _safetensors_problem(path: Path) -> str | None:
+    """None when ``path`` holds a whole safetensors file: an 8-byte header length, a JSON header of that
+    length, and as many data bytes as the header's largest tensor offset."""
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as fh:
+            head = fh.read(8)
+            if len(head) < 8:
+                return "is truncated"
+            (length,) = struct.unpack("<Q", head)
+            if length > size - 8:
+                return "is truncated"
+            header = json.loads(fh.read(length))
+        end = max((int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__"), default=0)
+    except (OSError, ValueError, KeyError, TypeError, IndexError, AttributeError):
+        return "is unreadable"
+    return "is truncated" if size < 8 + length + end else None
+
+
+def _torch_file_problem(path: Path) -> str | None:
+    """None when ``path`` is a non-empty zip archive whose directory reads (``torch.save``'s format)."""
+    try:
+        if path.stat().st_size == 0:
+            return "is empty"
+        with zipfile.ZipFile(path) as archive:
+            archive.infolist()
+    except (OSError, zipfile.BadZipFile):
+        return "is truncated or not a torch file"
+    return None
+
+
+def resume_checkpoint(output: str | Path) -> str | None:
+    """The checkpoint ``--resume`` continues from: the newest complete one (:func:`checkpoint_problem`)
+    in ``output``'s checkpoints, skipping incomplete ones (a run killed while writing one), with one
+    line on stderr naming it and what was skipped; None when there is none (also said, when there were
+    only incomplete ones: the run starts over). :func:`train` and :func:`contrastfit.multitask.train_multitask`
+    both resume through it."""
+    from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
+    folder = Path(output) / CHECKPOINT_DIR
+    if not folder.is_dir():
+        return None
+    found = []
+    for path in folder.iterdir():
+        step = path.name.removeprefix(f"{PREFIX_CHECKPOINT_DIR}-")
+        if path.is_dir() and path.name.startswith(f"{PREFIX_CHECKPOINT_DIR}-") and step.isdigit():
+            found.append((int(step), path))
+    skipped = []
+    for step, path in sorted(found, reverse=True):
+        problem = checkpoint_problem(path)
+        if problem is None:
+            note = f"; skipped the incomplete {'; '.join(skipped)}" if skipped else ""
+            print(f"contrastfit: resuming from {path} (step {step}){note}", file=sys.stderr)
+            return str(path)
+        skipped.append(f"{path.name} ({problem})")
+    if skipped:
+        print(f"contrastfit: no complete checkpoint in {folder} ({'; '.join(skipped)}): training from the start",
+              file=sys.stderr)
+    return None
 
 
 @contextlib.contextmanager
@@ -801,6 +1012,7 @@ def train(config: TrainConfig | None = None, *, text_data: TextData | None = Non
     if config.method is None:
         config = replace(config, method=DEFAULT_METHOD if prepared.data.task == "classification" else DEFAULT_REGRESSION_METHOD)
     config = with_method_defaults(config)
+    check_batch_size(config.batch_size, config.sampler, config.method, config.memory_size)  # the method is known now
     pooling = config.pooling or default_pooling(config.model)
     # the paper's training-set-size-dependent defaults (e.g. Sosnowski Tables 1-2), under the user's values
     hparams = {**get_method(config.method).defaults_for(len(prepared.train)), **config.hparams}
@@ -821,7 +1033,7 @@ def train(config: TrainConfig | None = None, *, text_data: TextData | None = Non
     eval_ds = tokenize_dataset(prepared.validation, model.tokenizer, model.max_length) if selecting else None
     trainer = build_trainer(config, model, train_ds, epochs, max_steps=max_steps, eval_ds=eval_ds, callbacks=callbacks)
     t_setup = time.perf_counter()
-    resume_from = last_checkpoint(output) if config.resume else None
+    resume_from = resume_checkpoint(output) if config.resume else None
     head_init = None
     if config.head_init == "probe" and resume_from is None:
         # LP-FT (Kumar et al., 2022): start fine-tuning from the linear probe's head
@@ -867,7 +1079,8 @@ def train(config: TrainConfig | None = None, *, text_data: TextData | None = Non
                              "loss, is kept (Trainer load_best_model_at_end)"}
     training.update(epochs=epochs if model.method.trains_encoder else 0, steps=trainer.state.global_step, selection=selection,
                     pooling=pooling, train_loss=train_loss, resumed_from=resume_from, head_init=head_init,
-                    head_stage=head_stage, world_size=trainer.args.world_size)
+                    head_stage=head_stage, world_size=trainer.args.world_size,
+                    warmup_steps=getattr(trainer, "scheduled_warmup_steps", None))
     result = {
         "method": config.method,
         "hparams": model.method.hparams,

@@ -37,7 +37,7 @@ import numpy as np
 
 from ..errors import DataError
 
-__all__ = ["DegenerateFitError", "log_softmax", "negative_log_likelihood", "expected_calibration_error",
+__all__ = ["DegenerateFitError", "probability_metrics", "log_softmax", "negative_log_likelihood", "expected_calibration_error",
            "fit_temperature", "temperature_scaling"]
 
 #: bins of the expected calibration error (Guo et al. use 15)
@@ -104,13 +104,22 @@ def separates(logits: np.ndarray, labels: Sequence[int]) -> bool:
     return bool(len(labels)) and bool((own > others.max(axis=1)).all())
 
 
+def probability_metrics(logits, labels: Sequence[int], temperature: float = 1.0) -> dict:
+    """How good the probabilities ``softmax(logits / temperature)`` are: ``nll`` (mean cross-entropy,
+    nats) and ``ece`` (expected calibration error, 15 bins)."""
+    from .calibration import expected_calibration_error, log_softmax, negative_log_likelihood
+
+    logits = np.asarray(logits, dtype=np.float64)
+    probabilities = np.exp(log_softmax(logits / temperature))
+    return {"nll": negative_log_likelihood(logits, labels, temperature),
+            "ece": expected_calibration_error(probabilities, labels)}
+
+
 def temperature_scaling(logits: np.ndarray, labels: Sequence[int]) -> dict[str, float]:
     """Fit the temperature on (``logits``, ``labels``) and return the record a model keeps:
     ``temperature``, ``n`` and the NLL and ECE of those rows before and after. Raises
     :class:`DegenerateFitError` (one line with those numbers) when the logits separate the rows
     perfectly or T falls outside [MIN_TEMPERATURE, MAX_TEMPERATURE]."""
-    from .metrics import probability_metrics
-
     labels = np.asarray(labels, dtype=int)
     t = fit_temperature(logits, labels)
     before, after = probability_metrics(logits, labels), probability_metrics(logits, labels, t)

@@ -6,6 +6,8 @@ from typing import Sequence
 
 import numpy as np
 
+from .calibration import probability_metrics
+
 #: The headline metrics printed by ``contrastfit evaluate`` and the experiment tables.
 HEADLINE = ("accuracy", "f1", "macro_f1", "mcc")
 
@@ -61,17 +63,6 @@ def evaluate_model(model, dataset, batch_size: int = 64, progress: bool = False)
     out = classification_metrics(dataset[LABEL], logits.argmax(axis=1), model.label_names)
     out.update(probability_metrics(logits, dataset[LABEL], getattr(model, "temperature", 1.0)))
     return out
-
-
-def probability_metrics(logits, labels: Sequence[int], temperature: float = 1.0) -> dict:
-    """How good the probabilities ``softmax(logits / temperature)`` are: ``nll`` (mean cross-entropy,
-    nats) and ``ece`` (expected calibration error, 15 bins; :mod:`contrastfit.evaluation.calibration`)."""
-    from .calibration import expected_calibration_error, log_softmax, negative_log_likelihood
-
-    logits = np.asarray(logits, dtype=np.float64)
-    probabilities = np.exp(log_softmax(logits / temperature))
-    return {"nll": negative_log_likelihood(logits, labels, temperature),
-            "ece": expected_calibration_error(probabilities, labels)}
 
 
 def headline(metrics: dict) -> dict:

@@ -55,21 +55,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-if __package__:
-    from ..atomic import json_default, write_json_atomic
-    from ..errors import ContrastfitError
-else:  # loaded on its own from its file (standard library only): atomic.py and errors.py, also standard library only
-    import importlib.util
-
-    def _load(name: str):
-        spec = importlib.util.spec_from_file_location(f"_contrastfit_{name}", Path(__file__).resolve().parents[1] / f"{name}.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        return module
-
-    _atomic = _load("atomic")
-    json_default, write_json_atomic = _atomic.json_default, _atomic.write_json_atomic
-    ContrastfitError = _load("errors").ContrastfitError
+from ..atomic import json_default, write_json_atomic
+from ..errors import ContrastfitError
 
 __all__ = ["REBUILD_HINT", "ResultsStore", "STORE_NAME", "StoreError", "Unit", "file_lock", "read_written", "run_pending"]
 

@@ -11,6 +11,7 @@ values).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Sequence
 
@@ -72,6 +73,13 @@ class Method(nn.Module):
     #: The loss needs in-batch positives (the default ``--sampler balanced`` gives them); training such
     #: a method with ``--sampler random`` warns.
     contrastive: ClassVar[bool] = False
+    #: The loss contrasts each row with the other rows of its batch as negatives (SimCSE's InfoNCE):
+    #: like a contrastive method's, its term is 0 at every step with a batch of one, which is refused
+    #: (:func:`contrastfit.training.check_batch_size`).
+    in_batch_negatives: ClassVar[bool] = False
+    #: Float hyper-parameters that may take a non-finite value, and which (e.g. SimCSE's
+    #: ``hard_negative_weight`` of -inf); every other non-finite value is refused (:func:`resolve_hparams`).
+    non_finite_ok: ClassVar[dict[str, tuple[float, ...]]] = {}
     head_kind: ClassVar[str] = "linear"
     #: Two stages (SupCL-Seq, SimCSE, DiffCSE): stage 1 trains the encoder with
     #: :meth:`training_loss` on the Trainer; stage 2 freezes the encoder, encodes the training set
@@ -101,7 +109,7 @@ class Method(nn.Module):
         super().__init__()
         if task not in ("classification", "regression"):
             raise ConfigError(f"unknown task '{task}'")
-        self.hparams = resolve_hparams(self.name, self.defaults, hparams)
+        self.hparams = resolve_hparams(self.name, self.defaults, hparams, type(self).non_finite_ok)
         #: a :class:`contrastfit.memory.CrossBatchMemory` while training with ``--memory-size``, else None
         self.memory = None
         self.num_labels = num_labels
@@ -115,7 +123,8 @@ class Method(nn.Module):
         in parentheses (e.g. what 0 means)."""
         value = self.hparams[key]
         low = gt if gt is not None else ge
-        ok = ((gt is None or value > gt) and (ge is None or value >= ge) and (le is None or value <= le))
+        ok = (math.isfinite(value) and (gt is None or value > gt) and (ge is None or value >= ge)
+              and (le is None or value <= le))
         if le is None:
             expected = f"> {gt}" if gt is not None else f">= {ge}"
         else:
@@ -206,8 +215,15 @@ class NormalizedFeaturesMethod(Method):
 
 
 
-def resolve_hparams(method: str, defaults: dict[str, Any], given: dict[str, Any]) -> dict[str, Any]:
-    """Defaults updated with ``given``; unknown names and values of the wrong type are refused."""
+def resolve_hparams(method: str, defaults: dict[str, Any], given: dict[str, Any],
+                    non_finite_ok: dict[str, tuple[float, ...]] | None = None) -> dict[str, Any]:
+    """Defaults updated with ``given``; unknown names, values of the wrong type and non-finite numbers
+    (NaN, inf, -inf: ``temperature=inf`` would make every logit 0) are refused with one line, except
+    the values ``non_finite_ok`` allows by name (default: the registered method's
+    :attr:`Method.non_finite_ok`)."""
+    if non_finite_ok is None:
+        spec = _REGISTRY.get(method)
+        non_finite_ok = spec.cls.non_finite_ok if spec is not None else {}
     unknown = sorted(set(given) - set(defaults))
     if unknown:
         known = ", ".join(sorted(defaults)) or "none"
@@ -234,9 +250,15 @@ def resolve_hparams(method: str, defaults: dict[str, Any], given: dict[str, Any]
                 value = int(float(value))
             elif isinstance(default, float):
                 value = float(value)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             kind = "comma-separated list" if isinstance(default, tuple) else type(default).__name__
             raise ConfigError(f"method '{method}': hyper-parameter '{key}' must be a {kind}, got {value!r}") from None
+        allowed = non_finite_ok.get(key, ())
+        for number in value if isinstance(value, tuple) else (value,):
+            if isinstance(number, float) and not math.isfinite(number) and number not in allowed:
+                also = f" (or {', '.join(map(str, allowed))})" if allowed else ""
+                raise ConfigError(f"method '{method}': hyper-parameter '{key}' must be a finite number{also}, "
+                                  f"got {number}")
         out[key] = value
     return out
 

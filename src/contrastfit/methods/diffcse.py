@@ -113,6 +113,7 @@ class DiffCSE(SentenceEmbeddingMethod):
     name = "diffcse"
     description = "SimCSE + lambda * conditional replaced-token detection (small discriminator), then the report's task head"
     reference = "Behrman & Christoglou (CS224N), Eq. 3-6; Chuang et al. 2022"
+    in_batch_negatives = True  # its SimCSE term
     defaults = {
         "temperature": TEMPERATURE,
         "lambda": DEFAULT_LAMBDA,

@@ -129,6 +129,7 @@ class SimCSESup(SentenceEmbeddingMethod):
     reference = "Behrman & Christoglou (CS224N), Eq. 2, Sec. 4.1; Gao et al. 2021"
     defaults = {"temperature": TEMPERATURE, "hard_negative_weight": 0.0, "augmented": False, **HEAD_STAGE_DEFAULTS}
     contrastive = True
+    non_finite_ok = {"hard_negative_weight": (-math.inf,)}  # -inf: the hard negatives drop out
 
     def __init__(self, num_labels, hidden_size, task="classification", **hparams):
         super().__init__(num_labels, hidden_size, task, **hparams)

@@ -23,6 +23,7 @@ class SimCSEUnsup(SentenceEmbeddingMethod):
     description = "unsupervised SimCSE (two dropout passes), then the report's task head on the frozen encoder"
     reference = "Behrman & Christoglou (CS224N), Eq. 1; Gao et al. 2021"
     defaults = {"temperature": TEMPERATURE, **HEAD_STAGE_DEFAULTS}
+    in_batch_negatives = True
 
     def training_loss(self, model, inputs, labels) -> LossOutput:
         sentences = sentence_inputs(model, inputs)

@@ -98,6 +98,7 @@ class SelfSupervisedCL(_DropoutViewsMethod):
     defaults = {"view_dropouts": VIEW_DROPOUTS, "temperature": 0.05, **HEAD_STAGE_DEFAULTS}
     contrastive = False
     frozen_head_stage = True
+    in_batch_negatives = True  # the other sentences' views
 
     def __init__(self, num_labels, hidden_size, task="classification", **hparams):
         super().__init__(num_labels, hidden_size, task, **hparams)

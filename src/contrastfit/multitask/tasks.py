@@ -143,6 +143,9 @@ class Task:
             raise ConfigError(f"{where}: hparams must be a mapping, got {self.hparams!r}")
         if self.hparams and self.objective is None:  # the default objectives (ce, mse, cosine) have none
             raise ConfigError(f"{where}: hparams are the objective's: give the objective too (e.g. objective: ce-scl)")
+        for key, value in self.hparams.items():
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+                raise ConfigError(f"{where}: {key} must be a finite number, got {value!r}")
         if self.objective is not None:
             unknown = sorted(set(self.hparams) - set(OBJECTIVE_HPARAMS[self.objective]))
             if unknown:

@@ -48,8 +48,8 @@ from ..evaluation.metrics import classification_metrics, probability_metrics, re
 from ..atomic import write_json_atomic
 from ..training import (CHECKPOINT_DIR, DEFAULT_LEARNING_RATE, DEFAULT_MIN_STEPS, LOWER_IS_BETTER, RESULTS_NAME,
                         LossPartLogging, TIE_BREAK, PreparedData, TrainConfig, TrainResult, _selection_args, _stopped_early,
-                        _weights_only_loading, evaluation_history, last_checkpoint, prepare_data, record_provenance,
-                        trainer_arguments)
+                        _weights_only_loading, check_precision, evaluation_history, last_checkpoint, prepare_data,
+                        record_provenance, resume_checkpoint, trainer_arguments)
 from .model import MultiTaskModel
 from .schedule import DEFAULT_TEMPERATURE, SCHEDULES, TaskBatchSampler
 from .tasks import Task, TaskSpec, resolve_task
@@ -128,6 +128,11 @@ class MultiTaskConfig:
         tasks = self.task_list()
         if self.fp16 and self.bf16:
             raise ConfigError("choose one of fp16 and bf16")
+        check_precision(self, ("fp16", "bf16", "use_cpu"))
+        for t in tasks:  # a contrastive task's batches come from the class-balanced sampler
+            if t.objective == "ce-scl" and (t.batch_size or self.batch_size) < 2:
+                raise ConfigError(f"task '{t.name}': objective ce-scl compares the rows of a batch with each other and "
+                                  f"needs batch_size >= 2, got {t.batch_size or self.batch_size}")
         if self.select_on != "average" and self.select_on not in {t.name for t in tasks}:
             raise ConfigError(f"select_on must be 'average' or a task name ({', '.join(t.name for t in tasks)}), "
                               f"got {self.select_on!r}")
@@ -374,7 +379,7 @@ def train_multitask(config: MultiTaskConfig | None = None, *, callbacks: list[Tr
     selecting = config.select_best and bool(eval_sets)
     trainer = _build_trainer(config, model, rows, sampler, total_steps, eval_sets if selecting else None, callbacks)
     t_setup = time.perf_counter()
-    resume_from = last_checkpoint(output) if config.resume else None
+    resume_from = resume_checkpoint(output) if config.resume else None
     with _weights_only_loading(resume_from):
         train_output = trainer.train(resume_from_checkpoint=resume_from)
     t_train = time.perf_counter()
