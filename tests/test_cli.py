@@ -355,15 +355,27 @@ def _train_fields():
     return config_option_fields()
 
 
-def _readme_train_options() -> dict[str, list[str]]:
-    """README "Command line": the table of `train` options, {group: [flags]}."""
+def _docs_train_options() -> dict[str, list[str]]:
+    """docs/cli.md: the table of `train` options, {group: [flags]}, as the site renders it (the page
+    holds a marker that docs/hooks.py replaces with the table generated from TrainConfig)."""
+    import importlib.util
     import re
     from pathlib import Path
 
-    text = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
-    table = text.split("`train` options, grouped as in `contrastfit train --help`:", 1)[1].split("\n\n", 2)[1]
+    root = Path(__file__).resolve().parents[1]
+    page = (root / "docs" / "cli.md").read_text(encoding="utf-8")
+    assert "\n<!-- options: train -->\n" in page
+    spec = importlib.util.spec_from_file_location("contrastfit_docs_hooks", root / "docs" / "hooks.py")
+    hooks = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hooks)
+    text = hooks.on_page_markdown(page, None, None, None)
+    assert "<!-- options:" not in text
+    table = text.split("`train` options, grouped as in `contrastfit train --help`", 1)[1].split("\n\n", 2)[1]
     rows = [line.split("|") for line in table.splitlines() if line.startswith("| ") and "---" not in line]
-    return {cells[1].strip(): re.findall(r"`(--[a-z0-9-]+)", cells[2]) for cells in rows[1:]}
+    documented: dict[str, list[str]] = {}
+    for cells in rows[1:]:
+        documented.setdefault(cells[1].strip(), []).extend(re.findall(r"`(--[a-z0-9-]+)", cells[2]))
+    return documented
 
 
 def test_train_options_and_their_defaults_are_trainconfig_s(capsys):
@@ -392,10 +404,11 @@ def test_every_documented_train_flag_exists_in_its_group():
     parser = build_parser()
     train = next(a for a in parser._subparsers._group_actions[0].choices.items() if a[0] == "train")[1]
     groups = {g.title: {s for a in g._group_actions for s in a.option_strings} for g in train._action_groups}
-    documented = _readme_train_options()
-    assert set(documented) == {"data", "sampling", "method", "model and optimisation", "model selection"}
+    documented = _docs_train_options()
+    assert set(documented) == {"options", "data", "sampling", "method", "model and optimisation", "model selection"}
     for group, flags in documented.items():
         assert flags and set(flags) <= groups[group], (group, set(flags) - groups[group])
+    assert {f for fs in documented.values() for f in fs} == {s for g in groups.values() for s in g if s.startswith("--")} - {"--help"}
     for flag in ("--method", "--shots", "--sample-seed", "--metric-for-best", "--early-stopping-patience",
                  "--head-init", "--refit-head", "--quiet", "--cpu", "--no-select-best", "--lambda", "--param"):
         assert any(flag in flags for flags in groups.values()), flag

@@ -58,7 +58,7 @@ from .atomic import write_json_atomic
 from .modeling import ContrastiveClassifier
 from .versions import library_versions
 
-#: The default recipe: what `contrastfit train --data FILE` trains with no --method (README, Benchmarks).
+#: The default recipe: what `contrastfit train --data FILE` trains with no --method (docs/benchmarks.md).
 DEFAULT_METHOD = "ce-scl-lr"
 DEFAULT_REGRESSION_METHOD = "ce"
 DEFAULT_LEARNING_RATE = 5e-5
@@ -172,11 +172,11 @@ class TrainConfig:
     gradient_cache_chunk: int | None = setting(None, (
         "gradient caching: embed each batch in chunks of N sentences without a graph, compute the loss on the "
         "whole batch, then re-encode chunk by chunk with the cached gradients (exact gradients, the encoder "
-        "memory of N sentences; README, Scale)"), group=_OPT, flag="--gradient-cache", metavar="N", ge=1)
+        "memory of N sentences; docs: Scale)"), group=_OPT, flag="--gradient-cache", metavar="N", ge=1)
     memory_size: int | None = setting(None, (
         "cross-batch memory: the last M embeddings of earlier batches, with their labels, join the SupCon term "
         "as extra candidates once M are stored (Wang et al. 2020; ce-scl, ce-scl-lr, ce-supcon, supcl-seq; "
-        "README, Scale)"), group=_OPT, metavar="M", ge=1)
+        "docs: Scale)"), group=_OPT, metavar="M", ge=1)
     sampler: str = setting("balanced", "training batches: balanced (the data's class mix, >= 2 rows of every class "
                            "present) or random, the library's shuffle", group=_OPT, choices=("balanced", "random"))
     head_init: str = setting("random", "probe: fit the head as a logistic-regression probe before fine-tuning, "

@@ -299,7 +299,7 @@ def model_label(model: str) -> str:
 
 
 class Experiment(Schema):
-    """An experiment config: what ``contrastfit experiment CONFIG.yaml`` runs (README, Experiments).
+    """An experiment config: what ``contrastfit experiment CONFIG.yaml`` runs (docs/experiments.md).
     ``models`` (instead of ``model``) compares encoders on the same protocol and samples: every run
     of every method on each of them, labelled ``MODEL/VARIANT`` (:func:`model_label`)."""
 
@@ -468,7 +468,7 @@ class MultiTaskVariant(Schema):
 
 
 class MultiTaskExperiment(Schema):
-    """A multi-task experiment (README, Multi-task training): one encoder with a head per task, its
+    """A multi-task experiment (docs/multitask.md): one encoder with a head per task, its
     ``variants`` compared on the same ``tasks`` and samples, for every seed. ``steps_per_task``: the
     batches each task gets in every variant (a single-task run trains that many steps, a multi-task run
     that many times the number of tasks); without it the runs follow MultiTaskConfig's step rule."""

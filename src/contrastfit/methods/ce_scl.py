@@ -69,7 +69,7 @@ class SupConLogistic(NormalizedFeaturesMethod, CrossEntropySupCon):
     steps the linear head learns little: on 20 classes its CE stays at ln 20 and ``ce-scl`` predicts
     near chance (7.6% on MedMCQA subjects, K = 8) while the encoder it shaped is fine. Refitting the
     head costs one encoding of the training set and a scikit-learn fit. The evidence is in the
-    README (Benchmarks, few-shot) and ``bench/fewshot.py``.
+    docs/benchmarks.md (few-shot) and ``bench/fewshot.py``.
     """
 
     name = "ce-scl-lr"

@@ -1,0 +1,46 @@
+"""The README and the documentation site's sources (docs/, mkdocs.yml); `make test` also builds the
+site with `mkdocs build --strict`, which checks every link and anchor."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_readme_is_short_and_starts_with_the_two_commands():
+    lines = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
+    assert len(lines) <= 250
+    assert lines[0] == "# contrastfit"
+    first_block = lines[lines.index("```bash") + 1:lines.index("```")]
+    assert [line.split()[:2] for line in first_block] == [["make", "demo"], ["make", "test"]]
+    assert not any(line.startswith("## ") for line in lines[:lines.index("```bash")])  # before any section
+
+
+def _nav_pages(nav) -> list[str]:
+    pages = []
+    for item in nav:
+        values = item.values() if isinstance(item, dict) else [item]
+        for value in values:
+            pages += _nav_pages(value) if isinstance(value, list) else [value]
+    return pages
+
+
+def test_every_docs_page_is_in_the_nav_and_every_readme_link_exists():
+    config = yaml.load((ROOT / "mkdocs.yml").read_text(encoding="utf-8"), Loader=yaml.BaseLoader)
+    nav = _nav_pages(config["nav"])
+    pages = sorted(p.relative_to(ROOT / "docs").as_posix() for p in (ROOT / "docs").rglob("*.md"))
+    assert sorted(nav) == pages
+    assert "pitfalls.md" in nav and "design.md" in nav
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    targets = re.findall(r"\]\((docs/[^)#]+)", readme)
+    assert targets and all((ROOT / t).is_file() for t in targets), targets
+
+
+def test_the_design_page_describes_the_tree():
+    design = (ROOT / "docs" / "design.md").read_text(encoding="utf-8")
+    for part in ("data/", "losses/", "methods/", "training.py", "cli.py", "bench/"):
+        assert f"`{part}" in design, part
