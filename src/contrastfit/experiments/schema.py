@@ -351,7 +351,7 @@ class Experiment(Schema):
     @model_validator(mode="after")
     def _keep_model_of_the_grid(self):
         if self.keep_model is not None and self.search is not None:
-            raise _invalid("keep_model: keeps a run of the methods' grid; a search: config has none to keep")
+            raise invalid("keep_model: keeps a run of the methods' grid; a search: config has none to keep")
         return self
 
 
