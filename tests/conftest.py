@@ -94,15 +94,20 @@ def sentiment_rows(n_per_class: int = 12, seed: int = 0):
     return rows
 
 
-def write_sentiment_csv(path: Path, delimiter: str = ",", **rows) -> Path:
-    """``sentiment_rows(**rows)`` as a CSV with columns ``sentence`` and ``sentiment``."""
+def write_rows_csv(path: Path, rows, delimiter: str = ",") -> Path:
+    """``rows`` (dicts with ``sentence`` and ``sentiment``) as a CSV with those two columns."""
     import csv
 
     with open(path, "w", newline="", encoding="utf-8") as fh:
         writer = csv.DictWriter(fh, fieldnames=["sentence", "sentiment"], delimiter=delimiter)
         writer.writeheader()
-        writer.writerows(sentiment_rows(**rows))
+        writer.writerows(rows)
     return path
+
+
+def write_sentiment_csv(path: Path, delimiter: str = ",", **rows) -> Path:
+    """``sentiment_rows(**rows)`` as a CSV with columns ``sentence`` and ``sentiment``."""
+    return write_rows_csv(path, sentiment_rows(**rows), delimiter)
 
 
 @pytest.fixture()

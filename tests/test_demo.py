@@ -2,27 +2,18 @@
 
 from __future__ import annotations
 
-import csv
 import json
 from pathlib import Path
 
 import pytest
 import yaml
 
-from conftest import sentiment_rows
+from conftest import sentiment_rows, write_rows_csv
 from contrastfit.errors import ConfigError
 from contrastfit.experiments import load_config, parse_config, run_experiment
 from contrastfit.training import DEFAULT_METHOD
 
 QUICKSTART = Path(__file__).resolve().parents[1] / "examples" / "quickstart.yaml"
-
-
-def _csv(path: Path, rows) -> Path:
-    with open(path, "w", newline="", encoding="utf-8") as fh:
-        writer = csv.DictWriter(fh, fieldnames=["sentence", "sentiment"])
-        writer.writeheader()
-        writer.writerows(rows)
-    return path
 
 
 def test_the_quickstart_keeps_the_default_recipes_model_and_predict_loads_it(tmp_path, tiny_encoder_dir, capsys):
@@ -31,9 +22,9 @@ def test_the_quickstart_keeps_the_default_recipes_model_and_predict_loads_it(tmp
     raw = yaml.safe_load(QUICKSTART.read_text(encoding="utf-8"))
     assert raw["keep_model"] == DEFAULT_METHOD and raw["output"] == "runs/quickstart"
     # the same config, shrunk: the tiny encoder, a toy data set, two of its methods, 2 samples of 4 per class
-    raw.update(data=str(_csv(tmp_path / "train.csv", sentiment_rows(30, seed=1))), model=str(tiny_encoder_dir),
+    raw.update(data=str(write_rows_csv(tmp_path / "train.csv", sentiment_rows(30, seed=1))), model=str(tiny_encoder_dir),
                data_options={"label_column": "sentiment",
-                             "test_data": str(_csv(tmp_path / "test.csv", sentiment_rows(8, seed=2)))},
+                             "test_data": str(write_rows_csv(tmp_path / "test.csv", sentiment_rows(8, seed=2)))},
                methods=["ce", DEFAULT_METHOD], baseline="ce", protocol={"kind": "few-shot", "shots": 4, "samples": 2},
                validation_size=8, training={"epochs": 1, "batch_size": 4, "learning_rate": 1e-3, "min_steps": 1},
                analyses=[], report=False, output=str(tmp_path / "runs" / "quickstart"))

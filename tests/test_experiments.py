@@ -15,24 +15,16 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import sentiment_rows
+from conftest import sentiment_rows, write_rows_csv
 from contrastfit.errors import ConfigError
 from contrastfit.experiments import load_config, parse_config, run_experiment
 from contrastfit.experiments.store import STORE_NAME, ResultsStore
 
 
-def _csv(path: Path, rows) -> Path:
-    with open(path, "w", newline="", encoding="utf-8") as fh:
-        writer = csv.DictWriter(fh, fieldnames=["sentence", "sentiment"])
-        writer.writeheader()
-        writer.writerows(rows)
-    return path
-
-
 @pytest.fixture()
 def experiment_files(tmp_path, tiny_encoder_dir):
-    train = _csv(tmp_path / "train.csv", sentiment_rows(30, seed=1))
-    test = _csv(tmp_path / "test.csv", sentiment_rows(8, seed=2))
+    train = write_rows_csv(tmp_path / "train.csv", sentiment_rows(30, seed=1))
+    test = write_rows_csv(tmp_path / "test.csv", sentiment_rows(8, seed=2))
 
     def write(**overrides) -> Path:
         raw = {
@@ -513,7 +505,7 @@ def test_an_edited_config_makes_new_runs_beside_the_old_ones(experiment_files, t
     (first,) = _done_runs(out).values()
     overrides, recorded = EDITS[edit]
     if edit == "data content":  # the same path, other rows
-        _csv(tmp_path / "train.csv", sentiment_rows(30, seed=9))
+        write_rows_csv(tmp_path / "train.csv", sentiment_rows(30, seed=9))
     if edit == "data path":  # another file with the same rows
         (tmp_path / "train2.csv").write_bytes((tmp_path / "train.csv").read_bytes())
         overrides = [f"data={tmp_path / 'train2.csv'}"]
@@ -540,7 +532,7 @@ def test_an_edited_config_makes_new_runs_beside_the_old_ones(experiment_files, t
     assert json.loads((out / "summary.json").read_text())["rows"][0]["n"] == 1
     # the unchanged config reuses its runs: back to the first config, nothing is trained
     if edit == "data content":
-        _csv(tmp_path / "train.csv", sentiment_rows(30, seed=1))
+        write_rows_csv(tmp_path / "train.csv", sentiment_rows(30, seed=1))
     capsys.readouterr()
     run_experiment(load_config(path), progress=False)
     assert "1 runs (0 new, 1 done earlier)" in capsys.readouterr().out
