@@ -10,17 +10,22 @@ one-line :class:`~contrastfit.errors.ConfigError` the CLI prints::
         samples: PositiveInt = 5
 
     protocol = parse(Protocol, raw, where="exp.yaml: protocol")
+
+A value of a declared setting (a :class:`~contrastfit.training.TrainConfig` field, a method's
+hyper-parameter) that its declaration refuses is described by :func:`field_error`, from that
+declaration: ``batch_size must be >= 1, got 0``.
 """
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+import typing
+from typing import Any, Mapping, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from .errors import ConfigError
 
-__all__ = ["Schema", "parse", "describe_error"]
+__all__ = ["Schema", "parse", "describe_error", "field_error"]
 
 
 class Schema(BaseModel):
@@ -61,3 +66,57 @@ def parse(model: type[S], data: Any, where: str) -> S:
         return model.model_validate(data)
     except ValidationError as exc:
         raise ConfigError(describe_error(exc, where, model)) from None
+
+
+_WORDS = {bool: "true or false", int: "int", float: "float", str: "a string", dict: "a mapping with text keys",
+          list: "a list", tuple: "a comma-separated list"}
+_BOUND_ERRORS = ("greater_than", "greater_than_equal", "less_than", "less_than_equal")
+
+
+def field_error(model: type[BaseModel], error: Mapping[str, Any], value: Any = None) -> str:
+    """The one-line message for pydantic's ``error`` (an item of ``ValidationError.errors()``) on a field
+    of ``model``: ``NAME must be EXPECTED, got VALUE``, what is expected read from the field's declaration
+    (its type, its ``Literal`` choices, its bounds); ``value`` (default: the input pydantic names) is
+    what the message shows. An error inside the value (an item of a list) is described by the item's
+    type and bounds."""
+    name, kind = str(error["loc"][0]), error["type"]
+    value = error.get("input") if value is None else value
+    info = model.model_fields[name]
+    annotation = info.annotation
+    if len(error["loc"]) > 1 and typing.get_origin(annotation) in (list, tuple):
+        annotation = typing.get_args(annotation)[0]
+    literal = [a for a in (annotation, *typing.get_args(annotation)) if typing.get_origin(a) is typing.Literal]
+    if kind == "literal_error" and literal:
+        return f"{name} must be one of {', '.join(map(str, typing.get_args(literal[0])))}, got {value!r}"
+    if kind == "finite_number":
+        return f"{name} must be a finite number, got {value!r}"
+    if kind in _BOUND_ERRORS:
+        bounds = dict(error.get("ctx") or {}) if len(error["loc"]) > 1 else {
+            k: getattr(m, k) for m in info.metadata for k in ("ge", "gt", "le", "lt") if getattr(m, k, None) is not None}
+        return f"{name} must be {_bounds_text(bounds)}, got {value!r}"
+    if kind == "value_error":  # a validator's own ValueError: its text says what is expected
+        return f"{name} {str(error['msg']).removeprefix('Value error, ')}, got {value!r}"
+    while typing.get_origin(annotation) is typing.Annotated:
+        annotation = typing.get_args(annotation)[0]
+    kinds = [k for k in (typing.get_args(annotation) if typing.get_origin(annotation) not in (dict, list, tuple)
+                         else ()) or (annotation,) if k is not type(None)]
+    expected = " or ".join(_WORDS.get(typing.get_origin(k) or k, str(k)) for k in kinds)
+    hint = ""
+    if float in kinds and isinstance(value, str) and "e" in value.lower():  # PyYAML wants a dot in a float
+        try:
+            float(value)
+            hint = " (YAML reads 2e-5 as text: write 2.0e-5)"
+        except ValueError:
+            pass
+    return f"{name} must be {expected}, got {value!r}{hint}"
+
+
+def _bounds_text(bounds: Mapping[str, float]) -> str:
+    """``{"ge": 0, "lt": 1}`` -> ``in [0, 1)``; ``{"ge": 1}`` -> ``>= 1``."""
+    low = ("[", bounds["ge"]) if "ge" in bounds else ("(", bounds["gt"]) if "gt" in bounds else None
+    high = (bounds["le"], "]") if "le" in bounds else (bounds["lt"], ")") if "lt" in bounds else None
+    if low and high:
+        return f"in {low[0]}{low[1]}, {high[0]}{high[1]}"
+    if low:
+        return f"{'>=' if low[0] == '[' else '>'} {low[1]}"
+    return f"{'<=' if high[1] == ']' else '<'} {high[0]}"
