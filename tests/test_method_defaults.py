@@ -1,7 +1,9 @@
 """Every registered method's resolved default hyper-parameters, as they were before the methods
-declared them as models (issue #20): the same names, values, types and order, for an unknown
-training-set size and for sizes on both sides of the size tables' boundaries. Run identities and the
-bench numbers depend on them, so a change here must be deliberate."""
+declared them as models (issue #20): the same names, values and types (an int stays an int), for an
+unknown training-set size and for sizes on both sides of the size tables' boundaries. Run identities
+and the bench numbers depend on them, so a change here must be deliberate. (Their order is not
+compared: a model lists its base classes' fields first, e.g. the head stage's; run identities sort
+the names.)"""
 
 from __future__ import annotations
 
@@ -165,9 +167,28 @@ def test_every_method_is_in_the_snapshot():
 def test_resolved_defaults_are_unchanged(name):
     spec = get_method(name)
     for n_train, want in DEFAULTS[name].items():
-        got = spec.defaults_for(n_train)
-        assert list(got.items()) == list(want.items()), n_train
-        assert [type(v) for v in got.values()] == [type(v) for v in want.values()], n_train
+        assert _typed(spec.defaults_for(n_train)) == _typed(want), n_train
     created = spec.create(3, 24).hparams  # what a method built with no hyper-parameters given holds
-    assert list(created.items()) == list(DEFAULTS[name][None].items())
-    assert [type(v) for v in created.values()] == [type(v) for v in DEFAULTS[name][None].values()]
+    assert _typed(created) == _typed(DEFAULTS[name][None])
+
+
+def _typed(hparams: dict) -> dict:
+    return {k: (type(v), v) for k, v in hparams.items()}
+
+
+def test_a_preset_s_defaults_are_checked_and_resolved_over_its_base_s(monkeypatch):
+    from contrastfit.errors import ConfigError
+    from contrastfit.methods import base
+
+    monkeypatch.setattr(base, "_REGISTRY", dict(base._REGISTRY))  # the presets below stay in this test
+    base.register_preset("ce-scl-cold", "ce-scl", {"temperature": 0.1}, "ce-scl, colder", "nobody",
+                         size_table=lambda n: {"temperature": 0.05} if n < 50 else {})
+    spec = get_method("ce-scl-cold")
+    assert _typed(spec.defaults) == _typed({"lambda": 0.9, "temperature": 0.1})
+    assert spec.defaults_for(20)["temperature"] == 0.05 and spec.defaults_for(500)["temperature"] == 0.1
+    assert spec.resolve({"lambda": "0.5", "temperature": None}) == {"lambda": 0.5, "temperature": 0.1}
+    assert spec.create(3, 24).hparams == {"lambda": 0.9, "temperature": 0.1}
+    with pytest.raises(ConfigError, match=r"^method 'ce-scl-hot': temperature must be > 0, got 0$"):
+        base.register_preset("ce-scl-hot", "ce-scl", {"temperature": 0}, "", "")
+    with pytest.raises(ConfigError, match=r"^method 'ce-scl-hot' has no hyper-parameter 'tau'"):
+        base.register_preset("ce-scl-hot", "ce-scl", {"tau": 1}, "", "")

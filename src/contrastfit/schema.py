@@ -78,21 +78,22 @@ def field_error(model: type[BaseModel], error: Mapping[str, Any], value: Any = N
     of ``model``: ``NAME must be EXPECTED, got VALUE``, what is expected read from the field's declaration
     (its type, its ``Literal`` choices, its bounds); ``value`` (default: the input pydantic names) is
     what the message shows. An error inside the value (an item of a list) is described by the item's
-    type and bounds."""
+    type and bounds: ``each of view_dropouts must be in [0, 1), got 1.5``."""
     name, kind = str(error["loc"][0]), error["type"]
     value = error.get("input") if value is None else value
-    info = model.model_fields[name]
-    annotation = info.annotation
+    info = next(f for n, f in model.model_fields.items() if name in (n, f.alias))
+    annotation, constraints = info.annotation, info.metadata
     if len(error["loc"]) > 1 and typing.get_origin(annotation) in (list, tuple):
-        annotation = typing.get_args(annotation)[0]
+        annotation, name = typing.get_args(annotation)[0], f"each of {name}"
+        constraints = [m for f in typing.get_args(annotation)[1:] for m in getattr(f, "metadata", [f])]
     literal = [a for a in (annotation, *typing.get_args(annotation)) if typing.get_origin(a) is typing.Literal]
     if kind == "literal_error" and literal:
         return f"{name} must be one of {', '.join(map(str, typing.get_args(literal[0])))}, got {value!r}"
     if kind == "finite_number":
         return f"{name} must be a finite number, got {value!r}"
     if kind in _BOUND_ERRORS:
-        bounds = dict(error.get("ctx") or {}) if len(error["loc"]) > 1 else {
-            k: getattr(m, k) for m in info.metadata for k in ("ge", "gt", "le", "lt") if getattr(m, k, None) is not None}
+        bounds = {k: getattr(m, k) for m in constraints for k in ("ge", "gt", "le", "lt")
+                  if getattr(m, k, None) is not None}
         return f"{name} must be {_bounds_text(bounds)}, got {value!r}"
     if kind == "value_error":  # a validator's own ValueError: its text says what is expected
         return f"{name} {str(error['msg']).removeprefix('Value error, ')}, got {value!r}"
