@@ -228,7 +228,7 @@ def test_attributions_for_the_first_sample_and_seed_reach_the_report(experiment_
     assert "## Token attributions" in report and "figures/attributions_shots=4_test3.png" in report
     with pytest.raises(ConfigError, match="attributions: unknown key 'n'"):
         parse_config({**yaml.safe_load(experiment_files().read_text()), "attributions": {"n": 3}})
-    with pytest.raises(ConfigError, match="attributions: baseline: Input should be 'remove' or 'mask'"):
+    with pytest.raises(ConfigError, match="attributions: baseline must be one of remove, mask, got 'zero'"):
         parse_config({**yaml.safe_load(experiment_files().read_text()), "attributions": {"baseline": "zero"}})
 
 

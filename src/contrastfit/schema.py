@@ -18,6 +18,7 @@ declaration: ``batch_size must be >= 1, got 0``.
 
 from __future__ import annotations
 
+import types
 import typing
 from typing import Any, Mapping, TypeVar
 
@@ -39,8 +40,9 @@ S = TypeVar("S", bound=BaseModel)
 
 
 def describe_error(exc: ValidationError, where: str, model: type[BaseModel] | None = None) -> str:
-    """The first problem of ``exc`` as one line: ``where: key.path: what is wrong (got VALUE)``; an
-    unknown top-level key of ``model`` is listed with the allowed ones."""
+    """The first problem of ``exc`` as one line: ``where: NAME must be EXPECTED, got VALUE`` for a value
+    that a field of ``model`` declares otherwise (:func:`field_error`), else ``where: key.path: what is
+    wrong (got VALUE)``; an unknown top-level key of ``model`` is listed with the allowed ones."""
     err = exc.errors(include_url=False)[0]
     loc = err.get("loc", ())
     path = ".".join(str(p) for p in loc)
@@ -48,6 +50,8 @@ def describe_error(exc: ValidationError, where: str, model: type[BaseModel] | No
         msg = f"unknown key '{path}'"
         if model is not None and len(loc) == 1:
             msg += f" (allowed: {', '.join(sorted(model.model_fields))})"
+    elif model is not None and _declared_value(model, err):
+        msg = field_error(model, err)
     else:
         msg = f"{path + ': ' if path else ''}{err.get('msg', 'invalid value')}"
         if "input" in err and err.get("type") != "missing":
@@ -71,6 +75,30 @@ def parse(model: type[S], data: Any, where: str) -> S:
 _WORDS = {bool: "true or false", int: "int", float: "float", str: "a string", dict: "a mapping with text keys",
           list: "a list", tuple: "a comma-separated list"}
 _BOUND_ERRORS = ("greater_than", "greater_than_equal", "less_than", "less_than_equal")
+#: pydantic's errors that :func:`field_error` words from the field's declaration
+_VALUE_ERRORS = frozenset({"literal_error", "finite_number", *_BOUND_ERRORS, "int_type", "int_parsing",
+                           "int_from_float", "float_type", "float_parsing", "bool_type", "bool_parsing",
+                           "string_type"})
+
+
+def _declared_value(model: type[BaseModel], error: Mapping[str, Any]) -> bool:
+    """Whether ``error`` is one of :data:`_VALUE_ERRORS` on a field of ``model`` or on an item of a
+    list field (what :func:`field_error` describes)."""
+    loc = error.get("loc", ())
+    fields = {f.alias or n: f for n, f in model.model_fields.items()} | dict(model.model_fields)
+    if error.get("type") not in _VALUE_ERRORS or not loc or loc[0] not in fields:
+        return False
+    return len(loc) == 1 or (len(loc) == 2 and isinstance(loc[1], int)
+                             and typing.get_origin(_optional_arm(fields[loc[0]].annotation)) in (list, tuple))
+
+
+def _optional_arm(annotation: Any) -> Any:
+    """``X`` of ``X | None`` (a list that may be left out), without its ``Annotated`` constraints; any
+    other annotation as it is."""
+    arms = [a for a in typing.get_args(annotation) if a is not type(None)]
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType) and len(arms) == 1:
+        annotation = arms[0]
+    return typing.get_args(annotation)[0] if typing.get_origin(annotation) is typing.Annotated else annotation
 
 
 def field_error(model: type[BaseModel], error: Mapping[str, Any], value: Any = None) -> str:
@@ -83,8 +111,8 @@ def field_error(model: type[BaseModel], error: Mapping[str, Any], value: Any = N
     value = error.get("input") if value is None else value
     info = next(f for n, f in model.model_fields.items() if name in (n, f.alias))
     annotation, constraints = info.annotation, info.metadata
-    if len(error["loc"]) > 1 and typing.get_origin(annotation) in (list, tuple):
-        annotation, name = typing.get_args(annotation)[0], f"each of {name}"
+    if len(error["loc"]) > 1 and typing.get_origin(_optional_arm(annotation)) in (list, tuple):
+        annotation, name = typing.get_args(_optional_arm(annotation))[0], f"each of {name}"
         constraints = [m for f in typing.get_args(annotation)[1:] for m in getattr(f, "metadata", [f])]
     literal = [a for a in (annotation, *typing.get_args(annotation)) if typing.get_origin(a) is typing.Literal]
     if kind == "literal_error" and literal:
@@ -93,14 +121,14 @@ def field_error(model: type[BaseModel], error: Mapping[str, Any], value: Any = N
         return f"{name} must be a finite number, got {value!r}"
     if kind in _BOUND_ERRORS:
         bounds = {k: getattr(m, k) for m in constraints for k in ("ge", "gt", "le", "lt")
-                  if getattr(m, k, None) is not None}
+                  if getattr(m, k, None) is not None} or dict(error.get("ctx") or {})  # ctx: one bound, in a union
         return f"{name} must be {_bounds_text(bounds)}, got {value!r}"
     if kind == "value_error":  # a validator's own ValueError: its text says what is expected
         return f"{name} {str(error['msg']).removeprefix('Value error, ')}, got {value!r}"
-    while typing.get_origin(annotation) is typing.Annotated:
-        annotation = typing.get_args(annotation)[0]
-    kinds = [k for k in (typing.get_args(annotation) if typing.get_origin(annotation) not in (dict, list, tuple)
-                         else ()) or (annotation,) if k is not type(None)]
+    plain = lambda k: plain(typing.get_args(k)[0]) if typing.get_origin(k) is typing.Annotated else k  # noqa: E731
+    annotation = plain(annotation)
+    kinds = [plain(k) for k in (typing.get_args(annotation) if typing.get_origin(annotation) not in (dict, list, tuple)
+                                else ()) or (annotation,) if k is not type(None)]
     expected = " or ".join(_WORDS.get(typing.get_origin(k) or k, str(k)) for k in kinds)
     hint = ""
     if float in kinds and isinstance(value, str) and "e" in value.lower():  # PyYAML wants a dot in a float

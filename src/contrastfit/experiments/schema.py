@@ -15,7 +15,10 @@ are refused, types are not coerced (``validation_size: "500"`` is an error, not 
 to the innermost mapping that holds it::
 
     exp.yaml: protocol: unknown key 'shotz' (allowed: kind, samples, seed, shots, train_size)
-    exp.yaml: methods[1]: training: batch_size.0: Input should be a valid integer (got '16')
+    exp.yaml: methods[1]: training: each of batch_size must be int, got '16'
+
+(the wording of a value a field declares otherwise is :func:`contrastfit.schema.field_error`'s, the same
+as ``contrastfit train``'s for that setting).
 
 The value types (:mod:`.fields`), shared with the protocol files, follow these conventions:
 

@@ -118,8 +118,7 @@ class CrossEntropySupConBeta(CrossEntropySupCon):
 
     class Hparams(Hparams):
         beta: float = hparam(0.9, _BETA_HELP, ge=0, le=1, flag="BETA")
-        temperature: float = hparam(0.7, "SupCon temperature",
-                                    gt=0, flag="T")
+        temperature: float = hparam(0.7, "SupCon temperature", gt=0, flag="T")
 
     def contrastive_weight(self) -> float:
         """Gunel's lambda is Sosnowski's 1 - beta (beta weights the cross-entropy, Eq. 4)."""

@@ -104,6 +104,9 @@ from .base import Hparams, LossOutput, Method, ParamGroup, hparam, register_meth
 
 
 class _Projection(Hparams):
+    """The projection head g: ``ce-projection``'s hyper-parameters (LaCon's ``projection_dim`` is this one;
+    its ``projection_layers`` also takes 0)."""
+
     projection_dim: int = hparam(0, "width d of the projection head g (0: the encoder's hidden size)", ge=0)
     projection_layers: int = hparam(3, "layers of the projection head g", ge=1)
 
