@@ -7,6 +7,11 @@ problem as a one-line :class:`~contrastfit.errors.ConfigError` naming the field 
 ``batch_size must be >= 1, got 0`` (:func:`contrastfit.schema.field_error`, the one formatter of a
 declared value). ``contrastfit train``'s options are generated from the same
 declarations (:func:`contrastfit.cli.add_config_options`).
+
+The configurations stay dataclasses (the training code reads and replaces their fields as plain
+attributes); what :func:`check_fields` validates with is a pydantic model built from the declarations,
+so a bad value is worded by the same :func:`contrastfit.schema.field_error` as a method's
+hyper-parameter (:mod:`contrastfit.methods.base`) and an experiment config's value.
 """
 
 from __future__ import annotations

@@ -20,6 +20,15 @@ one line naming the method, the hyper-parameter and the value, :func:`contrastfi
 ``--param NAME=VALUE``), an experiment's ``methods[].hparams`` and ``search.space`` checks, ``contrastfit
 methods`` and the docs' table of each method's hyper-parameters. Checks that need the data or several
 values at once (LaCon's heads dividing the projection width) stay in the method's ``__init__``.
+
+Why a nested pydantic model: it is how every other user-written mapping is declared (an analysis'
+``Options``, a protocol's options, :class:`contrastfit.schema.Schema`), so one formatter words every
+error, and a method that extends another extends its model (``ce-scl-lr``'s is ``ce-scl``'s plus the
+logistic head's). Unlike the other schemas it converts text (the command line gives ``"0.3"``), as
+the hand-written coercion it replaces did; the resolved values keep their declared types (an int
+stays an int), so run identities do not change. A preset (:func:`register_preset`) keeps a dict of
+defaults over its class's, checked by the class's model; the training-set-size defaults
+(:meth:`Method.size_defaults`) are checked when the method is built.
 """
 
 from __future__ import annotations
