@@ -92,12 +92,23 @@ def _declared_value(model: type[BaseModel], error: Mapping[str, Any]) -> bool:
                              and typing.get_origin(_optional_arm(fields[loc[0]].annotation)) in (list, tuple))
 
 
-def _optional_arm(annotation: Any) -> Any:
-    """``X`` of ``X | None`` (a list that may be left out), without its ``Annotated`` constraints; any
-    other annotation as it is."""
+def _required(annotation: Any) -> Any:
+    """``X`` of ``X | None`` (a value that may be left out); any other annotation as it is."""
     arms = [a for a in typing.get_args(annotation) if a is not type(None)]
-    if typing.get_origin(annotation) in (typing.Union, types.UnionType) and len(arms) == 1:
-        annotation = arms[0]
+    return arms[0] if typing.get_origin(annotation) in (typing.Union, types.UnionType) and len(arms) == 1 else annotation
+
+
+def _constraints(annotation: Any) -> list:
+    """The constraints (``Gt(0)``, ...) of an ``Annotated`` type, or of the ``X`` of ``X | None``."""
+    annotation = _required(annotation)
+    if typing.get_origin(annotation) is not typing.Annotated:
+        return []
+    return [m for f in typing.get_args(annotation)[1:] for m in getattr(f, "metadata", [f])]
+
+
+def _optional_arm(annotation: Any) -> Any:
+    """``X`` of ``X | None`` without its ``Annotated`` constraints (a list that may be left out)."""
+    annotation = _required(annotation)
     return typing.get_args(annotation)[0] if typing.get_origin(annotation) is typing.Annotated else annotation
 
 
@@ -110,10 +121,10 @@ def field_error(model: type[BaseModel], error: Mapping[str, Any], value: Any = N
     name, kind = str(error["loc"][0]), error["type"]
     value = error.get("input") if value is None else value
     info = next(f for n, f in model.model_fields.items() if name in (n, f.alias))
-    annotation, constraints = info.annotation, info.metadata
+    annotation, constraints = info.annotation, [*info.metadata, *_constraints(info.annotation)]
     if len(error["loc"]) > 1 and typing.get_origin(_optional_arm(annotation)) in (list, tuple):
         annotation, name = typing.get_args(_optional_arm(annotation))[0], f"each of {name}"
-        constraints = [m for f in typing.get_args(annotation)[1:] for m in getattr(f, "metadata", [f])]
+        constraints = _constraints(annotation)
     literal = [a for a in (annotation, *typing.get_args(annotation)) if typing.get_origin(a) is typing.Literal]
     if kind == "literal_error" and literal:
         return f"{name} must be one of {', '.join(map(str, typing.get_args(literal[0])))}, got {value!r}"

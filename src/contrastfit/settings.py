@@ -24,7 +24,7 @@ from typing import Any
 from .errors import ConfigError
 from .schema import field_error
 
-__all__ = ["setting", "same_as", "check_fields"]
+__all__ = ["setting", "same_as", "check_fields", "declared_type"]
 
 
 def setting(default: Any = None, help: str = "", *, factory: Any = None, group: str | None = None,
@@ -76,18 +76,30 @@ def check_fields(config: Any) -> None:
             f.metadata["check"](values[f.name])
 
 
+def declared_type(hint: Any, metadata: Any, number: Any = float) -> Any:
+    """The pydantic type of a field declared with :func:`setting` (``metadata``) and annotated ``hint``:
+    its ``choices`` as a ``Literal``, its bounds as constraints, ``float`` as ``number`` (an experiment
+    config keeps an int as written), ``X | None`` kept optional. A field declared without
+    :func:`setting` gets its annotation (with ``number`` for a float)."""
+    from pydantic import Field
+
+    arms = [a for a in typing.get_args(hint) if a is not type(None)]
+    optional = len(arms) == 1 and len(typing.get_args(hint)) == 2
+    kind = arms[0] if optional else hint
+    if metadata.get("choices"):
+        kind = typing.Literal[metadata["choices"]]
+    elif kind is float:
+        kind = number
+    if metadata.get("bounds"):
+        kind = typing.Annotated[kind, Field(**metadata["bounds"])]
+    return typing.Optional[kind] if optional else kind
+
+
 @lru_cache(maxsize=None)
 def _schema(cls: type):
-    """A strict pydantic model of ``cls``'s values: each field's annotated type, its ``choices`` as a
-    ``Literal`` and its bounds as constraints (fields declared without :func:`setting`: the type only)."""
-    from pydantic import ConfigDict, Field, create_model
+    """A strict pydantic model of ``cls``'s values: each field's :func:`declared_type`."""
+    from pydantic import ConfigDict, create_model
 
     hints = typing.get_type_hints(cls)
-    spec = {}
-    for f in fields(cls):
-        kind = hints[f.name]
-        if f.metadata.get("choices"):
-            literal = typing.Literal[f.metadata["choices"]]
-            kind = literal | None if type(None) in typing.get_args(kind) else literal
-        spec[f.name] = (typing.Annotated[kind, Field(**f.metadata.get("bounds", {}))], ...)
+    spec = {f.name: (declared_type(hints[f.name], f.metadata), ...) for f in fields(cls)}
     return create_model(f"{cls.__name__}Values", __config__=ConfigDict(strict=True, allow_inf_nan=False), **spec)
