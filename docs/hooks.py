@@ -6,6 +6,10 @@
   :class:`contrastfit.TrainConfig` fields declared with :func:`contrastfit.settings.setting`
   (:func:`contrastfit.cli.add_config_options`), whose bounds the table also gives. An unknown
   command fails the build.
+* ``<!-- hparams: METHOD [METHOD ...] -->`` becomes the table of those methods' hyper-parameters
+  (name and option, default, allowed values, help), read from each method's ``Hparams`` declaration
+  (:func:`contrastfit.methods.base.hparam`); a default or a name that not every listed method shares
+  says which methods it is for. An unknown method fails the build.
 * The images under ``bench/results/`` are served at the same path in the site, so that a page's
   ``![...](bench/results/x.png)`` works without a copy of the file in ``docs/``.
 """
@@ -21,6 +25,7 @@ if str(ROOT / "src") not in sys.path:
     sys.path.insert(0, str(ROOT / "src"))  # this checkout's contrastfit, not another installed one
 
 MARKER = re.compile(r"^<!-- options: ([a-z-]+) -->$", re.MULTILINE)
+HPARAMS_MARKER = re.compile(r"^<!-- hparams: ([a-z -]+) -->$", re.MULTILINE)
 SERVED_IMAGES = ("bench/results",)
 IMAGE_SUFFIXES = {".png", ".svg", ".jpg", ".jpeg", ".gif"}
 
@@ -97,7 +102,53 @@ def options_table(command: str) -> str:
     return "\n".join(lines)
 
 
+def _allowed(info) -> str:
+    """A hyper-parameter's allowed values, from its declaration: its type or choices, then its bounds."""
+    import typing
+
+    kind = info.annotation
+    if typing.get_origin(kind) is typing.Literal:
+        return ", ".join(_code(c) for c in typing.get_args(kind))
+    if typing.get_origin(kind) is tuple:
+        return "comma-separated numbers, each " + ", ".join(_bounds({"bounds": _bounds_of(
+            m for f in typing.get_args(typing.get_args(kind)[0])[1:] for m in f.metadata)}))
+    words = {int: "integer", float: "number", bool: "true or false", str: "text"}
+    extra = ["or `-inf`"] if any(getattr(m, "allow_inf_nan", False) for m in info.metadata) else []
+    return ", ".join([words.get(kind, str(kind)), *_bounds({"bounds": _bounds_of(info.metadata)}), *extra])
+
+
+def _bounds_of(metadata) -> dict:
+    return {k: getattr(m, k) for m in metadata for k in ("ge", "gt", "le", "lt") if getattr(m, k, None) is not None}
+
+
+def hparams_table(names: list[str]) -> str:
+    """The hyper-parameters of the methods ``names`` (see the module docstring)."""
+    from contrastfit.methods import get_method
+
+    rows: dict[str, dict] = {}
+    for method in names:
+        spec = get_method(method)
+        for name, info in spec.cls.Hparams.model_fields.items():
+            name = info.alias or name
+            row = rows.setdefault(name, {"info": info, "defaults": {}, "methods": []})
+            row["defaults"].setdefault(repr(spec.defaults[name]), []).append(method)
+            row["methods"].append(method)
+    lines = ["| hyper-parameter | default | allowed values | help |", "|---|---|---|---|"]
+    for name, row in rows.items():
+        flag = (row["info"].json_schema_extra or {}).get("flag")
+        option = _code(name) + (f" (`--{name.replace('_', '-')}`)" if flag else "")
+        defaults = row["defaults"]
+        default = "; ".join(_code(v) + (f" ({', '.join(m)})" if len(defaults) > 1 else "") for v, m in defaults.items())
+        only = f" (only {', '.join(row['methods'])})" if len(row["methods"]) < len(names) else ""
+        lines.append("| " + " | ".join(_cell(c) for c in (option, default, _allowed(row["info"]),
+                                                           row["info"].description + only)) + " |")
+    if not rows:
+        return "No hyper-parameters."
+    return "\n".join(lines)
+
+
 def on_page_markdown(markdown: str, page, config, files) -> str:
+    markdown = HPARAMS_MARKER.sub(lambda m: hparams_table(m.group(1).split()), markdown)
     return MARKER.sub(lambda m: options_table(m.group(1)), markdown)
 
 

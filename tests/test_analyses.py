@@ -182,7 +182,7 @@ def test_report_options_are_checked(tmp_path):
 
     where = re.escape(str(folder / "experiment.json"))
     with_config(top_k=0)
-    with pytest.raises(ConfigError, match=rf"^{where}: top_k: Input should be greater than 0 \(got 0\)$"):
+    with pytest.raises(ConfigError, match=rf"^{where}: top_k must be > 0, got 0$"):
         write_report(folder)
     with_config(top_k=True)
     with pytest.raises(ConfigError, match=rf"^{where}: top_k"):
@@ -200,10 +200,9 @@ def test_report_options_are_checked(tmp_path):
     with pytest.raises(ConfigError, match=r"^report options: tsne: unknown key 'max_point' \(allowed: max_points, "
                                           r"seed\)$"):
         write_report(folder, {"tsne": {"max_point": 5}})
-    with pytest.raises(ConfigError, match=r"^report options: distance_groups: groups: Input should be greater than 0"):
+    with pytest.raises(ConfigError, match=r"^report options: distance_groups: groups must be > 0, got 0$"):
         write_report(folder, {"distance_groups": {"groups": 0}})
-    with pytest.raises(ConfigError, match=r"^report options: error_analysis: feature_rows: Input should be a valid "
-                                          r"integer \(got '5'\)"):
+    with pytest.raises(ConfigError, match=r"^report options: error_analysis: feature_rows must be int, got '5'$"):
         write_report(folder, {"error_analysis": {"feature_rows": "5"}})
     with pytest.raises(ConfigError, match=r"unknown analysis 'nope'"):
         write_report(folder, {"nope": {}})

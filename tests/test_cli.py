@@ -689,7 +689,7 @@ def test_runs_that_would_train_nothing_get_one_line_errors_before_loading(tmp_pa
 
     for value in ("inf", "nan", "-inf"):
         _one_line_error(cli("--method", "ce-scl", f"--temperature={value}"),
-                        f"method 'ce-scl': hyper-parameter 'temperature' must be a finite number, got {float(value)}")
+                        f"method 'ce-scl': temperature must be a finite number, got {float(value)}")
     _one_line_error(cli("--method", "ce-scl", "--batch-size", "1", "--sampler", "random"),
                     "ce-scl compares the rows of a batch with each other: --batch-size 1 makes its contrastive term 0")
     _one_line_error(cli("--fp16", "--cpu"), "--fp16 is mixed precision on a GPU and --cpu trains on the CPU")

@@ -258,6 +258,6 @@ def test_ce_softtriple_bad_values_are_refused(tiny_encoder_dir):
                              ({"gamma": -1}, "gamma must be > 0"),
                              ({"margin": -0.5}, "margin must be >= 0"),
                              ({"centers_learning_rate": 0}, "centers_learning_rate must be > 0"),
-                             ({"centers_per_class": "many"}, "must be a int")):
+                             ({"centers_per_class": "many"}, "centers_per_class must be int, got 'many'")):
         with pytest.raises(ConfigError, match=message):
             _model(tiny_encoder_dir, "ce-softtriple", **{**SMALL, **hparams})

@@ -228,7 +228,7 @@ def test_attributions_for_the_first_sample_and_seed_reach_the_report(experiment_
     assert "## Token attributions" in report and "figures/attributions_shots=4_test3.png" in report
     with pytest.raises(ConfigError, match="attributions: unknown key 'n'"):
         parse_config({**yaml.safe_load(experiment_files().read_text()), "attributions": {"n": 3}})
-    with pytest.raises(ConfigError, match="attributions: baseline: Input should be 'remove' or 'mask'"):
+    with pytest.raises(ConfigError, match="attributions: baseline must be one of remove, mask, got 'zero'"):
         parse_config({**yaml.safe_load(experiment_files().read_text()), "attributions": {"baseline": "zero"}})
 
 
@@ -284,8 +284,10 @@ def test_variant_training_settings_are_checked(experiment_files):
     base = yaml.safe_load(experiment_files().read_text())
     with pytest.raises(ConfigError, match=r"methods\[0\]: training: unknown key 'lr' \(allowed: .*batch_size"):
         parse_config({**base, "methods": [{"name": "ce", "training": {"lr": 1}}]})
-    with pytest.raises(ConfigError, match="ce\\[batch_size=0\\].*batch_size must be >= 1"):
-        parse_config({**base, "methods": [{"name": "ce", "training": {"batch_size": 0}}]})
+    with pytest.raises(ConfigError, match=r"methods\[0\]: training: each of batch_size must be >= 1, got 0$"):
+        parse_config({**base, "methods": [{"name": "ce", "training": {"batch_size": 0}}]})  # its declaration's bound
+    with pytest.raises(ConfigError, match=r"ce\[bf16=True,fp16=True\]: choose one of fp16 and bf16"):
+        parse_config({**base, "methods": [{"name": "ce", "training": {"fp16": True, "bf16": True}}]})  # TrainConfig's
     with pytest.raises(ConfigError, match=r"methods\[0\]: training: Input should be a valid dictionary"):
         parse_config({**base, "methods": [{"name": "ce", "training": 16}]})
     with pytest.raises(ConfigError, match="listed twice"):

@@ -1,6 +1,7 @@
 """Every extension point is one file that registers itself: a new method file in ``contrastfit/methods``
 or a new protocol file in ``contrastfit/experiments/protocols`` is found with no list to extend, and
-shows in ``contrastfit methods``, ``train --method`` and the experiment config schema."""
+shows in ``contrastfit methods``, ``train --method`` (with its hyper-parameters' options) and the
+experiment config schema."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from contrastfit.experiments import parse_config
 from contrastfit.training import TrainConfig
 
 METHOD = '''
-from contrastfit.methods.base import LossOutput, Method, register_method
+from contrastfit.methods.base import Hparams, LossOutput, Method, hparam, register_method
 
 
 @register_method
@@ -27,7 +28,9 @@ class Toy(Method):
     name = "toy-method"
     description = "a method from a file of its own"
     reference = "nobody (2026)"
-    defaults = {"weight": 0.5}
+
+    class Hparams(Hparams):
+        weight: float = hparam(0.5, "weight of the loss", gt=0, flag="W")
 
     def training_loss(self, model, inputs, labels):
         logits = model.head(model.encoder(**inputs).pooled)
@@ -73,8 +76,8 @@ with contextlib.redirect_stdout(out):
     main(["methods", "--json"])
 listed = json.loads(out.getvalue())
 
-args = build_parser().parse_args(["train", "--data", "mr", "--output", "x", "--method", "toy-method"])
-TrainConfig(method=args.method, hparams={"weight": 0.2}).validate()
+args = build_parser().parse_args(["train", "--data", "mr", "--output", "x", "--method", "toy-method", "--weight", "0.2"])
+TrainConfig(method=args.method, hparams={"weight": args.hp_weight}).validate()
 
 split = datasets.Dataset.from_dict({"text": [f"t{i}" for i in range(6)], "label": [i % 2 for i in range(6)]})
 data = TextData("toy", split, split, split, ["neg", "pos"], {})
@@ -86,7 +89,7 @@ try:
     error = None
 except ConfigError as exc:
     error = str(exc)
-print(json.dumps({"package": contrastfit.__file__, "methods": listed, "protocol": type(config.protocol).__name__,
+print(json.dumps({"package": contrastfit.__file__, "methods": listed, "flag": args.hp_weight, "protocol": type(config.protocol).__name__,
                   "variants": [v.label for v in config.methods],
                   "runs": [[r.setting, len(r.data.train)] for r in runs], "error": error}))
 '''
@@ -121,6 +124,7 @@ def test_a_new_method_file_is_listed_and_accepted(extended):
     assert extended["methods"]["toy-method"] == {"description": "a method from a file of its own",
                                                  "reference": "nobody (2026)", "defaults": {"weight": 0.5}}
     assert {"ce", "ce-scl", "lacon"} <= set(extended["methods"])  # the others are still there
+    assert extended["flag"] == 0.2  # its hyper-parameter declared with a flag is a `train` option
     assert extended["variants"] == ["toy-method[weight=0.1]"]
 
 

@@ -159,7 +159,7 @@ def test_batch_of_one_and_single_class_batch_are_finite(tiny_encoder_dir, method
 
 
 def test_projection_width_and_heads(tiny_encoder_dir):
-    with pytest.raises(ConfigError, match="heads .6. must be >= 1 and divide the projection width 32"):
+    with pytest.raises(ConfigError, match="heads .6. must divide the projection width 32"):
         _model(tiny_encoder_dir, "lacon", heads=6)
     model, batch = _model(tiny_encoder_dir, "lacon", heads=6, projection_dim=36)
     assert model.head.label_embeddings.shape == (2, 36)
@@ -179,7 +179,7 @@ def test_bad_hyper_parameters_are_refused(tiny_encoder_dir):
     for bad, match in (({"temperature": 0.0}, "temperature must be > 0"),
                        ({"ler_weight": -1.0}, "ler_weight must be >= 0"),
                        ({"projection_layers": -1}, "projection_layers must be >= 0"),
-                       ({"heads": "two"}, "'heads' must be a int"),
+                       ({"heads": "two"}, "heads must be int, got 'two'"),
                        ({"fusion_radius": 1}, "no hyper-parameter 'fusion_radius'")):
         with pytest.raises(ConfigError, match=match):
             _model(tiny_encoder_dir, "lacon", **bad)
@@ -290,7 +290,7 @@ def test_all_weights_zero_is_a_one_line_config_error(tiny_encoder_dir):
     for name in ("icl_weight", "lcl_weight"):
         with pytest.raises(ConfigError, match=f"{name} must be >= 0"):
             _model(tiny_encoder_dir, "lacon", **{name: -1.0})
-    assert LaCon.defaults["icl_weight"] == 1.0 and LaCon.defaults["lcl_weight"] == 1.0
+    assert LaCon.Hparams().icl_weight == 1.0 and LaCon.Hparams().lcl_weight == 1.0
 
 
 def test_ablation_example_config(tiny_encoder_dir):

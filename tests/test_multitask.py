@@ -481,9 +481,10 @@ def test_runs_that_would_train_nothing_or_in_emulated_precision_are_refused_befo
                             "batch_size >= 2, got 1"),
         ({"tasks": [{**task, "batch_size": 1}]}, "task 'a': objective ce-scl compares the rows of a batch with each "
                                                  "other and needs batch_size >= 2, got 1"),
-        ({"tasks": [{**task, "hparams": {"temperature": math.inf}}]}, "task 'a': temperature must be a finite number, "
-                                                                       "got inf"),
-        ({"tasks": [{**task, "hparams": {"lambda": math.nan}}]}, "task 'a': lambda must be a finite number, got nan"),
+        ({"tasks": [{**task, "hparams": {"temperature": math.inf}}]}, "task 'a': objective ce-scl: temperature must be a "
+                                                                       "finite number, got inf"),
+        ({"tasks": [{**task, "hparams": {"lambda": math.nan}}]}, "task 'a': objective ce-scl: lambda must be a finite "
+                                                                 "number, got nan"),
     ]:
         with pytest.raises(ConfigError) as err:
             train_multitask(**{"tasks": [task], "output": str(tmp_path / "x"), "progress": False, **options})

@@ -127,19 +127,19 @@ BAD = [
     ({"tasks": [{"name": "a", "data": "mr", "weight": 0}]}, r"tasks\[0\]: task 'a': weight must be a number > 0"),
     ({"tasks": [{"name": "a", "data": "mr", "hparams": {"lambda": 0.5}}]}, r"tasks\[0\]: .*give the objective too"),
     ({"tasks": [{"name": "a", "data": "mr"}, {"name": "a", "data": "boolq"}]}, "task names must be distinct; 'a'"),
-    ({"variants": [{"name": "v", "mode": "sometimes"}]}, r"variants\[0\]: mode: Input should be 'single' or 'multitask'"),
+    ({"variants": [{"name": "v", "mode": "sometimes"}]}, r"variants\[0\]: mode must be one of single, multitask, got 'sometimes'"),
     ({"variants": [{"name": "v", "mode": "single", "schedule": "temperature"}]}, r"variants\[0\]: schedule and "
                                                                                   "temperature are for mode multitask"),
     ({"variants": [{"name": "v", "mode": "multitask", "pretrain": "x"}]}, r"pretrain 'x' is not in the pretrain section"),
     ({"variants": [{"name": "v", "mode": "multitask", "training": {"select_on": "nope"}}]},
      r"exp.yaml: variant 'v': select_on must be 'average' or a task name \(sent, sts\)"),
     ({"pretrain": {"x": {"method": "simcse-unsup", "lr": 1}}}, r"exp.yaml: pretrain.x: unknown key 'lr' \(allowed: "),
-    ({"pretrain": {"x": {"method": "bert"}}}, r"pretrain.x: method: Input should be 'simcse-unsup', 'simcse-sup' or 'diffcse'"),
-    ({"pretrain": {"x": {"method": "simcse-unsup", "batch_size": 0}}}, r"pretrain.x: batch_size: Input should be greater"),
+    ({"pretrain": {"x": {"method": "bert"}}}, r"pretrain.x: method must be one of simcse-unsup, simcse-sup, diffcse, got 'bert'"),
+    ({"pretrain": {"x": {"method": "simcse-unsup", "batch_size": 0}}}, r"pretrain.x: batch_size must be >= 1, got 0"),
     ({"pretrain": {"x": {"method": "simcse-unsup", "hparams": {"tau": 1}}}}, "method 'simcse-unsup' has no hyper-parameter 'tau'"),
-    ({"steps_per_task": 0}, "steps_per_task: Input should be greater than 0"),
+    ({"steps_per_task": 0}, "steps_per_task must be > 0, got 0"),
     ({"training": {"lr": 1}}, r"exp.yaml: training: unknown key 'lr' \(allowed: .*head_learning_rate"),
-    ({"training": {"learning_rate": "2e-5"}}, r"training: learning_rate: Input should be a valid number"),
+    ({"training": {"learning_rate": "2e-5"}}, r"training: learning_rate must be float, got '2e-5' \(YAML reads 2e-5 as text: write 2.0e-5\)"),
     ({"training": {"epochs": 2}}, "give steps_per_task or training.epochs, not both"),
 ]
 
@@ -156,7 +156,7 @@ def test_a_bad_config_is_exit_2_from_the_command_line(tmp_path, tiny_encoder_dir
     path = _config_file(tmp_path, _raw(tmp_path, tiny_encoder_dir, task_files, steps_per_task="20"))
     assert main(["experiment", str(path)]) == 2
     err = capsys.readouterr().err.strip()
-    assert err == f"contrastfit: error: {path}: steps_per_task: Input should be a valid integer (got '20')"
+    assert err == f"contrastfit: error: {path}: steps_per_task must be int, got '20'"
     assert not (tmp_path / "out").exists()
     assert main(["experiment", str(path), "--set", "steps_per_task=2", "--search", "optuna"]) == 2
     assert "is a multi-task experiment; --search runs a single-task config" in capsys.readouterr().err

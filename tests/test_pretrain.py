@@ -130,7 +130,7 @@ def test_bad_input_is_a_one_line_error_and_writes_nothing(tmp_path, tiny_encoder
         assert not out.exists() and not list(tmp_path.glob(f".out{i}*"))
     with pytest.raises(ConfigError, match="taken already exists and is not an empty folder"):
         _pretrain(tiny_encoder_dir, corpus_txt, taken)
-    with pytest.raises(ConfigError, match="simcse-unsup: temperature must be > 0"):
+    with pytest.raises(ConfigError, match="method 'simcse-unsup': temperature must be > 0, got 0"):
         _pretrain(tiny_encoder_dir, corpus_txt, tmp_path / "bad_hp", hparams={"temperature": 0})
     assert not (tmp_path / "bad_hp").exists()
 

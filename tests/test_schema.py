@@ -22,9 +22,9 @@ def test_parse_accepts_valid_values_and_fills_defaults():
 
 @pytest.mark.parametrize("raw, needle", [
     ({"kind": "full", "sample": 3}, "unknown key 'sample' (allowed: kind, rate, samples)"),
-    ({"kind": "full", "samples": "3"}, "samples: Input should be a valid integer (got '3')"),
-    ({"kind": "full", "samples": 0}, "samples: Input should be greater than 0 (got 0)"),
-    ({"kind": "x"}, "kind: Input should be 'few-shot' or 'full' (got 'x')"),
+    ({"kind": "full", "samples": "3"}, "exp.yaml: protocol: samples must be int, got '3'"),
+    ({"kind": "full", "samples": 0}, "exp.yaml: protocol: samples must be > 0, got 0"),
+    ({"kind": "x"}, "exp.yaml: protocol: kind must be one of few-shot, full, got 'x'"),
     ([1, 2], "expected a mapping"),
 ])
 def test_parse_errors_are_one_line_and_name_the_key(raw, needle):

@@ -317,19 +317,20 @@ def test_supcon_in_training_loss_matches_function(tiny_encoder_dir):
     assert out.loss.item() == pytest.approx(0.1 * ce.item() + 0.9 * out.parts["scl"].item(), rel=1e-5)
 
 
-def test_check_hparam_names_the_method_key_range_and_value():
+def test_a_hyper_parameter_out_of_its_declared_range_names_the_method_key_range_and_value():
     from contrastfit.methods import get_method
 
     spec = get_method("diffcse")
-    with pytest.raises(ConfigError, match=r"^diffcse: mask_ratio must be in \(0, 1\], got 1\.5$"):
+    with pytest.raises(ConfigError, match=r"^method 'diffcse': mask_ratio must be in \(0, 1\], got 1\.5$"):
         spec.create(2, 8, mask_ratio=1.5)
-    with pytest.raises(ConfigError, match=r"^diffcse: discriminator_learning_rate must be >= 0 "
-                                          r"\(0: the main learning rate\), got -1\.0$"):
+    with pytest.raises(ConfigError, match=r"^method 'diffcse': discriminator_learning_rate must be >= 0, got -1$"):
         spec.create(2, 8, discriminator_learning_rate=-1)
-    with pytest.raises(ConfigError, match=r"^ce-scl: lambda must be in \[0, 1\], got 2(\.0)?$"):
+    with pytest.raises(ConfigError, match=r"^method 'ce-scl': lambda must be in \[0, 1\], got 2$"):
         get_method("ce-scl").create(2, 8, **{"lambda": 2})
-    with pytest.raises(ConfigError, match=r"^ce-softtriple: centers_per_class must be >= 1, got 0$"):
+    with pytest.raises(ConfigError, match=r"^method 'ce-softtriple': centers_per_class must be >= 1, got 0$"):
         get_method("ce-softtriple").create(2, 8, centers_per_class=0)
+    with pytest.raises(ConfigError, match=r"^method 'ce-scl': lambda must be in \[0, 1\], got 2$"):
+        TrainConfig(method="ce-scl", hparams={"lambda": 2}).validate()  # before anything is loaded
 
 
 def test_validation_selection_keeps_the_best_step_and_records_why(tmp_path, tiny_encoder_dir, sentiment_csv):
@@ -457,19 +458,18 @@ def test_a_batch_of_one_is_refused_for_the_default_method_once_it_is_known(tmp_p
 
 @pytest.mark.parametrize("value", [float("inf"), "inf", float("nan"), "nan", "-inf"])
 def test_non_finite_hyper_parameters_are_refused_in_one_line(value):
-    shown = float(value)
     with pytest.raises(ConfigError) as err:
         TrainConfig(method="ce-scl", hparams={"temperature": value}).validate()  # before anything is loaded
-    assert str(err.value) == f"method 'ce-scl': hyper-parameter 'temperature' must be a finite number, got {shown}"
+    assert str(err.value) == f"method 'ce-scl': temperature must be a finite number, got {value!r}"
     from contrastfit.methods import get_method
 
     for method, key in [("ce-scl", "temperature"), ("ce-scl", "lambda"), ("lacon", "lcl_weight"),
                         ("diffcse", "mask_ratio"), ("ce-softtriple", "gamma")]:
-        with pytest.raises(ConfigError, match=rf"^method '{method}': hyper-parameter '{key}' must be a finite number"):
+        with pytest.raises(ConfigError, match=rf"^method '{method}': {key} must be a finite number"):
             get_method(method).create(2, 8, **{key: value})
-    with pytest.raises(ConfigError, match=r"^method 'ce-softtriple': hyper-parameter 'centers_per_class' must be a int"):
+    with pytest.raises(ConfigError, match=r"^method 'ce-softtriple': centers_per_class must be (a finite number|int)"):
         get_method("ce-softtriple").create(2, 8, centers_per_class=value)  # an int: no traceback from int(inf)
-    with pytest.raises(ConfigError, match=r"^method 'supcl-seq': hyper-parameter 'view_dropouts' must be a finite"):
+    with pytest.raises(ConfigError, match=r"^method 'supcl-seq': each of view_dropouts must be a finite"):
         TrainConfig(method="supcl-seq", hparams={"view_dropouts": f"0.1,{value}"}).validate()
 
 
@@ -478,8 +478,8 @@ def test_simcse_sup_keeps_its_minus_infinite_hard_negative_weight():
 
     assert get_method("simcse-sup").create(2, 8, hard_negative_weight="-inf").hparams["hard_negative_weight"] == -np.inf
     TrainConfig(method="simcse-sup", hparams={"hard_negative_weight": "-inf"}).validate()
-    with pytest.raises(ConfigError, match=r"^method 'simcse-sup': hyper-parameter 'hard_negative_weight' must be a "
-                                          r"finite number \(or -inf\), got inf$"):
+    with pytest.raises(ConfigError, match=r"^method 'simcse-sup': hard_negative_weight must be a "
+                                          r"finite number or -inf, got 'inf'$"):
         TrainConfig(method="simcse-sup", hparams={"hard_negative_weight": "inf"}).validate()
 
 

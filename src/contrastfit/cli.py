@@ -10,7 +10,8 @@ allowed values once, with :func:`~contrastfit.training.setting`. ``transformers.
 reads dataclasses too, but it cannot keep this CLI's flag names (it adds an underscore spelling of
 every option and names a negated switch ``--no_x``/``--no-x`` only, so no ``--quiet`` or ``--cpu``),
 puts every field in one group, offers no way to leave a field (``hparams``, ``tags``) off the
-command line, and rewrites the dataclass's ``Field.type`` in place; hence this small generator.
+command line, and rewrites the dataclass's ``Field.type`` in place; hence this small generator. The
+``method`` group's hyper-parameter options come from the methods' declarations (:func:`hparam_options`).
 """
 
 from __future__ import annotations
@@ -24,19 +25,6 @@ from typing import Any, Sequence
 
 from .errors import ContrastfitError
 
-#: Method hyper-parameters with a flag of their own in the ``method`` group (any other:
-#: ``--param NAME=VALUE``); the method checks the values (``contrastfit methods`` lists them).
-_HPARAM_FLAGS: dict[str, dict[str, Any]] = {
-    "lambda": {"type": float, "metavar": "LAMBDA", "help": "weight of the contrastive term (ce-scl)"},
-    "temperature": {"type": float, "metavar": "T", "help": "contrastive temperature"},
-    "beta": {"type": float, "metavar": "BETA", "help": "weight of CE in beta CE + (1-beta) DML (ce-supcon, ce-softtriple)"},
-    "view_dropouts": {"metavar": "P,P,...",
-                      "help": "dropout probability of each view (supcl-seq and its baselines), e.g. 0.0,0.1,0.2"},
-    "dml_on": {"choices": ["pooled", "tokens"],
-               "help": "apply the metric-learning loss to the pooled embedding or every token (ce-softtriple)"},
-    "hard_negative_weight": {"type": float, "metavar": "W",
-                             "help": "log-weight added to each anchor's own hard negative (simcse-sup)"},
-}
 #: The ``TrainConfig`` settings that ``evaluate`` shares with ``train``.
 _DATA_OPTIONS = ("data", "text_column", "text_pair_column", "label_column")
 
@@ -49,6 +37,34 @@ def config_option_fields(names: Sequence[str] | None = None) -> list:
     from .training import TrainConfig
 
     return [f for f in fields(TrainConfig) if f.metadata.get("group") and (names is None or f.name in names)]
+
+
+def hparam_options() -> dict[str, dict[str, Any]]:
+    """The ``contrastfit train`` options of method hyper-parameters, ``--name-with-dashes`` for each one
+    a method declares with ``flag`` (:func:`contrastfit.methods.base.hparam`): its ``add_argument``
+    keywords (type and choices from the first declaration), the help of each declaration followed by
+    the methods that declare it so. The value is passed on as given (text for a tuple) and checked by
+    the method."""
+    import typing
+
+    from .methods import available_methods
+
+    options: dict[str, dict[str, Any]] = {}
+    for method, spec in available_methods().items():
+        for name, info in spec.cls.Hparams.model_fields.items():
+            flag = (info.json_schema_extra or {}).get("flag")
+            if not flag:
+                continue
+            name = info.alias or name
+            if name not in options:
+                kind = info.annotation
+                choices = typing.get_args(kind) if typing.get_origin(kind) is typing.Literal else None
+                options[name] = {"type": kind if kind in (int, float) else str, "choices": choices,
+                                 "metavar": flag if isinstance(flag, str) else None, "help": {}}
+            options[name]["help"].setdefault(info.description, []).append(method)
+    for o in options.values():
+        o["help"] = "; ".join(f"{text} ({', '.join(methods)})" for text, methods in o["help"].items())
+    return options
 
 
 def _option_type(annotation: Any, name: str) -> type:
@@ -123,7 +139,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("train", help="fine-tune an encoder with one method",
                        description="Fine-tune an encoder with one method; writes the model and results.json to --output.")
     groups = add_config_options(p, required=("data", "output"))
-    for name, spec in _HPARAM_FLAGS.items():
+    for name, spec in hparam_options().items():
         groups["method"].add_argument("--" + name.replace("_", "-"), dest=f"hp_{name}", **spec)
     groups["method"].add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
                                   help="any other method hyper-parameter")
@@ -320,10 +336,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     from .training import TrainConfig, train
 
     hparams = _parse_params(args.param)
-    for name in _HPARAM_FLAGS:
-        value = getattr(args, f"hp_{name}")
-        if value is not None:
-            hparams[name] = value
+    hparams.update({k[3:]: v for k, v in vars(args).items() if k.startswith("hp_") and v is not None})
     config = TrainConfig(hparams=hparams, **{f.name: getattr(args, f.name) for f in config_option_fields()})
     from .distributed import world
 

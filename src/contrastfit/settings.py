@@ -4,8 +4,14 @@
 their fields with :func:`setting`; :func:`check_fields` checks an instance against the declarations
 (types from the annotations, strictly; choices; bounds; a field's own ``check``) and raises the first
 problem as a one-line :class:`~contrastfit.errors.ConfigError` naming the field and the value, e.g.
-``batch_size must be >= 1, got 0``. ``contrastfit train``'s options are generated from the same
+``batch_size must be >= 1, got 0`` (:func:`contrastfit.schema.field_error`, the one formatter of a
+declared value). ``contrastfit train``'s options are generated from the same
 declarations (:func:`contrastfit.cli.add_config_options`).
+
+The configurations stay dataclasses (the training code reads and replaces their fields as plain
+attributes); what :func:`check_fields` validates with is a pydantic model built from the declarations,
+so a bad value is worded by the same :func:`contrastfit.schema.field_error` as a method's
+hyper-parameter (:mod:`contrastfit.methods.base`) and an experiment config's value.
 """
 
 from __future__ import annotations
@@ -16,8 +22,9 @@ from functools import lru_cache
 from typing import Any
 
 from .errors import ConfigError
+from .schema import field_error
 
-__all__ = ["setting", "same_as", "check_fields"]
+__all__ = ["setting", "same_as", "check_fields", "declared_type"]
 
 
 def setting(default: Any = None, help: str = "", *, factory: Any = None, group: str | None = None,
@@ -63,61 +70,36 @@ def check_fields(config: Any) -> None:
         _schema(cls).model_validate(values)
     except ValidationError as exc:
         error = exc.errors(include_url=False)[0]
-        name = str(error["loc"][0])
-        raise ConfigError(_field_error(cls, name, error["type"], values[name])) from None
+        raise ConfigError(field_error(_schema(cls), error, values[str(error["loc"][0])])) from None
     for f in fields(cls):
         if f.metadata.get("check") is not None and values[f.name] is not None:
             f.metadata["check"](values[f.name])
 
 
+def declared_type(hint: Any, metadata: Any, number: Any = float) -> Any:
+    """The pydantic type of a field declared with :func:`setting` (``metadata``) and annotated ``hint``:
+    its ``choices`` as a ``Literal``, its bounds as constraints, ``float`` as ``number`` (an experiment
+    config keeps an int as written), ``X | None`` kept optional. A field declared without
+    :func:`setting` gets its annotation (with ``number`` for a float)."""
+    from pydantic import Field
+
+    arms = [a for a in typing.get_args(hint) if a is not type(None)]
+    optional = len(arms) == 1 and len(typing.get_args(hint)) == 2
+    kind = arms[0] if optional else hint
+    if metadata.get("choices"):
+        kind = typing.Literal[metadata["choices"]]
+    elif kind is float:
+        kind = number
+    if metadata.get("bounds"):
+        kind = typing.Annotated[kind, Field(**metadata["bounds"])]
+    return typing.Optional[kind] if optional else kind
+
+
 @lru_cache(maxsize=None)
 def _schema(cls: type):
-    """A strict pydantic model of ``cls``'s values: each field's annotated type, its ``choices`` as a
-    ``Literal`` and its bounds as constraints (fields declared without :func:`setting`: the type only)."""
-    from pydantic import ConfigDict, Field, create_model
+    """A strict pydantic model of ``cls``'s values: each field's :func:`declared_type`."""
+    from pydantic import ConfigDict, create_model
 
     hints = typing.get_type_hints(cls)
-    spec = {}
-    for f in fields(cls):
-        kind = hints[f.name]
-        if f.metadata.get("choices"):
-            literal = typing.Literal[f.metadata["choices"]]
-            kind = literal | None if type(None) in typing.get_args(kind) else literal
-        spec[f.name] = (typing.Annotated[kind, Field(**f.metadata.get("bounds", {}))], ...)
+    spec = {f.name: (declared_type(hints[f.name], f.metadata), ...) for f in fields(cls)}
     return create_model(f"{cls.__name__}Values", __config__=ConfigDict(strict=True, allow_inf_nan=False), **spec)
-
-
-def _field_error(cls: type, name: str, error: str, value: Any) -> str:
-    """The one-line message for pydantic's ``error`` type on field ``name`` of ``cls``."""
-    meta = next(f.metadata for f in fields(cls) if f.name == name)
-    if error == "literal_error":
-        return f"{name} must be one of {', '.join(meta['choices'])}, got {value!r}"
-    if error == "finite_number":
-        return f"{name} must be a finite number, got {value!r}"
-    if error in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
-        return f"{name} must be {_bounds_text(meta['bounds'])}, got {value!r}"
-    words = {bool: "true or false", int: "int", float: "float", str: "a string", dict: "a mapping with text keys",
-             list: "a list"}
-    kind = typing.get_type_hints(cls)[name]
-    kinds = [k for k in (typing.get_args(kind) if typing.get_origin(kind) not in (dict, list) else ()) or (kind,)
-             if k is not type(None)]
-    expected = " or ".join(words.get(typing.get_origin(k) or k, str(k)) for k in kinds)
-    hint = ""
-    if float in kinds and isinstance(value, str) and "e" in value.lower():  # PyYAML wants a dot in a float
-        try:
-            float(value)
-            hint = " (YAML reads 2e-5 as text: write 2.0e-5)"
-        except ValueError:
-            pass
-    return f"{name} must be {expected}, got {value!r}{hint}"
-
-
-def _bounds_text(bounds: dict[str, float]) -> str:
-    """``{"ge": 0, "lt": 1}`` -> ``in [0, 1)``; ``{"ge": 1}`` -> ``>= 1``."""
-    low = ("[", bounds["ge"]) if "ge" in bounds else ("(", bounds["gt"]) if "gt" in bounds else None
-    high = (bounds["le"], "]") if "le" in bounds else (bounds["lt"], ")") if "lt" in bounds else None
-    if low and high:
-        return f"in {low[0]}{low[1]}, {high[0]}{high[1]}"
-    if low:
-        return f"{'>=' if low[0] == '[' else '>'} {low[1]}"
-    return f"{'<=' if high[1] == ']' else '<'} {high[0]}"

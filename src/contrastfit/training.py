@@ -226,8 +226,8 @@ class TrainConfig:
         if self.method is not None:
             from .methods.base import resolve_hparams
 
-            # names, types and finiteness now; ranges when the method is built (they may depend on the data)
-            resolve_hparams(self.method, get_method(self.method).defaults, self.hparams)
+            # the method's declared names, types and bounds now; what depends on the data when it is built
+            resolve_hparams(self.method, self.hparams)
         if self.memory_size is not None and self.method is not None:
             from .memory import check_memory
 

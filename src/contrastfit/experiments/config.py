@@ -56,7 +56,6 @@ import yaml
 from pydantic import Field
 
 from ..errors import ConfigError
-from ..methods import get_method
 from ..methods.base import resolve_hparams
 from ..multitask.training import MultiTaskConfig
 from ..training import TrainConfig
@@ -146,11 +145,10 @@ def _variants(experiment: Experiment, where: str) -> tuple[MethodVariant, ...]:
     variants = []
     for i, entry in enumerate(experiment.methods):
         grid = {k: as_list(v) for k, v in entry.hparams.items()}
-        defaults = get_method(entry.name).defaults
         for name, values in grid.items():
             for value in values:
                 try:
-                    resolve_hparams(entry.name, defaults, {name: value})
+                    resolve_hparams(entry.name, {name: value})
                 except ConfigError as exc:
                     raise ConfigError(f"{where}: methods[{i}]: {exc}") from None
         training = entry.training.settings()

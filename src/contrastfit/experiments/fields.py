@@ -70,5 +70,5 @@ def method_name(name: str) -> str:
 
 
 def hparams_of(method: str, given: dict[str, Any]) -> None:
-    """Names and values of ``given`` checked by the method's own schema (``resolve_hparams``)."""
-    asked(resolve_hparams, method, get_method(method).defaults, given)
+    """Names and values of ``given`` checked by the method's own schema (its ``Hparams``, ``resolve_hparams``)."""
+    asked(resolve_hparams, method, given)

@@ -35,7 +35,6 @@ from ..atomic import atomic_open, write_json_atomic, write_text_atomic
 from ..data import load_data
 from ..distributed import launched_processes
 from ..errors import ConfigError, ContrastfitError
-from ..methods import get_method
 from ..methods.base import resolve_hparams
 from ..training import CHECKPOINT_DIR, RESULTS_NAME, TrainConfig, train
 from .config import ExperimentConfig, MethodVariant, MultiTaskExperimentConfig
@@ -240,7 +239,7 @@ def job_identity(config: ExperimentConfig, job: Job, data: dict[str, Any], run: 
     fixed = {"method", "hparams", "seed", "model", "data"}
     spec = {
         "kind": "experiment run", "method": method,
-        "hparams": resolve_hparams(method, get_method(method).defaults, given), "seed": job.seed,
+        "hparams": resolve_hparams(method, given), "seed": job.seed,
         "model": {"name": job.model, "sha256": model_sha256},
         "training": {f.name: getattr(tc, f.name) for f in fields(TrainConfig) if f.name not in NOT_IDENTITY | fixed},
         "data": {"name": config.data, "options": config.data_options.settings(), **data},

@@ -15,7 +15,10 @@ are refused, types are not coerced (``validation_size: "500"`` is an error, not 
 to the innermost mapping that holds it::
 
     exp.yaml: protocol: unknown key 'shotz' (allowed: kind, samples, seed, shots, train_size)
-    exp.yaml: methods[1]: training: batch_size.0: Input should be a valid integer (got '16')
+    exp.yaml: methods[1]: training: each of batch_size must be int, got '16'
+
+(the wording of a value a field declares otherwise is :func:`contrastfit.schema.field_error`'s, the same
+as ``contrastfit train``'s for that setting).
 
 The value types (:mod:`.fields`), shared with the protocol files, follow these conventions:
 
@@ -26,9 +29,11 @@ The value types (:mod:`.fields`), shared with the protocol files, follow these c
 * What other modules already validate is asked of them, not repeated: method names
   (:func:`contrastfit.methods.get_method`), hyper-parameter names and values
   (:func:`contrastfit.methods.base.resolve_hparams`, the methods' own schema), augmenters
-  (:func:`contrastfit.data.augment.check_augmenter`). The values of ``training:`` settings are
-  checked by ``TrainConfig.validate`` when the variants are built (:mod:`.config`), because a
-  method entry's own settings are merged over the experiment's first.
+  (:func:`contrastfit.data.augment.check_augmenter`). A ``training:`` setting's type, choices and
+  bounds are its declaration's (:func:`contrastfit.settings.declared_type`, checked here, worded as
+  ``train`` words them); what depends on other settings or runs a field's own ``check`` is
+  ``TrainConfig.validate``'s when the variants are built (:mod:`.config`), because a method entry's
+  own settings are merged over the experiment's first.
 
 A protocol model's options are the keyword arguments of its function (the runner calls
 ``function(data, **protocol.options())``); ``tests/test_experiment_schema.py`` checks that names
@@ -54,6 +59,7 @@ from ..multitask.tasks import Task
 from ..multitask.training import MultiTaskConfig
 from ..pretrain import PRETRAIN_METHODS, pretrain
 from ..schema import Schema, describe_error
+from ..settings import declared_type
 from ..training import TrainConfig
 from .analyses import available_analyses
 from .fields import (Number, PositiveNumber, as_list, asked, explained, hparams_of, invalid, method_name,
@@ -88,15 +94,6 @@ RUN_FIELDS = frozenset({
 EXPERIMENT_TRAINING_DEFAULTS: dict[str, Any] = {"save_checkpoints": False}
 
 
-def _setting_type(hint: Any) -> Any:
-    """The schema type of a TrainConfig field: its own type, with numbers kept as written."""
-    if typing.get_origin(hint) in (Union, types.UnionType):
-        args = [a for a in typing.get_args(hint) if a is not type(None)]
-        inner = _setting_type(args[0]) if len(args) == 1 else Union[tuple(_setting_type(a) for a in args)]
-        return Optional[inner] if len(args) < len(typing.get_args(hint)) else inner
-    return Number if hint is float else hint
-
-
 class _Settings(Schema):
     def settings(self) -> dict[str, Any]:
         """The keys given, as keyword arguments (what was not given keeps its default where it is used)."""
@@ -113,15 +110,15 @@ class _TrainingBase(_Settings):
 def _declared(source: type, exclude: frozenset[str], defaults: Mapping[str, Any] | None = None,
               wrap: Callable[[Any], Any] | None = None) -> dict[str, tuple[Any, Any]]:
     """Pydantic field declarations of the dataclass ``source``'s fields but ``exclude``: each field's
-    own type (numbers kept as written) and default (``defaults`` over the dataclass's; a field with
-    none is required). With ``wrap``, each type becomes ``wrap(type)`` and every default None (a
+    declared type, choices and bounds (:func:`contrastfit.settings.declared_type`, numbers kept as
+    written) and default (``defaults`` over the dataclass's; a field with none is required). With ``wrap``, each type becomes ``wrap(type)`` and every default None (a
     mapping in which each key is optional, e.g. a grid or an override)."""
     hints = typing.get_type_hints(source)
     out: dict[str, tuple[Any, Any]] = {}
     for f in dataclasses.fields(source):
         if f.name in exclude:
             continue
-        kind = _setting_type(hints[f.name])
+        kind = declared_type(hints[f.name], f.metadata, Number)
         if wrap is not None:
             out[f.name] = (wrap(kind), None)
         elif defaults and f.name in defaults:
@@ -416,9 +413,7 @@ def _pretrain_fields() -> dict[str, tuple[Any, Any]]:
     for name, prm in inspect.signature(pretrain).parameters.items():
         if prm.kind is not prm.KEYWORD_ONLY or name in PRETRAIN_RUN_ARGS:
             continue
-        kind = _setting_type(hints[name])
-        if name in PRETRAIN_BOUNDS:
-            kind = Annotated[kind, Field(**PRETRAIN_BOUNDS[name])]
+        kind = declared_type(hints[name], {"bounds": PRETRAIN_BOUNDS.get(name)}, Number)
         out[name] = (Optional[kind] if name == "model" else kind, None if name == "model" else prm.default)
     return out
 

@@ -5,11 +5,11 @@ registers its method is all it takes). See :mod:`.base` for how to write one."""
 import importlib
 import pkgutil
 
-from .base import (HEAD_STAGE_DEFAULTS, LOGISTIC_HEAD_DEFAULTS, LossOutput, Method, MethodSpec, ParamGroup,
-                   available_methods, get_method, register_method, register_preset)
+from .base import (HeadStage, Hparams, LogisticHead, LossOutput, Method, MethodSpec, ParamGroup, available_methods,
+                   get_method, hparam, register_method, register_preset)
 
-__all__ = ["HEAD_STAGE_DEFAULTS", "LOGISTIC_HEAD_DEFAULTS", "Method", "MethodSpec", "LossOutput", "ParamGroup",
-           "available_methods", "get_method", "register_method", "register_preset"]
+__all__ = ["HeadStage", "Hparams", "LogisticHead", "Method", "MethodSpec", "LossOutput", "ParamGroup",
+           "available_methods", "get_method", "hparam", "register_method", "register_preset"]
 
 for _module in pkgutil.iter_modules(__path__):
     if _module.name != "base":

@@ -5,22 +5,83 @@ combine, and which head predicts. It is an ``nn.Module`` living inside the model
 parameters it owns (SoftTriple centres, label embeddings, ...) are trained by the optimizer and
 saved with the model. Adding a method means one new file in ``contrastfit/methods`` that
 subclasses :class:`Method` and registers itself; a *preset* is an existing method under another
-name with another paper's defaults (e.g. ``ce-supcon`` is ``ce-scl`` with Sosnowski et al.'s
-values).
+name with another paper's defaults (:func:`register_preset`).
+
+A method declares its hyper-parameters once, as a nested model (the way an analysis declares its
+``Options``)::
+
+    class Hparams(Hparams):
+        temperature: float = hparam(0.3, "SupCon temperature", gt=0, flag="T")
+
+each with its type, default, bounds and help (:func:`hparam`). Everything else derives from that
+class: the validation of what a user gives (:func:`resolve_hparams`: names, types, bounds, finiteness,
+one line naming the method, the hyper-parameter and the value, :func:`contrastfit.schema.field_error`),
+``contrastfit train``'s ``--NAME`` options (the fields declared with ``flag``; every one is also
+``--param NAME=VALUE``), an experiment's ``methods[].hparams`` and ``search.space`` checks, ``contrastfit
+methods`` and the docs' table of each method's hyper-parameters. Checks that need the data or several
+values at once (LaCon's heads dividing the projection width) stay in the method's ``__init__``.
+
+Why a nested pydantic model: it is how every other user-written mapping is declared (an analysis'
+``Options``, a protocol's options, :class:`contrastfit.schema.Schema`), so one formatter words every
+error, and a method that extends another extends its model (``ce-scl-lr``'s is ``ce-scl``'s plus the
+logistic head's). Unlike the other schemas it converts text (the command line gives ``"0.3"``), as
+the hand-written coercion it replaces did; the resolved values keep their declared types (an int
+stays an int), so run identities do not change. A preset (:func:`register_preset`) keeps a dict of
+defaults over its class's, checked by the class's model; the training-set-size defaults
+(:meth:`Method.size_defaults`) are checked when the method is built.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar, Sequence
+from typing import Any, Callable, ClassVar, Mapping, Sequence
 
 import torch
 import torch.nn.functional as F
+from pydantic import ConfigDict, Field, ValidationError
 from torch import nn
 
 from ..errors import ConfigError
 from ..heads import build_head
+from ..schema import Schema, field_error
+
+
+class Hparams(Schema):
+    """Base of a method's hyper-parameters (``Method.Hparams``): unknown names are refused, and a value
+    is converted to the declared type where it means the same (the command line gives text: ``"0.3"``
+    is 0.3, ``"3"`` is 3, ``"0.1,0.2"`` a tuple), but a non-finite number (``temperature=inf`` would make
+    every logit 0) only where a field allows it."""
+
+    model_config = ConfigDict(strict=False, allow_inf_nan=False)
+
+
+def hparam(default: Any, help: str, *, flag: bool | str = False, **constraints: Any) -> Any:
+    """One hyper-parameter: its ``default``, ``help`` (``contrastfit methods``, the docs' table, the
+    option's help), its bounds and other constraints (pydantic's ``Field``: ``ge``, ``gt``, ``le``,
+    ``lt``, ``min_length``, ``allow_inf_nan``) and ``flag``: True (or the name of its value in
+    ``--help``) for an option of its own in ``contrastfit train``, ``--name-with-dashes``."""
+    return Field(default, description=help, json_schema_extra={"flag": flag} if flag else None, **constraints)
+
+
+def comma_separated(value: Any) -> Any:
+    """``"0.0,0.1"`` -> ``["0.0", "0.1"]`` (the command line's spelling of a tuple); anything else as is."""
+    return [v.strip() for v in value.split(",") if v.strip()] if isinstance(value, str) else value
+
+
+class HeadStage(Hparams):
+    """Stage 2 of a two-stage method (frozen encoder, head trained on cached features)."""
+
+    head_epochs: int = hparam(100, "stage 2: epochs of AdamW over the cached features (the best on "
+                              "validation is kept)", ge=1)
+    head_learning_rate: float = hparam(1e-3, "stage 2: AdamW's learning rate", gt=0)
+    head_batch_size: int = hparam(32, "stage 2: batch size", ge=1)
+
+
+class LogisticHead(Hparams):
+    """A head fitted as a logistic regression (``head_solver = "logistic"``)."""
+
+    head_C: float = hparam(1.0, "stage 2: inverse regularisation strength of the logistic regression "
+                           "(scikit-learn's default, SetFit's head)", gt=0)
 
 
 @dataclass
@@ -62,14 +123,14 @@ class ParamGroup:
 class Method(nn.Module):
     """Base class: cross-entropy (or MSE for regression) on a linear head over the pooled embedding.
 
-    Subclasses set ``name``, ``defaults`` (every hyper-parameter the method reads, with the paper's
-    value), ``reference`` and override :meth:`training_loss`.
+    Subclasses set ``name``, ``Hparams`` (every hyper-parameter the method reads, with the paper's
+    value: see the module docstring), ``reference`` and override :meth:`training_loss`.
     """
 
     name: ClassVar[str] = ""
     description: ClassVar[str] = ""
     reference: ClassVar[str] = ""
-    defaults: ClassVar[dict[str, Any]] = {}
+    Hparams: ClassVar[type[Hparams]] = Hparams
     #: The loss needs in-batch positives (the default ``--sampler balanced`` gives them); training such
     #: a method with ``--sampler random`` warns.
     contrastive: ClassVar[bool] = False
@@ -77,14 +138,11 @@ class Method(nn.Module):
     #: like a contrastive method's, its term is 0 at every step with a batch of one, which is refused
     #: (:func:`contrastfit.training.check_batch_size`).
     in_batch_negatives: ClassVar[bool] = False
-    #: Float hyper-parameters that may take a non-finite value, and which (e.g. SimCSE's
-    #: ``hard_negative_weight`` of -inf); every other non-finite value is refused (:func:`resolve_hparams`).
-    non_finite_ok: ClassVar[dict[str, tuple[float, ...]]] = {}
     head_kind: ClassVar[str] = "linear"
     #: Two stages (SupCL-Seq, SimCSE, DiffCSE): stage 1 trains the encoder with
     #: :meth:`training_loss` on the Trainer; stage 2 freezes the encoder, encodes the training set
     #: once and trains the head on the cached features (:func:`contrastfit.training.train_head`).
-    #: Such methods include :data:`HEAD_STAGE_DEFAULTS` in their ``defaults``.
+    #: Such methods' ``Hparams`` subclass :class:`HeadStage`.
     frozen_head_stage: ClassVar[bool] = False
     #: How stage 2 fits the head: ``"adamw"`` (epochs of AdamW on the task loss) or ``"logistic"``
     #: (scikit-learn's logistic regression copied into the linear head, as SetFit does).
@@ -109,28 +167,12 @@ class Method(nn.Module):
         super().__init__()
         if task not in ("classification", "regression"):
             raise ConfigError(f"unknown task '{task}'")
-        self.hparams = resolve_hparams(self.name, self.defaults, hparams, type(self).non_finite_ok)
+        self.hparams = validate_hparams(f"method '{self.name}'", self.Hparams, hparams)
         #: a :class:`contrastfit.memory.CrossBatchMemory` while training with ``--memory-size``, else None
         self.memory = None
         self.num_labels = num_labels
         self.hidden_size = hidden_size
         self.task = task
-
-    def check_hparam(self, key: str, *, gt: float | None = None, ge: float | None = None,
-                     le: float | None = None, note: str = "") -> None:
-        """One-line :class:`ConfigError` unless ``self.hparams[key]`` is in range: ``gt=0`` (> 0),
-        ``ge=1`` (>= 1), ``ge=0, le=1`` (in [0, 1]), ``gt=0, le=1`` (in (0, 1]); ``note`` is added
-        in parentheses (e.g. what 0 means)."""
-        value = self.hparams[key]
-        low = gt if gt is not None else ge
-        ok = (math.isfinite(value) and (gt is None or value > gt) and (ge is None or value >= ge)
-              and (le is None or value <= le))
-        if le is None:
-            expected = f"> {gt}" if gt is not None else f">= {ge}"
-        else:
-            expected = f"in {'(' if gt is not None else '['}{low}, {le}]"
-        if not ok:
-            raise ConfigError(f"{self.name}: {key} must be {expected}{f' ({note})' if note else ''}, got {value}")
 
     # -- heads and prediction ------------------------------------------------------------------
     @property
@@ -199,7 +241,7 @@ class Method(nn.Module):
 class NormalizedFeaturesMethod(Method):
     """A method whose head is a logistic regression on the L2-normalised pooled embedding (the linear
     probe, SetFit, the default ``ce-scl-lr``), fitted after the encoder stage; needs class labels and
-    ``head_C``."""
+    ``head_C`` (:class:`LogisticHead`)."""
 
     frozen_head_stage = True
     head_solver = "logistic"
@@ -208,70 +250,39 @@ class NormalizedFeaturesMethod(Method):
         super().__init__(num_labels, hidden_size, task, **hparams)
         if task != "classification":
             raise ConfigError(f"{self.name} needs class labels (its head is a logistic regression); use 'ce' for a regression target")
-        self.check_hparam("head_C", gt=0)
 
     def head_features(self, model, inputs):
         return F.normalize(model.encoder(**inputs).pooled.float(), p=2, dim=-1)
 
 
 
-def resolve_hparams(method: str, defaults: dict[str, Any], given: dict[str, Any],
-                    non_finite_ok: dict[str, tuple[float, ...]] | None = None) -> dict[str, Any]:
-    """Defaults updated with ``given``; unknown names, values of the wrong type and non-finite numbers
-    (NaN, inf, -inf: ``temperature=inf`` would make every logit 0) are refused with one line, except
-    the values ``non_finite_ok`` allows by name (default: the registered method's
-    :attr:`Method.non_finite_ok`)."""
-    if non_finite_ok is None:
-        spec = _REGISTRY.get(method)
-        non_finite_ok = spec.cls.non_finite_ok if spec is not None else {}
-    unknown = sorted(set(given) - set(defaults))
+def validate_hparams(owner: str, model: type[Hparams], given: Mapping[str, Any]) -> dict[str, Any]:
+    """``model``'s defaults updated with ``given`` (None: the default), as the declared types; an unknown
+    name or a value the declaration refuses is a one-line :class:`ConfigError` naming ``owner`` (e.g.
+    ``method 'ce-scl'``)."""
+    names = [f.alias or n for n, f in model.model_fields.items()]  # `lambda`, a Python keyword, is an alias
+    unknown = sorted(set(given) - set(names))
     if unknown:
-        known = ", ".join(sorted(defaults)) or "none"
-        raise ConfigError(f"method '{method}' has no hyper-parameter {', '.join(map(repr, unknown))} (it has: {known})")
-    out = dict(defaults)
-    for key, value in given.items():
-        if value is None:
-            continue
-        default = defaults[key]
-        try:
-            if isinstance(default, tuple):
-                items = value.split(",") if isinstance(value, str) else list(value)
-                kind = type(default[0]) if default else float
-                value = tuple(kind(v.strip() if isinstance(v, str) else v) for v in items if str(v).strip())
-                if not value:
-                    raise ValueError
-            elif isinstance(default, str):
-                value = str(value)
-            elif isinstance(default, bool):
-                value = value if isinstance(value, bool) else str(value).lower() in ("1", "true", "yes")
-            elif isinstance(default, int):
-                if float(value) != int(float(value)):
-                    raise ValueError
-                value = int(float(value))
-            elif isinstance(default, float):
-                value = float(value)
-        except (TypeError, ValueError, OverflowError):
-            kind = "comma-separated list" if isinstance(default, tuple) else type(default).__name__
-            raise ConfigError(f"method '{method}': hyper-parameter '{key}' must be a {kind}, got {value!r}") from None
-        allowed = non_finite_ok.get(key, ())
-        for number in value if isinstance(value, tuple) else (value,):
-            if isinstance(number, float) and not math.isfinite(number) and number not in allowed:
-                also = f" (or {', '.join(map(str, allowed))})" if allowed else ""
-                raise ConfigError(f"method '{method}': hyper-parameter '{key}' must be a finite number{also}, "
-                                  f"got {number}")
-        out[key] = value
-    return out
+        known = ", ".join(sorted(names)) or "none"
+        raise ConfigError(f"{owner} has no hyper-parameter {', '.join(map(repr, unknown))} (it has: {known})")
+    try:
+        return model.model_validate({k: v for k, v in given.items() if v is not None}).model_dump(by_alias=True)
+    except ValidationError as exc:
+        error = exc.errors(include_url=False)[0]
+        raise ConfigError(f"{owner}: {field_error(model, error)}") from None
 
 
-#: Stage-2 hyper-parameters of two-stage methods (frozen encoder, head on cached features).
-HEAD_STAGE_DEFAULTS: dict[str, Any] = {"head_epochs": 100, "head_learning_rate": 1e-3, "head_batch_size": 32}
-#: Stage-2 hyper-parameter of methods whose head is a logistic regression (``head_solver = "logistic"``):
-#: the inverse regularisation strength, scikit-learn's default (SetFit's head).
-LOGISTIC_HEAD_DEFAULTS: dict[str, Any] = {"head_C": 1.0}
+def resolve_hparams(method: str, given: Mapping[str, Any]) -> dict[str, Any]:
+    """The hyper-parameters of the registered ``method`` (a preset's defaults included) with ``given``
+    over its defaults, checked against the method's ``Hparams`` (:func:`validate_hparams`)."""
+    return get_method(method).resolve(given)
 
 
 @dataclass(frozen=True)
 class MethodSpec:
+    """A registered name: the method class and its defaults (the class's ``Hparams`` defaults, or a
+    preset's over them)."""
+
     name: str
     cls: type[Method]
     defaults: dict[str, Any]
@@ -286,9 +297,14 @@ class MethodSpec:
         sized = self.size_table(n_train) if self.size_table else self.cls.size_defaults(n_train)
         return {**self.defaults, **sized}
 
+    def resolve(self, given: Mapping[str, Any]) -> dict[str, Any]:
+        """This name's defaults with ``given`` over them (None: the default), checked against the class's
+        ``Hparams`` (:func:`validate_hparams`)."""
+        given = {k: v for k, v in given.items() if v is not None}
+        return validate_hparams(f"method '{self.name}'", self.cls.Hparams, {**self.defaults, **given})
+
     def create(self, num_labels: int, hidden_size: int, task: str = "classification", **hparams: Any) -> Method:
-        merged = {**self.defaults, **{k: v for k, v in hparams.items() if v is not None}}
-        method = self.cls(num_labels, hidden_size, task, **merged)
+        method = self.cls(num_labels, hidden_size, task, **self.resolve(hparams))
         method.registered_name = self.name
         return method
 
@@ -300,7 +316,9 @@ def register_method(cls: type[Method]) -> type[Method]:
     """Class decorator: make ``cls`` available under ``cls.name``."""
     if not cls.name or cls.name in _REGISTRY:
         raise RuntimeError(f"method name {cls.name!r} is empty or taken")
-    _REGISTRY[cls.name] = MethodSpec(cls.name, cls, dict(cls.defaults), cls.description, cls.reference)
+    if not (isinstance(cls.Hparams, type) and issubclass(cls.Hparams, Hparams)):
+        raise RuntimeError(f"method {cls.name!r}: Hparams must subclass contrastfit.methods.base.Hparams")
+    _REGISTRY[cls.name] = MethodSpec(cls.name, cls, cls.Hparams().model_dump(by_alias=True), cls.description, cls.reference)
     return cls
 
 
@@ -309,8 +327,8 @@ def register_preset(name: str, base: str, defaults: dict[str, Any], description:
     """Register ``base`` under ``name`` with other default hyper-parameters (and, optionally, other
     training-set-size-dependent defaults)."""
     spec = _REGISTRY[base]
-    resolve_hparams(name, spec.defaults, defaults)  # validate the preset itself
-    _REGISTRY[name] = MethodSpec(name, spec.cls, {**spec.defaults, **defaults}, description, reference, size_table)
+    merged = validate_hparams(f"method '{name}'", spec.cls.Hparams, {**spec.defaults, **defaults})  # the preset itself
+    _REGISTRY[name] = MethodSpec(name, spec.cls, merged, description, reference, size_table)
 
 
 def get_method(name: str) -> MethodSpec:

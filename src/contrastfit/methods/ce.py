@@ -11,7 +11,6 @@ class CrossEntropy(Method):
     name = "ce"
     description = "cross-entropy fine-tuning (the standard baseline)"
     reference = "Devlin et al. 2019; Gunel et al. 2021, Eq. 2"
-    defaults: dict = {}
 
     def training_loss(self, model, inputs, labels) -> LossOutput:
         logits = model.head(model.encoder(**inputs).pooled)

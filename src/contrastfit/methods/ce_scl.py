@@ -20,7 +20,7 @@ from __future__ import annotations
 from ..errors import ConfigError
 from ..distributed import gather
 from ..losses import supcon
-from .base import LOGISTIC_HEAD_DEFAULTS, LossOutput, Method, NormalizedFeaturesMethod, register_method
+from .base import Hparams, LogisticHead, LossOutput, Method, NormalizedFeaturesMethod, hparam, register_method
 
 
 @register_method
@@ -28,16 +28,16 @@ class CrossEntropySupCon(Method):
     name = "ce-scl"
     description = "(1 - lambda) CE + lambda SupCon on the pooled embedding"
     reference = "Gunel et al. 2021, Eq. 1-3"
-    defaults = {"lambda": 0.9, "temperature": 0.3}
     contrastive = True
     cross_batch_memory = True
-    #: the hyper-parameter that weights the two terms (checked to lie in [0, 1])
-    weight_name = "lambda"
+
+    class Hparams(Hparams):
+        lambda_: float = hparam(0.9, "weight of the SupCon term: (1 - lambda) CE + lambda SupCon", ge=0, le=1,
+                                alias="lambda", flag="LAMBDA")
+        temperature: float = hparam(0.3, "SupCon temperature", gt=0, flag="T")
 
     def __init__(self, num_labels, hidden_size, task="classification", **hparams):
         super().__init__(num_labels, hidden_size, task, **hparams)
-        self.check_hparam(self.weight_name, ge=0, le=1)
-        self.check_hparam("temperature", gt=0)
         if task == "regression":
             raise ConfigError(f"{self.name} needs class labels; use 'ce' for a regression target")
 
@@ -75,4 +75,5 @@ class SupConLogistic(NormalizedFeaturesMethod, CrossEntropySupCon):
     name = "ce-scl-lr"
     description = "ce-scl fine-tuning, then a logistic-regression head on the frozen encoder (the default)"
     reference = "Gunel et al. 2021, Eq. 1-3; head as Tunstall et al. 2022"
-    defaults = {**CrossEntropySupCon.defaults, **LOGISTIC_HEAD_DEFAULTS}
+    class Hparams(LogisticHead, CrossEntropySupCon.Hparams):
+        pass

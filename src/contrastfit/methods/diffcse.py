@@ -42,9 +42,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Annotated
 
 import torch
 import torch.nn.functional as F
+from pydantic import AfterValidator
 from torch import nn
 
 from ..data.masking import UnigramGenerator, fill_with_mlm, mask_tokens
@@ -53,8 +55,14 @@ from ..errors import ConfigError, ModelError
 from ..losses.diffcse import DEFAULT_LAMBDA, diffcse_loss, replaced_token_detection
 from ..distributed import gather_views
 from ..losses.simcse import simcse_unsup
-from .base import HEAD_STAGE_DEFAULTS, LossOutput, ParamGroup, register_method
-from .simcse_base import TEMPERATURE, SentenceEmbeddingMethod, sentence_inputs
+from .base import LossOutput, ParamGroup, hparam, register_method
+from .simcse_base import SentenceEmbeddingMethod, sentence_inputs
+
+def _generator(name: str) -> str:
+    if not name.strip():
+        raise ValueError("must be 'unigram' or a masked-LM folder / name")
+    return name
+
 
 DIFFCSE_MASK_RATIO = 0.3  # the DiffCSE paper (Chuang et al. 2022) for BERT; the CS224N report gives none
 
@@ -114,25 +122,19 @@ class DiffCSE(SentenceEmbeddingMethod):
     description = "SimCSE + lambda * conditional replaced-token detection (small discriminator), then the report's task head"
     reference = "Behrman & Christoglou (CS224N), Eq. 3-6; Chuang et al. 2022"
     in_batch_negatives = True  # its SimCSE term
-    defaults = {
-        "temperature": TEMPERATURE,
-        "lambda": DEFAULT_LAMBDA,
-        "mask_ratio": DIFFCSE_MASK_RATIO,
-        "generator": "unigram",
-        "discriminator_layers": 2,
-        "discriminator_learning_rate": 0.0,
-        **HEAD_STAGE_DEFAULTS,
-    }
+
+    class Hparams(SentenceEmbeddingMethod.Hparams):
+        lambda_: float = hparam(DEFAULT_LAMBDA, "weight of the replaced-token-detection term", ge=0,
+                                alias="lambda", flag="LAMBDA")
+        mask_ratio: float = hparam(DIFFCSE_MASK_RATIO, "share of the tokens the generator replaces", gt=0, le=1)
+        generator: Annotated[str, AfterValidator(_generator)] = hparam(
+            "unigram", "'unigram' (a sampler over the training corpus' tokens) or a masked-LM folder / name")
+        discriminator_layers: int = hparam(2, "transformer layers of the discriminator", ge=1)
+        discriminator_learning_rate: float = hparam(0.0, "learning rate of the discriminator (0: the main one)", ge=0)
 
     def __init__(self, num_labels, hidden_size, task="classification", **hparams):
         super().__init__(num_labels, hidden_size, task, **hparams)
         hp = self.hparams
-        self.check_hparam("lambda", ge=0)
-        self.check_hparam("mask_ratio", gt=0, le=1)
-        self.check_hparam("discriminator_layers", ge=1)
-        self.check_hparam("discriminator_learning_rate", ge=0, note="0: the main learning rate")
-        if not hp["generator"].strip():
-            raise ConfigError(f"{self.name}: generator must be 'unigram' or a masked-LM folder / name")
         self.discriminator = ConditionalDiscriminator(hidden_size, hp["discriminator_layers"])
         # Training-only state, deliberately not submodules (not saved, not in the optimizer):
         self.__dict__["unigram"] = None  # UnigramGenerator, built by prepare()

@@ -78,11 +78,11 @@ Training-set size (both methods)
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from typing import Any, Literal, Mapping
 
 from ..errors import ConfigError
 from ..losses import SOSNOWSKI_TABLE1, SoftTripleLoss, flatten_tokens
-from .base import LossOutput, Method, ParamGroup, register_method
+from .base import Hparams, LossOutput, Method, ParamGroup, hparam, register_method
 from .ce_scl import CrossEntropySupCon
 
 #: Sosnowski et al., Table 2 (SupCon hyper-parameters by training-set size).
@@ -91,8 +91,10 @@ SOSNOWSKI_TABLE2: dict[int, dict[str, float]] = {
     100: {"beta": 0.9, "temperature": 0.7},
     1000: {"beta": 0.9, "temperature": 0.7},
 }
-
-DML_ON = ("pooled", "tokens")
+#: Table 1's row of the defaults when the training-set size is unknown.
+_TABLE1_100 = SOSNOWSKI_TABLE1[100]
+#: the weight of the cross-entropy, Sosnowski's parametrisation (Eq. 4)
+_BETA_HELP = "weight of CE in beta CE + (1 - beta) DML"
 
 
 def nearest_size_row(table: Mapping[int, dict[str, Any]], n_train: int) -> dict[str, Any]:
@@ -113,9 +115,10 @@ class CrossEntropySupConBeta(CrossEntropySupCon):
     name = "ce-supcon"
     description = "beta CE + (1 - beta) SupCon on the pooled embedding (ce-scl with lambda = 1 - beta)"
     reference = "Sosnowski et al., Eq. 1 and 4, Table 2 (the objective of Gunel et al. 2021)"
-    defaults = {"beta": 0.9, "temperature": 0.7}
 
-    weight_name = "beta"
+    class Hparams(Hparams):
+        beta: float = hparam(0.9, _BETA_HELP, ge=0, le=1, flag="BETA")
+        temperature: float = hparam(0.7, "SupCon temperature", gt=0, flag="T")
 
     def contrastive_weight(self) -> float:
         """Gunel's lambda is Sosnowski's 1 - beta (beta weights the cross-entropy, Eq. 4)."""
@@ -131,28 +134,27 @@ class CrossEntropySoftTriple(Method):
     name = "ce-softtriple"
     description = "beta CE + (1 - beta) SoftTriple on every token (or the pooled embedding); centres trained"
     reference = "Sosnowski et al., Eq. 2-4, Table 1 (SoftTriple: Qian et al. 2019)"
-    defaults = {
-        "beta": SOSNOWSKI_TABLE1[100]["beta"],
-        **SOSNOWSKI_TABLE1[100],  # centers_per_class, gamma, la, margin, beta: the 100-example row
-        "center_reg": 0.0,
-        "dml_on": "tokens",
-        "centers_learning_rate": 1e-2,
-    }
     contrastive = True
+
+    class Hparams(Hparams):  # defaults: Table 1's 100-example row
+        beta: float = hparam(_TABLE1_100["beta"], _BETA_HELP, ge=0, le=1, flag="BETA")
+        centers_per_class: int = hparam(_TABLE1_100["centers_per_class"], "SoftTriple's centres per class (k)", ge=1)
+        gamma: float = hparam(_TABLE1_100["gamma"], "temperature of the entropy regulariser over a class's centres",
+                              gt=0)
+        la: float = hparam(_TABLE1_100["la"], "SoftTriple's scale (lambda)", gt=0)
+        margin: float = hparam(_TABLE1_100["margin"], "SoftTriple's margin (delta)", ge=0)
+        center_reg: float = hparam(0.0, "weight of Qian et al.'s centre regulariser (0: off, as in Sosnowski et al.)",
+                                   ge=0)
+        dml_on: Literal["pooled", "tokens"] = hparam(
+            "tokens", "apply the metric-learning loss to the pooled embedding or every token",
+            flag=True)
+        centers_learning_rate: float = hparam(1e-2, "learning rate of the centres (their own parameter group)", gt=0)
 
     def __init__(self, num_labels, hidden_size, task="classification", **hparams):
         super().__init__(num_labels, hidden_size, task, **hparams)
         hp = self.hparams
         if task == "regression":
             raise ConfigError(f"{self.name} needs class labels; use 'ce' for a regression target")
-        if hp["dml_on"] not in DML_ON:
-            raise ConfigError(f"{self.name}: dml_on must be one of {', '.join(DML_ON)}, got {hp['dml_on']!r}")
-        self.check_hparam("beta", ge=0, le=1)
-        for key in ("la", "gamma", "centers_learning_rate"):
-            self.check_hparam(key, gt=0)
-        for key in ("margin", "center_reg"):
-            self.check_hparam(key, ge=0)
-        self.check_hparam("centers_per_class", ge=1)
         self.soft_triple = SoftTripleLoss(hidden_size, num_labels, hp["centers_per_class"], la=hp["la"],
                                           gamma=hp["gamma"], margin=hp["margin"], center_reg=hp["center_reg"])
 

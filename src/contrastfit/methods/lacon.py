@@ -100,7 +100,15 @@ from ..distributed import gather
 from ..errors import ConfigError
 from ..heads import ProjectionClassifierHead, build_head
 from ..losses import lacon
-from .base import LossOutput, Method, ParamGroup, register_method
+from .base import Hparams, LossOutput, Method, ParamGroup, hparam, register_method
+
+
+class _Projection(Hparams):
+    """The projection head g: ``ce-projection``'s hyper-parameters (LaCon's ``projection_dim`` is this one;
+    its ``projection_layers`` also takes 0)."""
+
+    projection_dim: int = hparam(0, "width d of the projection head g (0: the encoder's hidden size)", ge=0)
+    projection_layers: int = hparam(3, "layers of the projection head g", ge=1)
 
 __all__ = ["CEProjection", "LaCon", "LaConFusion"]
 
@@ -110,40 +118,34 @@ class LaCon(Method):
     name = "lacon"
     description = "label anchored contrastive learning: ICL + LCL + LER, prediction by cosine to label embeddings"
     reference = "Zhang et al. (LaCon), Eq. 1-8, Sec. 4.4"
-    defaults = {
-        "temperature": 0.1,
-        "heads": 6,
-        "ler_weight": 0.5,
-        "icl_weight": 1.0,
-        "lcl_weight": 1.0,
-        "projection_dim": 0,
-        "projection_layers": 3,
-        "label_learning_rate": 0.0,
-    }
     contrastive = True
     head_kind = "label-matching"
+
+    class Hparams(Hparams):
+        temperature: float = hparam(0.1, "temperature of ICL, LCL and the prediction", gt=0, flag="T")
+        heads: int = hparam(6, "heads of the multi-head LCL (Eq. 4); must divide the projection width", ge=1)
+        ler_weight: float = hparam(0.5, "weight of the label embedding regulariser (0 removes the term)", ge=0)
+        icl_weight: float = hparam(1.0, "weight of the instance-centred loss (0 removes the term)", ge=0)
+        lcl_weight: float = hparam(1.0, "weight of the label-centred loss (0 removes the term)", ge=0)
+        projection_dim: int = _Projection.model_fields["projection_dim"]
+        projection_layers: int = hparam(3, "layers of the projection head g (0: none, the -g ablation)", ge=0)
+        label_learning_rate: float = hparam(0.0, "learning rate of the label embeddings (0: the main one)", ge=0)
 
     def __init__(self, num_labels, hidden_size, task="classification", **hparams):
         super().__init__(num_labels, hidden_size, task, **hparams)
         hp = self.hparams
         if task == "regression":
             raise ConfigError(f"{self.name} needs class labels (they are the anchors); use 'ce' for a regression target")
-        self.check_hparam("temperature", gt=0)
-        for weight in ("icl_weight", "lcl_weight", "ler_weight"):
-            self.check_hparam(weight, ge=0, note="0 removes the term")
         if hp["icl_weight"] == 0 and hp["lcl_weight"] == 0:
             what = "all three loss weights are 0" if hp["ler_weight"] == 0 else \
                 "icl_weight and lcl_weight are both 0 (LER alone trains only the label embeddings)"
             raise ConfigError(f"{self.name}: {what}; keep icl_weight or lcl_weight > 0")
-        self.check_hparam("projection_layers", ge=0)
-        self.check_hparam("projection_dim", ge=0, note="0: the encoder's hidden size")
-        self.check_hparam("label_learning_rate", ge=0, note="0: the main learning rate")
         dim = self.projection_dim
         if hp["projection_layers"] == 0 and dim != hidden_size:
             raise ConfigError(f"{self.name}: projection_layers=0 (no projection) needs projection_dim 0 or "
                               f"{hidden_size} (the encoder's hidden size), got {dim}")
-        if hp["heads"] < 1 or dim % hp["heads"]:
-            raise ConfigError(f"{self.name}: heads ({hp['heads']}) must be >= 1 and divide the projection width {dim}; "
+        if dim % hp["heads"]:
+            raise ConfigError(f"{self.name}: heads ({hp['heads']}) must divide the projection width {dim}; "
                               f"pass another heads or a projection_dim that is a multiple of it")
 
     @property
@@ -190,11 +192,12 @@ class LaConFusion(LaCon):
     name = "lacon-fusion"
     description = "LaCon with LEAM-style label fusion (word-label cosine, conv + max-pool attention) before the projection"
     reference = "Zhang et al. (LaCon), Eq. 1-9; Wang et al. 2018 (LEAM), Eq. 2-5"
-    defaults = {**LaCon.defaults, "fusion_radius": 2}
+
+    class Hparams(LaCon.Hparams):
+        fusion_radius: int = hparam(2, "r of LEAM's window of 2r + 1 words", ge=0)
 
     def __init__(self, num_labels, hidden_size, task="classification", **hparams):
         super().__init__(num_labels, hidden_size, task, **hparams)
-        self.check_hparam("fusion_radius", ge=0)
         if self.projection_dim != hidden_size:
             raise ConfigError(f"{self.name}: the label embeddings are compared with token embeddings (Eq. 9), so "
                               f"projection_dim must be 0 or {hidden_size} (the encoder's hidden size), "
@@ -215,15 +218,7 @@ class CEProjection(Method):
     name = "ce-projection"
     description = "cross-entropy through LaCon's 3-layer projection head g, then a linear classifier (\"BERT w/ g\")"
     reference = "Zhang et al. (LaCon), Table 3 (BERT w/ g); g from Sec. 2.1"
-    defaults = {
-        "projection_dim": 0,
-        "projection_layers": 3,
-    }
-
-    def __init__(self, num_labels, hidden_size, task="classification", **hparams):
-        super().__init__(num_labels, hidden_size, task, **hparams)
-        self.check_hparam("projection_layers", ge=1, note="0 would be plain 'ce'")
-        self.check_hparam("projection_dim", ge=0, note="0: the encoder's hidden size")
+    Hparams = _Projection  # projection_layers >= 1: 0 would be plain 'ce'
 
     @property
     def projection_dim(self) -> int:

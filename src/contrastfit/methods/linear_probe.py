@@ -11,7 +11,7 @@ fine-tuning method has to beat, and the first stage of LP-FT (Kumar et al., 2022
 from __future__ import annotations
 
 from ..errors import ConfigError
-from .base import LOGISTIC_HEAD_DEFAULTS, LossOutput, NormalizedFeaturesMethod, register_method
+from .base import LogisticHead, LossOutput, NormalizedFeaturesMethod, register_method
 
 
 @register_method
@@ -19,7 +19,7 @@ class LinearProbe(NormalizedFeaturesMethod):
     name = "linear-probe"
     description = "frozen encoder, logistic regression on its normalised embeddings (no fine-tuning)"
     reference = "Kumar et al. 2022 (LP); the baseline of Tunstall et al. 2022"
-    defaults = dict(LOGISTIC_HEAD_DEFAULTS)
+    Hparams = LogisticHead
     trains_encoder = False
 
     def training_loss(self, model, inputs, labels) -> LossOutput:

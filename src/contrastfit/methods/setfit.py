@@ -22,7 +22,7 @@ import math
 import numpy as np
 
 from ..losses import cosine_pairs
-from .base import LOGISTIC_HEAD_DEFAULTS, LossOutput, NormalizedFeaturesMethod, register_method
+from .base import LogisticHead, LossOutput, NormalizedFeaturesMethod, register_method
 
 
 def setfit_pair_count(train_labels) -> int:
@@ -38,7 +38,7 @@ class SetFit(NormalizedFeaturesMethod):
     name = "setfit"
     description = "cosine-similarity loss on same/different-class pairs, then logistic regression on the frozen encoder"
     reference = "Tunstall et al. 2022, Sec. 3"
-    defaults = dict(LOGISTIC_HEAD_DEFAULTS)
+    Hparams = LogisticHead
     contrastive = True  # the class-balanced sampler: every batch holds positive and negative pairs
     training_defaults = {"learning_rate": 2e-5}
 

@@ -37,7 +37,7 @@ The report's round-robin multi-task training over several data sets (Sec. 5.3.5)
 together with the heads at 1e-6 (the heads here train on the frozen encoder). Stage-1 optimisation values of the report (Sec. 5.3; learning rate 1e-5 for SimCSE and 1e-6
 for DiffCSE, weight decay 0.1, batch 64 / 32 / 64, maximum length 64 / 100 / 64) are Trainer settings
 (``--learning-rate`` etc.), not method hyper-parameters. Stage-2 values are the project's shared
-:data:`~contrastfit.methods.base.HEAD_STAGE_DEFAULTS` (the report's heads used learning rate 1e-3 and
+:class:`~contrastfit.methods.base.HeadStage` (the report's heads used learning rate 1e-3 and
 batch 8 / 8 / 32 for STS / SST / paraphrase).
 """
 
@@ -48,7 +48,7 @@ from torch import nn
 
 from ..data.pairs import concat_inputs, is_pair, split_pair
 from ..heads import SimCSETaskHead
-from .base import Method
+from .base import HeadStage, Method, hparam
 
 TEMPERATURE = 0.05  # report, Sec. 5.3.3 ("tau ... remained consistent across runs at 0.05")
 
@@ -77,14 +77,13 @@ def sentence_features(model, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
 
 
 class SentenceEmbeddingMethod(Method):
-    """The SimCSE family's base: temperature check, the report's heads on (pair-aware) sentence features,
+    """The SimCSE family's base: a temperature, the report's heads on (pair-aware) sentence features,
     head trained in stage 2 on the frozen encoder."""
 
     frozen_head_stage = True
 
-    def __init__(self, num_labels, hidden_size, task="classification", **hparams):
-        super().__init__(num_labels, hidden_size, task, **hparams)
-        self.check_hparam("temperature", gt=0)
+    class Hparams(HeadStage):
+        temperature: float = hparam(TEMPERATURE, "InfoNCE temperature", gt=0, flag="T")
 
     def build_head(self) -> nn.Module:
         return SimCSETaskHead(self.hidden_size, self.num_outputs, self.task)

@@ -50,15 +50,22 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
 import torch
+from pydantic import AfterValidator
 
 from ..distributed import gather
 from ..errors import ConfigError
 from ..losses.simcse import simcse_sup
-from .base import HEAD_STAGE_DEFAULTS, LossOutput, register_method
-from .simcse_base import TEMPERATURE, SentenceEmbeddingMethod
+from .base import LossOutput, hparam, register_method
+from .simcse_base import SentenceEmbeddingMethod
+
+
+def _finite_or_minus_inf(value: float) -> float:
+    if math.isnan(value) or value == math.inf:
+        raise ValueError("must be a finite number or -inf")
+    return value
 
 
 @dataclass
@@ -127,15 +134,17 @@ class SimCSESup(SentenceEmbeddingMethod):
     description = ("supervised SimCSE on in-batch (anchor, same-class positive, other-class hard negative) triples, "
                    "then the report's task head")
     reference = "Behrman & Christoglou (CS224N), Eq. 2, Sec. 4.1; Gao et al. 2021"
-    defaults = {"temperature": TEMPERATURE, "hard_negative_weight": 0.0, "augmented": False, **HEAD_STAGE_DEFAULTS}
     contrastive = True
-    non_finite_ok = {"hard_negative_weight": (-math.inf,)}  # -inf: the hard negatives drop out
+
+    class Hparams(SentenceEmbeddingMethod.Hparams):
+        hard_negative_weight: Annotated[float, AfterValidator(_finite_or_minus_inf)] = hparam(
+            0.0, "log-weight added to each anchor's own hard negative (-inf: the hard negatives drop out)",
+            allow_inf_nan=True, flag="W")
+        augmented: bool = hparam(False, "pair each unpaired anchor with a second dropout pass of itself "
+                                 "(the report's augmented data set)")
 
     def __init__(self, num_labels, hidden_size, task="classification", **hparams):
         super().__init__(num_labels, hidden_size, task, **hparams)
-        w = self.hparams["hard_negative_weight"]
-        if math.isnan(w) or w == math.inf:
-            raise ConfigError(f"{self.name}: hard_negative_weight must be finite (or -inf), got {w}")
         if task == "regression":
             raise ConfigError(f"{self.name} needs class labels (Eq. 2 pairs examples by class); "
                               "use simcse-unsup or diffcse for a regression target")

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from ..distributed import gather_views
 from ..losses.simcse import simcse_unsup
-from .base import HEAD_STAGE_DEFAULTS, LossOutput, register_method
-from .simcse_base import TEMPERATURE, SentenceEmbeddingMethod, sentence_inputs
+from .base import LossOutput, register_method
+from .simcse_base import SentenceEmbeddingMethod, sentence_inputs
 
 
 @register_method
@@ -22,7 +22,6 @@ class SimCSEUnsup(SentenceEmbeddingMethod):
     name = "simcse-unsup"
     description = "unsupervised SimCSE (two dropout passes), then the report's task head on the frozen encoder"
     reference = "Behrman & Christoglou (CS224N), Eq. 1; Gao et al. 2021"
-    defaults = {"temperature": TEMPERATURE, **HEAD_STAGE_DEFAULTS}
     in_batch_negatives = True
 
     def training_loss(self, model, inputs, labels) -> LossOutput:

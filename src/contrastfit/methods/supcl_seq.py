@@ -31,15 +31,28 @@ other batches never holds).
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import torch
+from pydantic import BeforeValidator, Field
 
 from ..encoders import set_dropout
 from ..errors import ConfigError
 from ..distributed import gather_views
 from ..losses import supcon
-from .base import HEAD_STAGE_DEFAULTS, LossOutput, Method, register_method
+from .base import HeadStage, Hparams, LossOutput, Method, comma_separated, hparam, register_method
 
 VIEW_DROPOUTS = (0.0, 0.1, 0.2)  # Table 4 (CoLA, RTE, SST-2, WNLI)
+#: the dropout probability of each view: one or more probabilities in [0, 1)
+Dropouts = Annotated[tuple[Annotated[float, Field(ge=0, lt=1)], ...], BeforeValidator(comma_separated)]
+
+
+class _Views(Hparams):
+    view_dropouts: Dropouts = hparam(VIEW_DROPOUTS, "dropout probability of each view, e.g. 0.0,0.1,0.2", min_length=1, flag="P,P,...")
+
+
+class _ContrastiveViews(_Views):
+    temperature: float = hparam(0.05, "SupCon temperature", gt=0, flag="T")
 
 
 def dropout_views(model, inputs: dict[str, torch.Tensor], probabilities) -> list[torch.Tensor]:
@@ -59,25 +72,18 @@ def contrastive_labels(method: Method, labels: torch.Tensor) -> torch.Tensor:
     return labels
 
 
-class _DropoutViewsMethod(Method):
-    def __init__(self, num_labels, hidden_size, task="classification", **hparams):
-        super().__init__(num_labels, hidden_size, task, **hparams)
-        views = self.hparams["view_dropouts"]
-        if len(views) < 1 or any(not 0.0 <= p < 1.0 for p in views):
-            raise ConfigError(f"{self.name}: view_dropouts must be probabilities in [0, 1), got {views}")
-        if "temperature" in self.hparams:
-            self.check_hparam("temperature", gt=0)
-
-
 @register_method
-class SupCLSeq(_DropoutViewsMethod):
+class SupCLSeq(Method):
     name = "supcl-seq"
     description = "SupCon over N dropout views, then a linear head on the frozen encoder"
     reference = "Sedghamiz et al. 2021, Eq. 2, Table 4"
-    defaults = {"view_dropouts": VIEW_DROPOUTS, "temperature": 0.05, "regression_bin": 0.1, **HEAD_STAGE_DEFAULTS}
     contrastive = True
     frozen_head_stage = True
     cross_batch_memory = True
+
+    class Hparams(HeadStage, _ContrastiveViews):
+        regression_bin: float = hparam(0.1, "width of the bins a regression target is rounded to for the "
+                                       "contrastive term (target units)", gt=0)
 
     def training_loss(self, model, inputs, labels) -> LossOutput:
         views = dropout_views(model, inputs, self.hparams["view_dropouts"])
@@ -91,14 +97,16 @@ class SupCLSeq(_DropoutViewsMethod):
 
 
 @register_method
-class SelfSupervisedCL(_DropoutViewsMethod):
+class SelfSupervisedCL(Method):
     name = "self-supervised-cl"
     description = "labels ignored: views of the same sentence are the only positives; then a frozen-encoder head"
     reference = "Sedghamiz et al. 2021, Eq. 1 (Gao et al. 2021)"
-    defaults = {"view_dropouts": VIEW_DROPOUTS, "temperature": 0.05, **HEAD_STAGE_DEFAULTS}
     contrastive = False
     frozen_head_stage = True
     in_batch_negatives = True  # the other sentences' views
+
+    class Hparams(HeadStage, _ContrastiveViews):
+        pass
 
     def __init__(self, num_labels, hidden_size, task="classification", **hparams):
         super().__init__(num_labels, hidden_size, task, **hparams)
@@ -114,11 +122,11 @@ class SelfSupervisedCL(_DropoutViewsMethod):
 
 
 @register_method
-class DropoutAugmentedCE(_DropoutViewsMethod):
+class DropoutAugmentedCE(Method):
     name = "dropout-augmented-ce"
     description = "cross-entropy averaged over the same N dropout views (one stage)"
     reference = "Sedghamiz et al. 2021, Table 2 baseline"
-    defaults = {"view_dropouts": VIEW_DROPOUTS}
+    Hparams = _Views
 
     def training_loss(self, model, inputs, labels) -> LossOutput:
         views = dropout_views(model, inputs, self.hparams["view_dropouts"])

@@ -49,6 +49,8 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from ..errors import ConfigError
+from ..methods import Hparams, get_method
+from ..methods.base import validate_hparams
 
 TASK_TYPES = ("classification", "pair-classification", "regression")
 #: heads that read the two sentences of a pair encoded separately (u, v)
@@ -61,9 +63,9 @@ HEADS = {
     ("regression", True): ("cosine-mlp", "joint", "cosine"),
 }
 OBJECTIVES = {"classification": ("ce", "ce-scl"), "pair-classification": ("ce", "ce-scl"), "regression": ("mse", "cosine")}
-#: hyper-parameters each objective reads, with their defaults (ce-scl: Gunel et al.'s, as the ce-scl method)
-OBJECTIVE_HPARAMS: dict[str, dict[str, float]] = {"ce": {}, "ce-scl": {"lambda": 0.9, "temperature": 0.3},
-                                                  "mse": {}, "cosine": {}}
+#: the hyper-parameters each objective reads (ce-scl: the ce-scl method's, declared there)
+OBJECTIVE_HPARAMS: dict[str, type[Hparams]] = {"ce": Hparams, "ce-scl": get_method("ce-scl").cls.Hparams,
+                                               "mse": Hparams, "cosine": Hparams}
 #: the selection metric of a task when none is given: higher is better, comparable across tasks
 DEFAULT_METRIC = {"classification": "accuracy", "pair-classification": "accuracy", "regression": "pearson"}
 CLASSIFICATION_METRICS = ("accuracy", "f1", "macro_f1", "mcc")
@@ -143,15 +145,17 @@ class Task:
             raise ConfigError(f"{where}: hparams must be a mapping, got {self.hparams!r}")
         if self.hparams and self.objective is None:  # the default objectives (ce, mse, cosine) have none
             raise ConfigError(f"{where}: hparams are the objective's: give the objective too (e.g. objective: ce-scl)")
-        for key, value in self.hparams.items():
-            if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
-                raise ConfigError(f"{where}: {key} must be a finite number, got {value!r}")
         if self.objective is not None:
-            unknown = sorted(set(self.hparams) - set(OBJECTIVE_HPARAMS[self.objective]))
-            if unknown:
-                raise ConfigError(f"{where}: objective {self.objective} has no hyper-parameter "
-                                  f"{', '.join(map(repr, unknown))} (it has: "
-                                  f"{', '.join(OBJECTIVE_HPARAMS[self.objective]) or 'none'})")
+            objective_hparams(self.objective, self.hparams, where)
+
+
+def objective_hparams(objective: str, given: dict[str, Any], where: str) -> dict[str, Any]:
+    """The hyper-parameters of ``objective`` with ``given`` over their defaults, checked against their
+    declaration (:data:`OBJECTIVE_HPARAMS`); a one-line :class:`ConfigError` naming ``where`` otherwise."""
+    try:
+        return validate_hparams(f"objective {objective}", OBJECTIVE_HPARAMS[objective], given)
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
 
 
 @dataclass
@@ -224,21 +228,7 @@ def resolve_task(task: Task, *, label_names: list[str] | None, pairs: bool, data
     if (objective == "cosine") != (head == "cosine"):
         raise ConfigError(f"{where}: the cosine objective and the cosine head go together (sentence pairs, "
                           f"regression); got head {head!r} with objective {objective!r}")
-    defaults = OBJECTIVE_HPARAMS[objective]
-    unknown = sorted(set(task.hparams) - set(defaults))
-    if unknown:
-        raise ConfigError(f"{where}: objective {objective} has no hyper-parameter {', '.join(map(repr, unknown))} "
-                          f"(it has: {', '.join(defaults) or 'none'})")
-    hparams = dict(defaults)
-    for key, value in task.hparams.items():
-        if not isinstance(value, (int, float)) or isinstance(value, bool):
-            raise ConfigError(f"{where}: {key} must be a number, got {value!r}")
-        hparams[key] = float(value)
-    if objective == "ce-scl":
-        if not 0.0 <= hparams["lambda"] <= 1.0:
-            raise ConfigError(f"{where}: lambda must be in [0, 1], got {hparams['lambda']}")
-        if not hparams["temperature"] > 0:
-            raise ConfigError(f"{where}: temperature must be > 0, got {hparams['temperature']}")
+    hparams = objective_hparams(objective, task.hparams, where)
     metric = task.metric or DEFAULT_METRIC[ttype]
     allowed = REGRESSION_METRICS if regression else CLASSIFICATION_METRICS
     if metric not in allowed:
