@@ -63,6 +63,9 @@ def infer_label_names(values: Sequence[Any], where: str, task: str | None = None
     white space (:func:`~contrastfit.data.types.label_name`); two that differ only in case are refused
     (:func:`~contrastfit.data.types.check_label_names`, naming ``where``, both and their row counts).
     """
+    if any(isinstance(v, (list, tuple, set, np.ndarray)) for v in values):
+        raise DataError(f"{where}: the labels are lists (several labels per text), i.e. multi-label data; train "
+                        "with --multi-label (train(..., multi_label=True)); see the docs' Multi-label page")
     uniq = set(values)
     if task == "regression":
         return None
