@@ -10,8 +10,8 @@ Where the label sets come from (``label_column``, default ``label``):
 * **one column holding several labels**: a list (JSON/JSONL/parquet files, in-memory data, a Hub
   ``Sequence(ClassLabel)`` column such as GoEmotions' ``labels``, whose ids become the class names),
   or a string: a JSON list (``'["sports", "politics"]'``) or labels joined by ``label_separator``
-  (default ``|``: ``sports|politics``). An empty string or list is a text with no label (allowed:
-  it is only ever a negative);
+  (default ``|``: ``sports|politics``). An empty cell, string or list is a text with no label
+  (allowed: it is only ever a negative);
 * **one 0/1 column per label** (the toxic-comment layout): ``label_column="toxic,obscene,insult"``
   names the columns, comma-separated; a value > 0.5 (or ``true``/``yes``) means the label applies.
 
@@ -64,8 +64,7 @@ def parse_label_set(value: Any, separator: str = DEFAULT_SEPARATOR, names: Seque
     """One row's label set as a list of names (see the module docstring). ``names``: a ClassLabel's
     names, which integer ids index."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
-        raise DataError(f"{where}: row {row + 1} has no label value (write an empty list or '' for a text "
-                        "with no label)")
+        return []  # an empty cell (a CSV reads '' as None): a text with no label
     if isinstance(value, np.ndarray):
         value = value.tolist()
     if isinstance(value, str):

@@ -37,14 +37,30 @@ def temperatures(model) -> np.ndarray:
     return np.asarray(got if got else [1.0] * len(model.label_names), dtype=np.float64)
 
 
+def sigmoid_probabilities(logits: np.ndarray, temps: Sequence[float]) -> np.ndarray:
+    """Per-label ``sigmoid(logit_j / T_j)`` (float32), for the model and its ONNX export alike."""
+    return sigmoid(np.asarray(logits, dtype=np.float64) / np.asarray(temps, dtype=np.float64)).astype(np.float32)
+
+
+def lists_of_labels(names: Sequence[str], probs: np.ndarray, thr: Sequence[float]) -> list[list[str]]:
+    """Each row's labels whose probability is >= their threshold, in the order of ``names``."""
+    on = np.asarray(probs, dtype=np.float64) >= np.asarray(thr, dtype=np.float64)
+    return [[names[j] for j in np.flatnonzero(row)] for row in on]
+
+
 def probabilities(model, logits: np.ndarray) -> np.ndarray:
-    return sigmoid(np.asarray(logits, dtype=np.float64) / temperatures(model)).astype(np.float32)
+    return sigmoid_probabilities(logits, temperatures(model))
 
 
 def label_lists(model, probs: np.ndarray) -> list[list[str]]:
-    thr = np.asarray(thresholds(model), dtype=np.float64)
-    on = np.asarray(probs, dtype=np.float64) >= thr
-    return [[model.label_names[j] for j in np.flatnonzero(row)] for row in on]
+    return lists_of_labels(model.label_names, probs, thresholds(model))
+
+
+def export_meta(model) -> dict[str, Any]:
+    """What an ONNX export of a multi-label model records (``export.json``): nothing for other models."""
+    if not getattr(model, "multi_label", False):
+        return {}
+    return {"multi_label": True, "thresholds": thresholds(model), "temperatures": temperatures(model).tolist()}
 
 
 def binary_nll(logits: np.ndarray, y: np.ndarray, t: float = 1.0) -> float:
