@@ -90,6 +90,12 @@ def _check_output(value: str) -> None:
             return
 
 
+def _check_label_separator(value: str) -> None:
+    """``--label-separator``: one or more characters, not only white space (that would split every label)."""
+    if not value.strip():
+        raise ConfigError(f"label_separator must hold a character other than white space, got {value!r}")
+
+
 _OPT, _SELECT = "model and optimisation", "model selection"
 
 
@@ -141,7 +147,8 @@ class TrainConfig:
                                 "or one 0/1 column per label: --label-column a,b,c); docs: Multi-label",
                                 group="data")
     label_separator: str | None = setting(None, "with --multi-label: the separator of several labels in one text "
-                                          "cell (default: |)", group="data", metavar="SEP")
+                                          "cell (default: |)", group="data", metavar="SEP",
+                                          check=_check_label_separator)
     # -- sampling (every draw has its own seed: derive_seed(sample_seed, "train", sample_index))
     shots: int | None = setting(None, "sample K training examples per class", group="sampling", metavar="K", ge=1)
     train_size: int | None = setting(None, "sample N training examples in total, stratified by class",
