@@ -1172,7 +1172,7 @@ def _train(config: TrainConfig, text_data: TextData | None, callbacks: list[Trai
     if config.multi_label:  # label sets: contrastfit.multilabel.training
         from .multilabel.training import train_multilabel
 
-        return train_multilabel(config, text_data, callbacks, keep)
+        return train_multilabel(config, text_data, callbacks, keep, kit=sys.modules[__name__])
     output = Path(config.output)
     results_path = output / RESULTS_NAME
     t0 = time.perf_counter()

@@ -4,7 +4,8 @@ SupCon (Khosla et al. 2020, Eq. 2; :mod:`contrastfit.losses.supcon`) with every 
 batch a positive *to the degree* that its label set overlaps the anchor's, measured by the Jaccard
 index of the two label sets. This is the weighting of the Jaccard Similarity Contrastive Loss (JSCL)
 of Lin, Qin, Wang, Yang & Zhou, "An Effective Deployment of Contrastive Learning in Multi-label Text
-Classification" (Findings of ACL 2023, arXiv:2212.00552), written here in SupCon's form:
+Classification" (arXiv:2212.00552), written here in SupCon's form (the normalisation by ``W_i`` and the
+conventions below are ours, stated so that the tests can check them):
 
 .. math::
 

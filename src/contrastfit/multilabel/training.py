@@ -57,10 +57,10 @@ def selection_metric(config) -> str:
     return SELECTION[config.metric_for_best]
 
 
-def compute_metrics(label_names: list[str], metric: str):
+def compute_metrics(label_names: list[str], metric: str, kit):
     """The Trainer's validation metrics at threshold 0.5, the BCE ``loss`` and the selection score
-    (the metric, ties broken by the lower loss, as for single-label runs)."""
-    from ..training import SELECTION_KEY, TIE_BREAK
+    (the metric, ties broken by the lower loss, as for single-label runs: ``kit.SELECTION_KEY``)."""
+    SELECTION_KEY, TIE_BREAK = kit.SELECTION_KEY, kit.TIE_BREAK
 
     def compute(eval_pred) -> dict[str, float]:
         logits, labels = eval_pred.predictions, eval_pred.label_ids
@@ -79,10 +79,8 @@ def compute_metrics(label_names: list[str], metric: str):
     return compute
 
 
-def _trainer_class():
-    from ..training import ContrastfitTrainer
-
-    class MultiLabelTrainer(ContrastfitTrainer):
+def _trainer_class(kit):
+    class MultiLabelTrainer(kit.ContrastfitTrainer):
         """The Trainer with :class:`MultiLabelBatchSampler` batches (``balanced_batches``)."""
 
         def get_train_dataloader(self) -> DataLoader:
@@ -150,8 +148,13 @@ def fit_head(model, train_ds: datasets.Dataset, collator, seed: int) -> dict[str
 
 
 def train_multilabel(config, text_data: TextData | None, callbacks: list[TrainerCallback] | None,
-                     keep: bool) -> Any:
-    """One multi-label run of the validated ``config`` into ``config.output`` (see the module docstring)."""
+                     keep: bool, kit) -> Any:
+    """One multi-label run of the validated ``config`` into ``config.output`` (see the module docstring).
+
+    ``kit`` is :mod:`contrastfit.training` itself, handed over by ``training._train``: the Trainer
+    subclass and the run helpers that single- and multi-label runs share (``tokenize_dataset``,
+    ``trainer_arguments``, ``TrainResult``, ...). Importing that module here would close an import
+    cycle with the hook that calls this function (``tests/test_data_imports.py`` forbids any)."""
     from transformers import set_seed
 
     from ..atomic import write_json_atomic
@@ -162,10 +165,11 @@ def train_multilabel(config, text_data: TextData | None, callbacks: list[Trainer
     from ..evaluation import evaluate_model
     from ..methods import get_method
     from ..modeling import ContrastiveClassifier
-    from ..training import (CHECKPOINT_DIR, RESULTS_NAME, TrainResult, _selection_args, _stopped_early,
-                            evaluation_history, last_checkpoint, record_provenance, resolve_schedule,
-                            resume_checkpoint, tokenize_dataset, trainer_arguments, with_method_defaults,
-                            _weights_only_loading)
+    CHECKPOINT_DIR, RESULTS_NAME, TrainResult = kit.CHECKPOINT_DIR, kit.RESULTS_NAME, kit.TrainResult
+    _selection_args, _stopped_early, evaluation_history = kit._selection_args, kit._stopped_early, kit.evaluation_history
+    last_checkpoint, record_provenance, resolve_schedule = kit.last_checkpoint, kit.record_provenance, kit.resolve_schedule
+    resume_checkpoint, tokenize_dataset, trainer_arguments = kit.resume_checkpoint, kit.tokenize_dataset, kit.trainer_arguments
+    with_method_defaults, _weights_only_loading = kit.with_method_defaults, kit._weights_only_loading
 
     if config.memory_size is not None:
         raise ConfigError("--memory-size is not available with --multi-label (the memory holds one label per row)")
@@ -206,9 +210,9 @@ def train_multilabel(config, text_data: TextData | None, callbacks: list[Trainer
         callbacks.append(EarlyStoppingCallback(early_stopping_patience=config.early_stopping_patience))
     args = trainer_arguments(config, epochs=epochs, max_steps=max_steps, selection=selection_args)
     collator = DataCollatorWithPadding(tokenizer)
-    trainer = _trainer_class()(
+    trainer = _trainer_class(kit)(
         model=model, args=args, train_dataset=train_ds, eval_dataset=eval_ds, data_collator=collator,
-        compute_metrics=compute_metrics(names, metric) if eval_ds is not None else None,
+        compute_metrics=compute_metrics(names, metric, kit) if eval_ds is not None else None,
         balanced_batches=config.sampler == "balanced", gradient_cache_chunk=config.gradient_cache_chunk,
         callbacks=callbacks or None)
     if not config.progress:
