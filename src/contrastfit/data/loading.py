@@ -705,6 +705,11 @@ def load_data(
                             f"'{name_or_path}', which has its own splits")
     if name_or_path in BUILTIN_DATASETS:
         return load_builtin(name_or_path)
+    from .builtin import MULTILABEL_BUILTIN_NAMES
+
+    if name_or_path in MULTILABEL_BUILTIN_NAMES:
+        raise DataError(f"'{name_or_path}' is a multi-label data set (several labels per text); train with "
+                        "--multi-label (train(..., multi_label=True)); see the docs' Multi-label page")
     if local:
         return load_local(
             path,

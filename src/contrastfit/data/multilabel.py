@@ -208,6 +208,11 @@ MULTILABEL_BUILTINS = {
 }
 
 
+from .builtin import MULTILABEL_BUILTIN_NAMES  # noqa: E402  (the names the single-label loader refuses)
+
+assert tuple(MULTILABEL_BUILTINS) == MULTILABEL_BUILTIN_NAMES, "name every multi-label built-in in builtin.py too"
+
+
 def _split_rows(n: int, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
     rng = np.random.default_rng(seed)
     order = rng.permutation(n)
