@@ -294,3 +294,11 @@ def test_onnx_export_of_a_multilabel_model(tmp_path, tiny_encoder_dir, topics_cs
     texts = ["good film", "awful dull plot", "superb fun movie actor"]
     np.testing.assert_allclose(served.predict_proba(texts), model.predict_proba(texts), atol=1e-5)
     assert served.predict(texts) == model.predict(texts)
+
+
+def test_in_memory_label_lists_train_without_an_output_folder(tiny_encoder_dir):
+    rows = topic_rows(40, seed=2)
+    result = train(texts=[r["text"] for r in rows], labels=[r["label"].split("|") for r in rows], multi_label=True,
+                   method="linear-probe", model=str(tiny_encoder_dir), progress=False)
+    assert result["data"]["source"]["kind"] == "memory" and result["data"]["validation_size"] == 4
+    assert all(isinstance(p, list) for p in result.model.predict(["good film", "dull"]))
