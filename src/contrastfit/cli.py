@@ -602,6 +602,9 @@ def cmd_explain(args: argparse.Namespace) -> int:
     if getattr(model, "session", None) is not None:
         raise ContrastfitError(f"{args.run} is an ONNX export; explain needs the PyTorch model: give the folder "
                                "`contrastfit train` wrote")
+    if getattr(model, "multi_label", False):  # its attributions would explain a softmax the model does not use
+        raise ContrastfitError(f"{args.run} is a multi-label model; explain supports single-label and regression "
+                               "models (docs: Multi-label)")
     if args.target is not None and model.task == "classification" and args.target not in model.label_names:
         raise ContrastfitError(f"--target {args.target!r} is not a label of {args.run} "
                                f"({', '.join(map(str, model.label_names))})")
