@@ -302,3 +302,39 @@ def test_in_memory_label_lists_train_without_an_output_folder(tiny_encoder_dir):
                    method="linear-probe", model=str(tiny_encoder_dir), progress=False)
     assert result["data"]["source"]["kind"] == "memory" and result["data"]["validation_size"] == 4
     assert all(isinstance(p, list) for p in result.model.predict(["good film", "dull"]))
+
+
+def test_server_answers_label_lists(tmp_path, tiny_encoder_dir):
+    """A multi-label folder (built without training: the head is random) served over HTTP: each text's
+    labels over the saved thresholds and its per-label probabilities."""
+    import threading
+    import urllib.request
+
+    from contrastfit.encoders import TextEncoder, load_backbone
+    from contrastfit.inference import load_for_inference
+    from contrastfit.multilabel import create_multilabel_method
+    from contrastfit.serve import make_server
+
+    backbone, tokenizer = load_backbone(str(tiny_encoder_dir))
+    encoder = TextEncoder(backbone, "cls")
+    names = ["bad", "film", "good"]
+    model = ContrastiveClassifier(encoder, tokenizer, create_multilabel_method("ce", 3, encoder.hidden_size), names,
+                                  info={"multi_label": True, "thresholds": [0.3, 0.5, 0.7]})
+    model.save_pretrained(tmp_path / "run")
+    srv = make_server(load_for_inference(str(tmp_path / "run")), port=0, name="run")
+    srv.quiet = True
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        texts = ["good fun film", "awful dull plot"]
+        request = urllib.request.Request(f"http://127.0.0.1:{srv.server_address[1]}/predict",
+                                         data=json.dumps({"texts": texts}).encode(),
+                                         headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=30) as reply:
+            rows = json.loads(reply.read())["predictions"]
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    model.eval()
+    assert [r["labels"] for r in rows] == model.predict(texts)
+    for row, p in zip(rows, model.predict_proba(texts)):
+        assert list(row["probabilities"].values()) == pytest.approx(p.tolist(), abs=1e-6)
