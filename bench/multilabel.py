@@ -16,7 +16,10 @@ Systems (``--systems``):
   multi_target_strategy="one-vs-rest")`` with its default ``TrainingArguments`` (seeded);
 * ``contrastfit``: ``train(multi_label=True)`` with no method: the default multi-label recipe
   (``ce-scl-lr``: BCE + Jaccard-weighted SupCon fine-tuning, then one-vs-rest logistic heads);
-* ``contrastfit-METHOD``: the multi-label form of METHOD (``ce``, ``ce-scl``, ``linear-probe``).
+* ``contrastfit-METHOD``: the multi-label form of METHOD (``ce``, ``ce-scl``, ``linear-probe``);
+* ``prior``: no model: every text gets each label's frequency in the training sample as its
+  probability (so at 0.5 it predicts the labels most of the sample has): the floor the others must
+  clear on labels that co-occur this much.
 
 Every system is scored twice on test: at threshold 0.5 for every label (``at_0.5``), and with
 per-label thresholds chosen on the validation split
@@ -62,6 +65,12 @@ def score(names, y_val, p_val, y_test, p_test) -> dict[str, Any]:
     tuned = multilabel_metrics(y_test, p_test >= np.asarray(thr), names)
     return {"at_0.5": {k: at_half[k] for k in HEADLINE}, "tuned": {k: tuned[k] for k in HEADLINE},
             "thresholds": thr, "per_label_f1_tuned": {n: v["f1"] for n, v in tuned["per_label"].items()}}
+
+
+def run_prior(data: TextData, train) -> dict[str, Any]:
+    prior = np.asarray(train["label"], dtype=np.float64).mean(axis=0)
+    return {"train_s": 0.0, "p_val": np.tile(prior, (len(data.validation), 1)),
+            "p_test": np.tile(prior, (len(data.test), 1))}
 
 
 def run_probe(data: TextData, train, seed: int, model: str) -> dict[str, Any]:
@@ -176,7 +185,9 @@ def main(argv: list[str] | None = None) -> int:
                 if (args.data, shots, sample, system) in done:
                     continue
                 seed = sample
-                if system == "probe-ovr":
+                if system == "prior":
+                    out = run_prior(data, train)
+                elif system == "probe-ovr":
                     out = run_probe(data, train, seed, args.model)
                 elif system == "setfit-ovr":
                     out = run_setfit(data, train, seed, args.model, workdir)
