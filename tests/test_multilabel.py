@@ -338,3 +338,29 @@ def test_server_answers_label_lists(tmp_path, tiny_encoder_dir):
     assert [r["labels"] for r in rows] == model.predict(texts)
     for row, p in zip(rows, model.predict_proba(texts)):
         assert list(row["probabilities"].values()) == pytest.approx(p.tolist(), abs=1e-6)
+
+
+@pytest.mark.parametrize("chunk", [1, 4])
+def test_gradient_cache_gives_the_full_batch_gradients(tiny_encoder_dir, chunk):
+    """Pitfall 8: with --gradient-cache the Jaccard-SupCon + BCE gradients are the uncached ones."""
+    from test_gradient_cache import _assert_same_grads, _cached_grads, _reference_grads
+
+    from contrastfit.encoders import TextEncoder, load_backbone
+    from contrastfit.multilabel import create_multilabel_method
+
+    torch.manual_seed(0)
+    backbone, tokenizer = load_backbone(str(tiny_encoder_dir))
+    encoder = TextEncoder(backbone, "cls")
+    model = ContrastiveClassifier(encoder, tokenizer, create_multilabel_method("ce-scl", 3, encoder.hidden_size),
+                                  ["bad", "film", "good"], info={"multi_label": True})
+    model.double().train()
+    rows = topic_rows(9, seed=4)
+    enc = model.tokenize([r["text"] for r in rows], padding=True)
+    inputs = {k: torch.tensor(v) for k, v in enc.items()}
+    names = ["bad", "film", "good"]
+    labels = torch.tensor([[float(n in r["label"].split("|")) for n in names] for r in rows], dtype=torch.float64)
+    loss_ref, ref, _ = _reference_grads(model, inputs, labels, chunk, seed=chunk)
+    loss, got, _ = _cached_grads(model, inputs, labels, chunk, seed=chunk)
+    assert loss == pytest.approx(loss_ref, rel=1e-12, abs=1e-12)
+    _assert_same_grads(ref, got)
+    assert any(g is not None and bool(g.abs().sum() > 0) for n, g in got.items() if n.startswith("encoder."))
