@@ -151,3 +151,27 @@ def ref_rtd(logits, replaced, counted):
                 softplus = torch.where(v >= 0, pos + torch.log1p(torch.exp(-pos)), torch.log1p(torch.exp(neg)))
                 terms.append(softplus - v * float(replaced[i][j]))
     return sum(terms) / len(terms) if terms else None
+
+
+def ref_jaccard_supcon(x, label_sets, t, eps=0.0):
+    """Jaccard-weighted SupCon (jaccard_supcon's docstring): w_ip = |Y_i & Y_p| / |Y_i | Y_p| (0 for two
+    empty sets), l_i = -1/W_i sum_{p != i} w_ip log(exp(z_i.z_p/t) / sum_{a != i} exp(z_i.z_a/t)),
+    W_i = sum_{p != i} w_ip, mean over anchors with W_i > 0; ``label_sets`` a list of Python sets;
+    None without such an anchor."""
+    n = len(label_sets)
+    per_anchor = []
+    for i in range(n):
+        weights = {}
+        for p in range(n):
+            if p == i:
+                continue
+            union = label_sets[i] | label_sets[p]
+            w = len(label_sets[i] & label_sets[p]) / len(union) if union else 0.0
+            if w > 0:
+                weights[p] = w
+        total = sum(weights.values())
+        if total == 0:
+            continue
+        log_denominator = lse([cos(x[i], x[a], eps, eps) / t for a in range(n) if a != i])
+        per_anchor.append(-sum(w * (cos(x[i], x[p], eps, eps) / t - log_denominator) for p, w in weights.items()) / total)
+    return sum(per_anchor) / len(per_anchor) if per_anchor else None

@@ -144,6 +144,11 @@ def _closing(record: dict[str, Any], rows: Any) -> list[str]:
 
 def _calibration_sentence(calibration: dict[str, Any], subject: str = "the probabilities") -> str:
     """What a temperature-scaling record (``calibrate``) did, in one sentence."""
+    if "temperatures" in calibration:  # a multi-label model: one temperature per label (contrastfit.multilabel.model)
+        return (f"Per-label temperature scaling: {subject} are `sigmoid(logit_j / T_j)` with T = "
+                f"{', '.join(f'{t:.3f}' for t in calibration['temperatures'])}, fitted on "
+                f"{calibration.get('data', 'held-out data')} ({calibration.get('n')} rows): mean binary NLL "
+                f"{calibration['nll_before']:.4f} -> {calibration['nll_after']:.4f}; the thresholds moved with them.")
     return (f"Temperature scaling (Guo et al. 2017): {subject} are `softmax(logits / {calibration['temperature']:.4f})`, "
             f"the temperature fitted on {calibration.get('data', 'held-out data')} ({calibration.get('n')} rows): "
             f"NLL {calibration['nll_before']:.4f} -> {calibration['nll_after']:.4f}, "

@@ -348,6 +348,10 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 def _load_eval_split(args: argparse.Namespace, model) -> tuple[object, str]:
     """A built-in or Hub data set's split, or a local file whole, labelled with the model's labels."""
+    if getattr(model, "multi_label", False):
+        from .multilabel.cli import load_eval_split
+
+        return load_eval_split(args, model)
     from pathlib import Path
 
     from .data import load_data
@@ -413,6 +417,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         print(f"  {key:<{width}}  {value:.4f}")
     if "per_class" in metrics:
         print("  per class:  " + "  ".join(f"{n}: F1 {m['f1']:.3f}" for n, m in metrics["per_class"].items()))
+    if "per_label" in metrics:  # multi-label
+        print("  per label:  " + "  ".join(f"{n}: F1 {m['f1']:.3f}" for n, m in metrics["per_label"].items()))
     if args.json_out:
         write_json_atomic(args.json_out, {"run": args.run, "data": what, "metrics": metrics,
                                           "train_overlap": None if overlap is None else overlap.to_dict()})
@@ -538,6 +544,12 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         from .card import write_model_card
 
         write_model_card(args.run)  # the card states the temperature
+    if "temperatures" in record:  # multi-label: one temperature per label (contrastfit.multilabel.model)
+        from .multilabel.cli import calibration_lines
+
+        print(f"{args.run}: per-label temperature scaling fitted on {what} (predictions unchanged)")
+        print("\n".join(calibration_lines(record)))
+        return 0
     print(f"{args.run}{f' task {args.task}' if args.task else ''}: temperature {record['temperature']:.3f}, fitted on {what}")
     print(f"  NLL {record['nll_before']:.4f} -> {record['nll_after']:.4f}   "
           f"ECE {record['ece_before']:.4f} -> {record['ece_after']:.4f}")
@@ -603,6 +615,9 @@ def cmd_explain(args: argparse.Namespace) -> int:
     if getattr(model, "session", None) is not None:
         raise ContrastfitError(f"{args.run} is an ONNX export; explain needs the PyTorch model: give the folder "
                                "`contrastfit train` wrote")
+    if getattr(model, "multi_label", False):  # its attributions would explain a softmax the model does not use
+        raise ContrastfitError(f"{args.run} is a multi-label model; explain supports single-label and regression "
+                               "models (docs: Multi-label)")
     if args.target is not None and model.task == "classification" and args.target not in model.label_names:
         raise ContrastfitError(f"--target {args.target!r} is not a label of {args.run} "
                                f"({', '.join(map(str, model.label_names))})")

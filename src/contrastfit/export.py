@@ -104,6 +104,9 @@ def export_onnx(run: str | os.PathLike, output: str | os.PathLike, *, task: str 
         raise ModelError(f"export --quantize: a {model.task} model is not quantised (its check compares labels and "
                          "probabilities); export it without --quantize")
     temperature = float(getattr(model, "temperature", 1.0))
+    from .multilabel.model import export_meta
+
+    multi_label = export_meta(model)  # {} unless multi-label: then its thresholds and per-label temperatures
     texts = list(texts) if texts is not None else list(VERIFY_TEXTS)
     if pair_model and pairs is None:
         pairs = list(reversed(texts))
@@ -142,7 +145,7 @@ def export_onnx(run: str | os.PathLike, output: str | os.PathLike, *, task: str 
         model.tokenizer.save_pretrained(staging)
         reference = model.predict_logits(texts, pairs)
         serving = {"inputs": names, "max_length": model.max_length, "temperature": temperature,
-                   "label_names": model.label_names, "task": model.task, "separate_pairs": separate}
+                   "label_names": model.label_names, "task": model.task, "separate_pairs": separate, **multi_label}
         check = _parity(OnnxClassifier(staging, _meta=serving), reference, texts, pairs, temperature, model.task)
         worst, same = check["max_abs_diff"], check["same_predictions"]
         if worst > atol or (model.task == "classification" and not same):
@@ -166,7 +169,7 @@ def export_onnx(run: str | os.PathLike, output: str | os.PathLike, *, task: str 
                 "opset": int(program.model.opset_imports.get("", 0)) if hasattr(program, "model") else opset,
                 "task": model.task, "label_names": model.label_names, "text_pair": pair_model, "separate_pairs": separate,
                 "max_length": model.max_length, "temperature": temperature, "method": method,
-                "source": str(Path(run).absolute()),
+                "source": str(Path(run).absolute()), **multi_label,
                 "verification": check, "quantization": quantization, "versions": library_versions()}
         write_json_atomic(staging / EXPORT_NAME, meta)
     return meta
@@ -180,6 +183,20 @@ def _parity(served: "OnnxClassifier", reference: np.ndarray, texts: list[str], p
     worst batch size) and whether all do."""
     from .evaluation.calibration import log_softmax
 
+    if getattr(served, "multi_label", False):  # per-label sigmoids; a prediction is the set over the thresholds
+        from .multilabel.model import sigmoid_probabilities
+
+        def probs(logits):
+            return sigmoid_probabilities(logits, served.temperatures)
+
+        def decide(logits):
+            return probs(logits) >= np.asarray(served.thresholds)
+    else:
+        def probs(logits):
+            return np.exp(log_softmax(logits / temperature))
+
+        def decide(logits):
+            return logits.argmax(1)
     sizes = sorted({1, min(3, len(texts)), len(texts)})
     worst, worst_p, agreement = 0.0, 0.0, 1.0
     for size in sizes:
@@ -188,9 +205,10 @@ def _parity(served: "OnnxClassifier", reference: np.ndarray, texts: list[str], p
             got = served.predict_logits(texts[start:start + size], pairs[start:start + size] if pairs is not None else None)
             want = reference[start:start + size]
             worst = max(worst, float(np.abs(got - want).max()))
-            agree += int((got.argmax(1) == want.argmax(1)).sum())
+            same = decide(got) == decide(want)
+            agree += int((same.all(axis=1) if same.ndim == 2 else same).sum())
             if task != "regression":
-                prob = np.exp(log_softmax(got / temperature)) - np.exp(log_softmax(want / temperature))
+                prob = probs(got) - probs(want)
                 worst_p = max(worst_p, float(np.abs(prob).max()))
         agreement = min(agreement, agree / len(texts))
     check: dict[str, Any] = {"texts": len(texts), "batch_sizes": sizes, "max_abs_diff": worst}

@@ -125,6 +125,18 @@ class ContrastiveClassifier(nn.Module):
         return self.method.task
 
     @property
+    def multi_label(self) -> bool:
+        """Whether each text carries a set of labels (:mod:`contrastfit.multilabel`)."""
+        return bool(getattr(self.method, "multi_label", False))
+
+    @property
+    def thresholds(self) -> list[float]:
+        """Multi-label models: each label's decision threshold on its probability (chosen on validation)."""
+        from .multilabel.model import thresholds
+
+        return thresholds(self)
+
+    @property
     def device(self) -> torch.device:
         return next(self.parameters()).device
 
@@ -186,8 +198,13 @@ class ContrastiveClassifier(nn.Module):
         return float(self.info.get("calibration", {}).get("temperature", 1.0))
 
     def predict_proba(self, texts: Sequence[str], pairs: Sequence[str] | None = None, batch_size: int = 64) -> np.ndarray:
-        """Class probabilities, ``softmax(logits / temperature)`` (the predicted values for regression)."""
+        """Class probabilities, ``softmax(logits / temperature)`` (the predicted values for regression);
+        for a multi-label model, each label's ``sigmoid(logit / T_label)``, shape (n, labels)."""
         logits = self.predict_logits(texts, pairs, batch_size)
+        if self.multi_label:
+            from .multilabel.model import probabilities
+
+            return probabilities(self, logits)
         if self.task == "regression":
             return logits
         return torch.softmax(torch.from_numpy(logits) / self.temperature, dim=-1).numpy()
@@ -202,12 +219,21 @@ class ContrastiveClassifier(nn.Module):
 
         if self.task != "classification":
             raise ModelError("temperature scaling calibrates class probabilities; this model is a regression model")
+        if self.multi_label:  # labels: one multi-hot row per text; one temperature per label
+            from .multilabel.model import calibrate_per_label
+
+            return calibrate_per_label(self, self.predict_logits(texts, pairs, batch_size, progress=progress), labels)
         record = temperature_scaling(self.predict_logits(texts, pairs, batch_size, progress=progress), labels)
         self.info["calibration"] = record
         return record
 
     def predict(self, texts: Sequence[str], pairs: Sequence[str] | None = None, batch_size: int = 64) -> list:
-        """Label names (classification) or values (regression) for ``texts``."""
+        """Label names (classification) or values (regression) for ``texts``; for a multi-label model,
+        a list of label names per text (those at or above their threshold; possibly empty)."""
+        if self.multi_label:
+            from .multilabel.model import label_lists
+
+            return label_lists(self, self.predict_proba(texts, pairs, batch_size))
         logits = self.predict_logits(texts, pairs, batch_size)
         if self.task == "regression":
             return logits[:, 0].tolist()
@@ -274,7 +300,12 @@ class ContrastiveClassifier(nn.Module):
         def build(cfg: dict[str, Any], encoder: TextEncoder, tokenizer) -> tuple["ContrastiveClassifier", str]:
             label_names = cfg["label_names"]
             num_labels = 1 if label_names is None else len(label_names)
-            method = get_method(cfg["method"]).create(num_labels, encoder.hidden_size, cfg["task"], **cfg["hparams"])
+            if cfg.get("multi_label"):
+                from .multilabel.methods import create_multilabel_method
+
+                method = create_multilabel_method(cfg["method"], num_labels, encoder.hidden_size, **cfg["hparams"])
+            else:
+                method = get_method(cfg["method"]).create(num_labels, encoder.hidden_size, cfg["task"], **cfg["hparams"])
             info = {k: v for k, v in cfg.items()
                     if k not in ("format_version", "method", "hparams", "task", "label_names", "pooling", "max_length",
                                  "sentence_transformers")}

@@ -59,6 +59,10 @@ class OnnxClassifier:
         self.label_names: list[str] | None = _meta["label_names"]
         self.task: str = _meta["task"]
         self.temperature = float(_meta.get("temperature", 1.0))
+        #: multi-label exports (contrastfit.multilabel): per-label thresholds and temperatures
+        self.multi_label = bool(_meta.get("multi_label"))
+        self.thresholds = _meta.get("thresholds")
+        self.temperatures = _meta.get("temperatures")
         self.tokenizer = AutoTokenizer.from_pretrained(str(folder))
         self.session = onnxruntime.InferenceSession(str(folder / ONNX_NAME),
                                                     providers=list(providers or ["CPUExecutionProvider"]))
@@ -96,11 +100,19 @@ class OnnxClassifier:
         logits = self.predict_logits(texts, pairs, batch_size)
         if self.task == "regression":
             return logits
+        if self.multi_label:
+            from .multilabel.model import sigmoid_probabilities
+
+            return sigmoid_probabilities(logits, self.temperatures)
         from .evaluation.calibration import log_softmax
 
         return np.exp(log_softmax(logits / self.temperature))
 
     def predict(self, texts: Sequence[str], pairs: Sequence[str] | None = None, batch_size: int = 64) -> list:
+        if self.multi_label:
+            from .multilabel.model import lists_of_labels
+
+            return lists_of_labels(self.label_names, self.predict_proba(texts, pairs, batch_size), self.thresholds)
         logits = self.predict_logits(texts, pairs, batch_size)
         if self.task == "regression":
             return logits[:, 0].tolist()

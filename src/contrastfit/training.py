@@ -90,6 +90,12 @@ def _check_output(value: str) -> None:
             return
 
 
+def _check_label_separator(value: str) -> None:
+    """``--label-separator``: one or more characters, not only white space (that would split every label)."""
+    if not value.strip():
+        raise ConfigError(f"label_separator must hold a character other than white space, got {value!r}")
+
+
 _OPT, _SELECT = "model and optimisation", "model selection"
 
 
@@ -137,6 +143,12 @@ class TrainConfig:
                                       metavar="FRACTION", ge=0, lt=1)
     task: str | None = setting(None, "force the task (default: from the labels; numbers that are not all whole "
                                "make a regression target)", group="data", choices=("classification", "regression"))
+    multi_label: bool = setting(False, "each text has a set of labels (a list, labels joined by --label-separator, "
+                                "or one 0/1 column per label: --label-column a,b,c); docs: Multi-label",
+                                group="data")
+    label_separator: str | None = setting(None, "with --multi-label: the separator of several labels in one text "
+                                          "cell (default: |)", group="data", metavar="SEP",
+                                          check=_check_label_separator)
     # -- sampling (every draw has its own seed: derive_seed(sample_seed, "train", sample_index))
     shots: int | None = setting(None, "sample K training examples per class", group="sampling", metavar="K", ge=1)
     train_size: int | None = setting(None, "sample N training examples in total, stratified by class",
@@ -1104,6 +1116,15 @@ def _config_with_memory_data(config: TrainConfig | None, texts: Any, labels: Any
 
 def _load_memory_data(config: TrainConfig, memory: dict[str, Any]) -> TextData:
     """The run's data when some of it is in memory (:func:`contrastfit.data.load_data`)."""
+    if config.multi_label:
+        from .data.multilabel import load_multilabel
+
+        return load_multilabel(memory.get("data", config.data), text_column=config.text_column,
+                               text_pair_column=config.text_pair_column, label_column=config.label_column,
+                               label_separator=config.label_separator,
+                               validation_data=memory.get("validation_data", config.validation_data),
+                               test_data=memory.get("test_data", config.test_data),
+                               validation_split=config.validation_split)
     return load_data(
         memory.get("data", config.data),
         text_column=config.text_column,
@@ -1148,6 +1169,10 @@ def _train(config: TrainConfig, text_data: TextData | None, callbacks: list[Trai
     folder) nothing is saved there: the model stays in memory."""
     from transformers import set_seed
 
+    if config.multi_label:  # label sets: contrastfit.multilabel.training
+        from .multilabel.training import train_multilabel
+
+        return train_multilabel(config, text_data, callbacks, keep, kit=sys.modules[__name__])
     output = Path(config.output)
     results_path = output / RESULTS_NAME
     t0 = time.perf_counter()

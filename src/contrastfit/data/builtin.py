@@ -73,6 +73,11 @@ VADER_SDIST = f"vaderSentiment-{VADER_VERSION}.tar.gz"
 VADER_SHA256 = "5d7c06e027fc8b99238edb0d53d970cf97066ef97654009890b83703849632f9"  # PyPI's file
 
 
+#: The built-in multi-label data sets (read by :mod:`contrastfit.data.multilabel`; named here so that the
+#: single-label loader can send them there with a one-line error).
+MULTILABEL_BUILTIN_NAMES = ("toxicity-attributes",)
+
+
 class Rows(NamedTuple):
     texts: list[str]
     labels: list  # class ids, or floats for a regression target

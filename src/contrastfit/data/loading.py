@@ -63,6 +63,9 @@ def infer_label_names(values: Sequence[Any], where: str, task: str | None = None
     white space (:func:`~contrastfit.data.types.label_name`); two that differ only in case are refused
     (:func:`~contrastfit.data.types.check_label_names`, naming ``where``, both and their row counts).
     """
+    if any(isinstance(v, (list, tuple, set, np.ndarray)) for v in values):
+        raise DataError(f"{where}: the labels are lists (several labels per text), i.e. multi-label data; train "
+                        "with --multi-label (train(..., multi_label=True)); see the docs' Multi-label page")
     uniq = set(values)
     if task == "regression":
         return None
@@ -702,6 +705,11 @@ def load_data(
                             f"'{name_or_path}', which has its own splits")
     if name_or_path in BUILTIN_DATASETS:
         return load_builtin(name_or_path)
+    from .builtin import MULTILABEL_BUILTIN_NAMES
+
+    if name_or_path in MULTILABEL_BUILTIN_NAMES:
+        raise DataError(f"'{name_or_path}' is a multi-label data set (several labels per text); train with "
+                        "--multi-label (train(..., multi_label=True)); see the docs' Multi-label page")
     if local:
         return load_local(
             path,

@@ -55,6 +55,10 @@ def evaluate_model(model, dataset, batch_size: int = 64, progress: bool = False)
     """Metrics of ``model`` (a :class:`~contrastfit.modeling.ContrastiveClassifier`) on a labelled split."""
     from ..data.loading import LABEL, TEXT, TEXT_PAIR
 
+    if getattr(model, "multi_label", False):
+        from .multilabel import evaluate_multilabel
+
+        return evaluate_multilabel(model, dataset, batch_size, progress)
     texts = dataset[TEXT]
     pairs = dataset[TEXT_PAIR] if TEXT_PAIR in dataset.column_names else None
     logits = model.predict_logits(texts, pairs, batch_size=batch_size, progress=progress)
@@ -67,4 +71,6 @@ def evaluate_model(model, dataset, batch_size: int = 64, progress: bool = False)
 
 def headline(metrics: dict) -> dict:
     keys = ("pearson", "spearman", "mse") if "pearson" in metrics else HEADLINE
+    if "micro_f1" in metrics:  # multi-label (contrastfit.evaluation.multilabel)
+        keys = ("micro_f1", "macro_f1", "subset_accuracy")
     return {k: metrics[k] for k in keys if k in metrics}

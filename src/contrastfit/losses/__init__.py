@@ -3,6 +3,7 @@
 
 from .cosine_pairs import CosinePairsLoss, cosine_pairs
 from .diffcse import DEFAULT_LAMBDA, ReplacedTokenDetectionLoss, diffcse_loss, replaced_token_detection
+from .multilabel_supcon import JaccardSupConLoss, jaccard_supcon
 from .lacon import LaConLoss, LaConLossParts, lacon, lacon_predict
 from .simcse import SimCSELoss, SupervisedSimCSELoss, simcse_sup, simcse_unsup
 from .soft_triple import SOSNOWSKI_TABLE1, SoftTripleLoss, flatten_tokens, soft_triple
@@ -10,6 +11,7 @@ from .supcon import SupConLoss, supcon
 
 __all__ = [
     "supcon", "SupConLoss",
+    "jaccard_supcon", "JaccardSupConLoss",
     "cosine_pairs", "CosinePairsLoss",
     "soft_triple", "flatten_tokens", "SoftTripleLoss", "SOSNOWSKI_TABLE1",
     "lacon", "lacon_predict", "LaConLoss", "LaConLossParts",

