@@ -42,8 +42,8 @@ from transformers import PrinterCallback, Trainer, TrainerCallback, TrainingArgu
 from .atomic import write_json_atomic
 from .distributed import cpu_processes
 from .errors import ConfigError, ModelError
+from .record import RESULTS_NAME, Record, read_record
 
-RESULTS_NAME = "results.json"
 CHECKPOINT_DIR = "checkpoints"
 #: Validation metrics where lower is better (everything else: higher is better).
 LOWER_IS_BETTER = {"mse", "loss"}
@@ -82,8 +82,6 @@ def open_output(output: Path, resume: bool, result_class: type[TrainResult], *, 
     a one-line :class:`ConfigError` when it holds a finished run and ``resume`` is not set, or an
     unfinished one (checkpoints) and ``resume`` is not set. ``option`` and ``resume_option`` name the
     settings in the message."""
-    from .record import read_record
-
     if (output / RESULTS_NAME).is_file():
         if resume:
             return result_class(read_record(output / RESULTS_NAME).to_dict(), output=str(output))
@@ -249,10 +247,8 @@ class TrainResult(dict):
         return self["metrics"]
 
     @property
-    def record(self) -> Any:
+    def record(self) -> Record:
         """The record as a :class:`~contrastfit.record.Record`."""
-        from .record import Record
-
         return Record.from_dict(self)
 
     @property

@@ -34,8 +34,10 @@ from typing import Any
 
 from .errors import ContrastfitError
 
-__all__ = ["KINDS", "RECORD_VERSION", "Record", "read_record"]
+__all__ = ["KINDS", "RECORD_VERSION", "RESULTS_NAME", "Record", "read_record"]
 
+#: The record of a run of ``train`` or ``train_multitask``, in its output folder.
+RESULTS_NAME = "results.json"
 #: The version :meth:`Record.to_dict` writes.
 RECORD_VERSION = 1
 KINDS = ("train", "multitask", "pretrain")
@@ -50,7 +52,8 @@ class Record:
 
     kind: str = "train"
     method: str | None = None
-    hparams: dict[str, Any] = field(default_factory=dict)
+    #: the method's resolved hyper-parameters (multitask: None, each task's objective is in its spec)
+    hparams: dict[str, Any] | None = None
     #: the encoder the run started from (a built-in name, a local folder or a Hub name)
     model: str | None = None
     seed: int | None = None

@@ -189,7 +189,7 @@ def _variant_record(config: MultiTaskExperimentConfig, variant: MultiTaskVariant
 def _run_variant(config: MultiTaskExperimentConfig, variant: MultiTaskVariant, seed: int, out: Path,
                  progress: bool, run_id: str | None = None, identity: dict[str, Any] | None = None) -> dict[str, Any]:
     from ..multitask.training import train_multitask
-    from ..training import RESULTS_NAME
+    from ..record import RESULTS_NAME
 
     run_id = run_id or variant_run_id(variant.name, seed)
     stage1 = stage1_encoder(config, variant.pretrain, seed, out, progress) if variant.pretrain else None
