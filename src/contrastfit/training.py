@@ -16,9 +16,10 @@ logging integrations, progress bars):
 * with ``memory_size``, a cross-batch memory (:mod:`contrastfit.memory`) attached to the method for
   the duration of :meth:`ContrastfitTrainer.train` (in its checkpoints, not in the saved model).
 
-:func:`train` runs one whole job: load and sample the data, build the model, train, evaluate on
-validation and test, save the model and write ``results.json`` (atomically) with everything that
-made the result.
+:func:`train` runs one whole single-task job on the pipeline (:mod:`contrastfit.pipeline`): prepare
+(load and sample the data, build the model and the Trainer), fit, the head stage of two-stage methods,
+evaluate on validation and test, and write the model and its :class:`~contrastfit.record.Record`
+(``results.json``, atomically) with everything that made the result.
 """
 
 from __future__ import annotations

@@ -16,8 +16,12 @@ so a task's training sample is the one ``train`` would draw with the same option
   (``select_on="average"``) or the best value of one task (``select_on=NAME``), ties broken by the lower
   mean validation loss; every evaluation, each task's own best step and the kept step are recorded.
 
+It runs on the pipeline of ``train`` (:mod:`contrastfit.pipeline`: the same output checks, Trainer
+settings, fit and resume, writing); what differs is what it prepares (every task's data, the task
+schedule, :class:`MultiTaskTrainer`) and evaluates.
+
 The output folder holds the model (``encoder/``, ``heads.safetensors``, ``contrastfit.json``) and
-``results.json``: each task's spec, data description (source, sample, sizes and hashes of the training,
+``results.json`` (a :class:`~contrastfit.record.Record` of kind ``multitask``): each task's spec, data description (source, sample, sizes and hashes of the training,
 validation and test rows) and metrics, the schedule and the batches each task really got, the
 selection history, timings and library versions.
 """
