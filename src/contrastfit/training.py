@@ -50,11 +50,10 @@ from .settings import check_fields, setting
 from .evaluation import evaluate_model, headline
 from .methods import get_method
 from .modeling import ContrastiveClassifier
-from .pipeline import (CHECKPOINT_DIR, LOWER_IS_BETTER, RESULTS_NAME, SELECTION_KEY, Clock, TrainResult, fit,
-                       last_checkpoint, make_trainer, open_output, print_summary, resume_checkpoint, selection_record,
-                       tie_broken, trainer_arguments, write_outputs)
+from .pipeline import (LOWER_IS_BETTER, SELECTION_KEY, Clock, TrainResult, fit, make_trainer, open_output,
+                       print_summary, resume_checkpoint, selection_record, tie_broken, trainer_arguments, write_outputs)
 from .experiments.identity import IDENTITY_TAG, run_identity
-from .record import Record
+from .record import RESULTS_NAME, Record
 from .versions import library_versions
 
 #: The default recipe: what `contrastfit train --data FILE` trains with no --method (docs/benchmarks.md).
@@ -777,7 +776,7 @@ def train(config: TrainConfig | None = None, *, texts: Any = None, labels: Any =
     ``results.json`` are written, the checkpoints are kept (set ``control.should_save`` too for one at
     that step), and the returned record is ``{"interrupted_at_step": N, "checkpoint": PATH or None}``;
     ``resume=True`` continues the run from that checkpoint. Resuming loads the checkpoint with
-    weights-only unpickling (:func:`_weights_only_loading`).
+    weights-only unpickling (:func:`contrastfit.pipeline.weights_only_loading`).
     """
     config, memory = _config_with_memory_data(config, texts, labels, overrides)
     config.validate()
