@@ -140,36 +140,32 @@ class RunRecord:
     ``per_class[split][class]`` the per-class precision / recall / F1 / support and
     ``confusion[split]`` the confusion matrix (rows: true labels) where the run recorded them.
     ``analysis_path`` / ``attributions_path`` are the run's ``analysis.npz`` / ``attributions.json``
-    when they exist; :meth:`arrays` reads the former (once).
+    when they exist; :meth:`arrays` reads the former (once). ``seed``, ``hparams``, ``training``,
+    ``model`` and ``log_history`` are the record's.
     """
 
+    record: Record = field(repr=False)
     run_id: str | None
     method: str
     variant: str
     setting: str
     sample: int
-    seed: Any
     task: str
     params: dict[str, Any] = field(default_factory=dict)
-    hparams: dict[str, Any] = field(default_factory=dict)
     metrics: dict[str, dict[str, float]] = field(default_factory=dict)
     per_class: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
     confusion: dict[str, np.ndarray] = field(default_factory=dict)
     label_names: tuple[str, ...] | None = None
     test_hash: str | None = None
     train_s: float = 0.0
-    log_history: tuple[dict[str, Any], ...] = ()
-    training: dict[str, Any] = field(default_factory=dict)
-    model: str | None = None
-    #: the run's identity: the content hash of everything that made it (``tags.run_identity.sha256``,
-    #: :mod:`contrastfit.experiments.identity`); None for a run recorded without one
+    #: the run's identity: the content hash of everything that made it (:attr:`Record.identity_sha256
+    #: <contrastfit.record.Record.identity_sha256>`); None for a run recorded without one
     identity: str | None = None
     #: the encoder's name in the tables when the experiment compares several (``models:``), else None
     model_label: str | None = None
     data_name: str | None = None
     analysis_path: Path | None = None
     attributions_path: Path | None = None
-    result: dict[str, Any] = field(default_factory=dict, repr=False)
     _arrays: Any = field(default=None, init=False, repr=False)
     _arrays_read: bool = field(default=False, init=False, repr=False)
 
@@ -227,20 +223,36 @@ class RunRecord:
         analysis = run_folder / ANALYSIS_FILE if run_folder is not None else None
         attributions = run_folder / ATTRIBUTIONS_FILE if run_folder is not None else None
         return cls(
-            run_id=rid, method=method, variant=variant, setting=str(tags.get("setting") or "full"), sample=sample,
-            seed=record.seed, task=str(task), params=dict(params), hparams=dict(record.hparams or {}), metrics=metrics,
-            per_class=per_class, confusion=confusion, label_names=tuple(str(n) for n in names) if names else None,
+            record=record, run_id=rid, method=method, variant=variant, setting=str(tags.get("setting") or "full"),
+            sample=sample, task=str(task), params=dict(params), metrics=metrics, per_class=per_class,
+            confusion=confusion, label_names=tuple(str(n) for n in names) if names else None,
             test_hash=None if record.data_entry("test_hash") is None else str(record.data_entry("test_hash")),
-            train_s=float(train_s) if _number(train_s) else 0.0,
-            log_history=tuple(dict(e) for e in record.log_history if isinstance(e, Mapping)),
-            training=dict(record.training), model=None if record.model is None else str(record.model),
-            identity=record.identity_sha256,
+            train_s=float(train_s) if _number(train_s) else 0.0, identity=record.identity_sha256,
             model_label=None if tags.get("model") is None else str(tags["model"]),
             data_name=None if record.data_entry("name") is None else str(record.data_entry("name")),
             analysis_path=analysis if analysis is not None and analysis.is_file() else None,
             attributions_path=attributions if attributions is not None and attributions.is_file() else None,
-            result=dict(result),
         )
+
+    @property
+    def seed(self) -> Any:
+        return self.record.seed
+
+    @property
+    def hparams(self) -> dict[str, Any]:
+        return self.record.hparams or {}
+
+    @property
+    def training(self) -> dict[str, Any]:
+        return self.record.training
+
+    @property
+    def model(self) -> str | None:
+        return None if self.record.model is None else str(self.record.model)
+
+    @property
+    def log_history(self) -> tuple[dict[str, Any], ...]:
+        return tuple(e for e in self.record.log_history if isinstance(e, Mapping))
 
     @property
     def key(self) -> tuple[int, Any]:
