@@ -14,8 +14,8 @@ and differs only in what it prepares and what its record holds:
    selection did;
 3. **evaluate** (the job's own metrics), timed by the job's :class:`Clock`;
 4. **write**: :func:`write_outputs` saves the model, the run's :class:`~contrastfit.record.Record`
-   (``results.json``, atomically) and the model card, and removes the checkpoints;
-   :func:`print_summary` prints the closing line.
+   (``results.json``, atomically) and the model card, removes the checkpoints, prints the closing line
+   (:func:`print_summary`) and returns the run's result.
 
 The job returns a :class:`TrainResult`: the record as a dict, with the model as ``.model``.
 """
@@ -199,20 +199,32 @@ def selection_record(trainer: Trainer, patience: int | None) -> dict[str, Any]:
 # Write
 # ---------------------------------------------------------------------------------------------
 
-def write_outputs(output: Path, model: Any, record: dict[str, Any], *, save_model: bool,
-                  keep_checkpoints: bool) -> None:
-    """Save the model (``save_model``), the record as ``results.json`` (atomically) and the model card
-    (README.md, from the two records just written), then remove the checkpoints unless
-    ``keep_checkpoints``."""
-    if save_model:
-        model.save_pretrained(output)
-    write_json_atomic(output / RESULTS_NAME, record)
-    if save_model:
-        from .card import write_model_card
+def write_outputs(result_class: type[TrainResult], config: Any, model: Any, record: Record, output: Path | None,
+                  *, label: str, shown: dict[str, Any]) -> TrainResult:
+    """The last step: the run's result (``result_class``: the record's dict with the model). On the first
+    process only (every process of a multi-process run trained and evaluated), and with an ``output``
+    folder to keep (None: a temporary one): the model (``config.save_model``), the record as
+    ``results.json`` (atomically) and the model card (README.md, from the two records just written),
+    the checkpoints removed unless ``config.keep_checkpoints``; with ``config.progress`` the closing line
+    (:func:`print_summary` of ``label`` and the metrics ``shown``)."""
+    from .distributed import world
 
-        write_model_card(output)
-    if not keep_checkpoints:
-        shutil.rmtree(output / CHECKPOINT_DIR, ignore_errors=True)
+    result = record.to_dict()
+    if world()[0] != 0:
+        return result_class(result, model)
+    if output is not None:
+        if config.save_model:
+            model.save_pretrained(output)
+        write_json_atomic(output / RESULTS_NAME, result)
+        if config.save_model:
+            from .card import write_model_card
+
+            write_model_card(output)
+        if not config.keep_checkpoints:
+            shutil.rmtree(output / CHECKPOINT_DIR, ignore_errors=True)
+    if config.progress:
+        print_summary(label, shown, record.timings["train_s"])
+    return result_class(result, model, output=None if output is None else str(output))
 
 
 def _rounded(value: Any) -> Any:

@@ -43,7 +43,6 @@ from .data import ClassBalancedBatchSampler, TextData, data_hash, load_data, sam
 from .data.sampling import derive_seed
 from .data.loading import LABEL, TEXT, TEXT_PAIR, in_memory
 from .data.overlap import row_sketch
-from .distributed import world
 from .encoders import DEFAULT_MODEL, default_pooling
 from .errors import ConfigError
 from .settings import check_fields, setting
@@ -51,8 +50,8 @@ from .evaluation import evaluate_model, headline
 from .methods import get_method
 from .modeling import ContrastiveClassifier
 from .pipeline import (LOWER_IS_BETTER, SELECTION_KEY, Clock, TrainResult, fit, make_trainer, open_output,
-                       print_summary, resume_checkpoint, selection_record, tie_broken, trainer_arguments, write_outputs)
-from .experiments.identity import IDENTITY_TAG, run_identity
+                       resume_checkpoint, selection_record, tie_broken, trainer_arguments, write_outputs)
+from .experiments.identity import run_identity
 from .record import RESULTS_NAME, Record
 from .versions import library_versions
 
@@ -952,11 +951,11 @@ def _train(config: TrainConfig, text_data: TextData | None, callbacks: list[Trai
     selection = None
     if selecting:
         metric = selection_metric(config, model.task)
-        selection = {"metric": metric, **selection_record(trainer, config.early_stopping_patience)}
-        selection["best_value"] = next((e.get(metric) for e in selection["evaluations"]
-                                        if e["step"] == selection["best_step"]), None)
-        selection["rule"] = ("the checkpoint with the best validation metric, ties broken by the lower validation "
-                             "loss, is kept (Trainer load_best_model_at_end)")
+        history = selection_record(trainer, config.early_stopping_patience)
+        best_value = next((e.get(metric) for e in history["evaluations"] if e["step"] == history["best_step"]), None)
+        selection = {"metric": metric, "best_step": history["best_step"], "best_value": best_value, **history,
+                     "rule": "the checkpoint with the best validation metric, ties broken by the lower validation "
+                             "loss, is kept (Trainer load_best_model_at_end)"}
     training.update(epochs=epochs if model.method.trains_encoder else 0, steps=trainer.state.global_step, selection=selection,
                     pooling=pooling, train_loss=fitted and fitted.train_loss, resumed_from=resume_from,
                     head_init=head_init, head_stage=head_stage, world_size=trainer.args.world_size,
@@ -966,18 +965,11 @@ def _train(config: TrainConfig, text_data: TextData | None, callbacks: list[Trai
         kind="train", method=config.method, hparams=model.method.hparams, model=config.model, seed=config.seed,
         data=data, training=training, metrics=metrics, timings=clock.timings, versions=library_versions(),
         tags=config.tags, log_history=trainer.state.log_history,
-        identity=config.tags.get(IDENTITY_TAG) or run_identity(
-            "train", method=config.method, hparams=model.method.hparams, seed=config.seed, model=config.model,
-            settings={f.name: getattr(config, f.name) for f in fields(config)}, data=data))
-    result = record.to_dict()
-    model.info.update({k: result[k] for k in ("model", "seed", "training", "versions")})
-    model.info["base_model"] = config.model
+        identity=run_identity("train", method=config.method, hparams=model.method.hparams, seed=config.seed,
+                              model=config.model, settings={f.name: getattr(config, f.name) for f in fields(config)},
+                              data=data, tags=config.tags))
     # the folder (not results.json) keeps digests of the training rows: calibrate and evaluate check for them
-    model.info["data"] = {**data, "train_rows": row_sketch(prepared.train)}
-    if world()[0] != 0:  # multi-process: every process trained and evaluated, the first one writes
-        return TrainResult(result, model)
-    if keep:
-        write_outputs(output, model, result, save_model=config.save_model, keep_checkpoints=config.keep_checkpoints)
-    if config.progress:
-        print_summary(config.method, {split: headline(m) for split, m in metrics.items()}, clock.timings["train_s"])
-    return TrainResult(result, model, output=str(output) if keep else None)
+    model.info.update(model=config.model, seed=config.seed, data={**data, "train_rows": row_sketch(prepared.train)},
+                      training=training, versions=record.versions, base_model=config.model)
+    return write_outputs(TrainResult, config, model, record, output if keep else None, label=config.method,
+                         shown={split: headline(m) for split, m in metrics.items()})

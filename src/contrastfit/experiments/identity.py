@@ -65,12 +65,14 @@ def make_identity(spec: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def run_identity(kind: str, *, method: str | None, hparams: Mapping[str, Any], seed: Any, model: str | None,
-                 settings: Mapping[str, Any], data: Any) -> dict[str, Any]:
-    """The identity of one job (``kind``: ``train``, ``multitask``, ``pretrain``) from what made it: the
-    method and its resolved ``hparams``, the ``seed``, the encoder ``model`` (its name and, for a local
-    folder, the hash of its files: :func:`path_digest`), the job's ``settings`` but those in
-    :data:`NOT_IDENTITY` (and the entries above), and ``data``, the description of its rows (with their
-    hashes)."""
+                 settings: Mapping[str, Any], data: Any, tags: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The identity of one job (``kind``: ``train``, ``multitask``, ``pretrain``): the experiment runner's
+    when ``tags`` carry one (:data:`IDENTITY_TAG`), else one made from what made the job: the method and
+    its resolved ``hparams``, the ``seed``, the encoder ``model`` (its name and, for a local folder, the
+    hash of its files: :func:`path_digest`), the job's ``settings`` but those in :data:`NOT_IDENTITY` (and
+    the entries above), and ``data``, the description of its rows (with their hashes)."""
+    if tags and isinstance(tags.get(IDENTITY_TAG), Mapping):
+        return dict(tags[IDENTITY_TAG])
     fixed = NOT_IDENTITY | {"method", "hparams", "seed", "model"}
     return make_identity({"kind": kind, "method": method, "hparams": dict(hparams), "seed": seed,
                           "model": {"name": model, "sha256": path_digest(model)},

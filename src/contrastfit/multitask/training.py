@@ -46,9 +46,9 @@ from ..encoders import DEFAULT_MODEL, default_pooling
 from ..errors import ConfigError
 from ..settings import check_fields, same_as, setting
 from ..evaluation.metrics import classification_metrics, probability_metrics, regression_metrics
-from ..experiments.identity import IDENTITY_TAG, run_identity
+from ..experiments.identity import run_identity
 from ..pipeline import (LOWER_IS_BETTER, SELECTION_KEY, Clock, TrainResult, fit, make_trainer, open_output,
-                        print_summary, resume_checkpoint, selection_record, tie_broken, trainer_arguments, write_outputs)
+                        resume_checkpoint, selection_record, tie_broken, trainer_arguments, write_outputs)
 from ..record import Record
 from ..training import (DEFAULT_LEARNING_RATE, DEFAULT_MIN_STEPS, LossPartLogging, PreparedData, TrainConfig,
                         check_precision, prepare_data)
@@ -422,19 +422,15 @@ def train_multitask(config: MultiTaskConfig | None = None, *, callbacks: list[Tr
         kind="multitask", model=config.model, seed=config.seed, tasks=task_records, schedule=schedule,
         select_on=config.select_on, training=training, metrics=metrics, timings=clock.timings,
         versions=library_versions(), tags=config.tags, log_history=trainer.state.log_history,
-        identity=config.tags.get(IDENTITY_TAG) or run_identity(
-            "multitask", method=None, hparams={}, seed=config.seed, model=config.model,
-            settings={**settings, "tasks": [s.to_dict() for s in specs]},
-            data={name: rec["data"] for name, rec in task_records.items()}))
-    result = record.to_dict()
+        identity=run_identity("multitask", method=None, hparams={}, seed=config.seed, model=config.model,
+                              settings={**settings, "tasks": [s.to_dict() for s in specs]},
+                              data={name: rec["data"] for name, rec in task_records.items()}, tags=config.tags))
     model.info.update({"base_model": config.model, "seed": config.seed, "schedule": schedule, "training": training,
                        "data": {name: {**rec["data"], "train_rows": row_sketch(prepared[name].train)}
                                 for name, rec in task_records.items()},
-                       "versions": result["versions"]})
-    write_outputs(output, model, result, save_model=config.save_model, keep_checkpoints=config.keep_checkpoints)
-    if config.progress:
-        print_summary(f"multitask ({', '.join(names)})", metrics, clock.timings["train_s"])
-    return MultiTaskResult(result, model, output=str(output))
+                       "versions": record.versions})
+    return write_outputs(MultiTaskResult, config, model, record, output, label=f"multitask ({', '.join(names)})",
+                         shown=metrics)
 
 
 def _headline(spec: TaskSpec, m: dict[str, Any]) -> dict[str, float]:
