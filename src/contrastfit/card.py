@@ -183,7 +183,7 @@ def model_card(record: Record | dict[str, Any], config: dict[str, Any]) -> str:
                 + ", ".join(f"`{n}`" for n in labels or []) + "."
     out += [what, "", "## Training data", "", "| split | rows | hash | sampling |", "|---|---|---|---|",
             *_data_rows(data), "", f"Source: `{json.dumps(public_record(data.get('source', {})), sort_keys=True)}`.", ""]
-    out += _settings(record, record.hparams)
+    out += _settings(record, record.hparams or {})
     selection = record.training.get("selection")
     if selection:
         out += ["", f"The kept step is {selection.get('best_step')}, the best validation {selection.get('metric')} "
