@@ -39,7 +39,6 @@ from typing import Any, Iterator
 import torch
 from transformers import PrinterCallback, Trainer, TrainerCallback, TrainingArguments
 
-from .atomic import write_json_atomic
 from .distributed import cpu_processes
 from .errors import ConfigError, ModelError
 from .record import RESULTS_NAME, Record, read_record
@@ -215,7 +214,7 @@ def write_outputs(result_class: type[TrainResult], config: Any, model: Any, reco
     if output is not None:
         if config.save_model:
             model.save_pretrained(output)
-        write_json_atomic(output / RESULTS_NAME, result)
+        record.write(output / RESULTS_NAME)
         if config.save_model:
             from .card import write_model_card
 

@@ -210,12 +210,12 @@ def pretrain(method: str = "simcse-unsup", data: str | None = None, output: str 
             timings=clock.timings, versions=library_versions(), log_history=trainer.state.log_history,
             identity=run_identity("pretrain", method=method, hparams=hparams, seed=seed, model=model,
                                   settings={k: v for k, v in training.items() if k not in ("steps", "train_loss")},
-                                  data=source)).to_dict()
-        write_json_atomic(staging / RECORD_NAME, record)
+                                  data=source))
+        record.write(staging / RECORD_NAME)
     if progress:
         print(f"pretrain {method}: {training['steps']} steps on {source['n_texts']} texts, "
               f"loss {training['train_loss']:.4f} ({clock.timings['train_s']:.0f}s) -> {out}")
-    return PretrainResult(record, output=str(out))
+    return PretrainResult(record.to_dict(), output=str(out))
 
 
 class PretrainResult(TrainResult):
