@@ -49,16 +49,17 @@ def test_text_corpus_gives_a_plain_encoder_folder_with_moved_weights(tmp_path, t
     # the pooling it was trained with is what later runs use by default
     assert default_pooling(str(out)) == "mean" and default_pooling(str(tiny_encoder_dir)) == "cls"
     record = read_pretrain_record(out)
-    assert record == json.loads((out / RECORD_NAME).read_text())
-    assert record["method"] == "simcse-unsup" and record["hparams"] == {"temperature": 0.05}
-    assert record["base_model"] == str(tiny_encoder_dir) and record["pooling"] == "mean"
-    assert record["training"]["steps"] == 3 and record["training"]["learning_rate"] == 1e-3
-    assert record["training"]["weight_decay"] == 0.1  # the report's
-    corpus = record["corpus"]
+    assert record.to_dict() == json.loads((out / RECORD_NAME).read_text()) == dict(result)
+    assert record.kind == "pretrain" and record.version == 1 and len(record.identity["sha256"]) == 64
+    assert record.method == "simcse-unsup" and record.hparams == {"temperature": 0.05}
+    assert record.model == str(tiny_encoder_dir) and record.training["pooling"] == "mean"
+    assert record.training["steps"] == 3 and record.training["learning_rate"] == 1e-3
+    assert record.training["weight_decay"] == 0.1  # the report's
+    corpus = record.data
     assert corpus["kind"] == "text-lines" and corpus["n_texts"] == 30  # the first 30 non-blank lines
     assert corpus["sha256"] == hashlib.sha256(corpus_txt.read_bytes()).hexdigest()
     assert len(corpus["rows_hash"]) == 16
-    assert "torch" in record["versions"] and "transformers" in record["versions"]
+    assert "torch" in record.versions and "transformers" in record.versions
 
 
 def test_a_pretrained_encoder_is_a_model_for_train(tmp_path, tiny_encoder_dir, corpus_txt, sentiment_csv):
@@ -80,7 +81,7 @@ def test_a_pretrained_encoder_is_a_model_for_train(tmp_path, tiny_encoder_dir, c
 def test_supervised_simcse_uses_the_labelled_training_split(tmp_path, tiny_encoder_dir, sentiment_csv):
     out = tmp_path / "enc"
     result = _pretrain(tiny_encoder_dir, sentiment_csv, out, method="simcse-sup", label_column="sentiment")
-    corpus = result["corpus"]
+    corpus = result["data"]
     assert corpus["labels"] is True and corpus["split"] == "train"
     assert corpus["n_texts"] == 21  # 24 rows less the 10% validation split train holds out (stratified)
     assert result["training"]["sampler"] == "balanced"

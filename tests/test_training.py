@@ -386,7 +386,8 @@ def test_selection_breaks_accuracy_ties_by_the_lower_validation_loss():
     equals, which may be an untrained step inside the warm-up. The selection score breaks the tie."""
     from types import SimpleNamespace
 
-    from contrastfit.training import SELECTION_KEY, _compute_metrics
+    from contrastfit.pipeline import SELECTION_KEY
+    from contrastfit.training import _compute_metrics
 
     compute = _compute_metrics(["a", "b"], "accuracy")
     labels = np.array([0, 1, 1, 0])
@@ -568,7 +569,7 @@ def test_resume_skips_a_checkpoint_cut_short_and_says_so(tmp_path, tiny_encoder_
 def test_checkpoint_completeness_reads_headers_only(tmp_path):
     from safetensors.torch import save_file
 
-    from contrastfit.training import checkpoint_problem
+    from contrastfit.pipeline import checkpoint_problem
 
     folder = tmp_path / "checkpoint-1"
     folder.mkdir()

@@ -22,6 +22,7 @@ from typing import Any, Sequence
 
 from .atomic import write_text_atomic
 from .errors import ModelError
+from .record import RESULTS_NAME, Record
 
 __all__ = ["CARD_NAME", "HUB_ID", "model_card", "multitask_card", "public_record", "write_model_card"]
 
@@ -112,10 +113,9 @@ def _data_rows(data: dict[str, Any], prefix: str = "") -> list[str]:
             f"{(sampling or '-') if i == 0 else ''} |" for i, split in enumerate(splits)]
 
 
-def _settings(record: dict[str, Any], hparams: dict[str, Any]) -> list[str]:
-    training = record.get("training", {})
-    shown = {k: v for k, v in training.items() if k not in ("selection", "train_loss") and not isinstance(v, dict)}
-    return (["## Training", "", "| setting | value |", "|---|---|", f"| seed | {record.get('seed')} |"]
+def _settings(record: Record, hparams: dict[str, Any]) -> list[str]:
+    shown = {k: v for k, v in record.training.items() if k not in ("selection", "train_loss") and not isinstance(v, dict)}
+    return (["## Training", "", "| setting | value |", "|---|---|", f"| seed | {record.seed} |"]
             + [f"| {k} | {_fmt(v)} |" for k, v in {**hparams, **shown}.items()])
 
 
@@ -130,13 +130,13 @@ def _metric_table(first: str, rows: list[tuple[str, dict[str, Any]]], names: Seq
     return out
 
 
-def _closing(record: dict[str, Any], rows: Any) -> list[str]:
+def _closing(record: Record, rows: Any) -> list[str]:
     out = ["## Limitations", "",
-           f"One training run (seed {record.get('seed')}) on {rows} training rows: the metrics above are one draw. "
+           f"One training run (seed {record.seed}) on {rows} training rows: the metrics above are one draw. "
            "Few-shot results vary by several points from one training sample to the next; compare methods with "
            "`contrastfit experiment` (several samples, the same for every method, paired tests). The model knows "
            "only the labels above and the domain of its training data.", ""]
-    versions = record.get("versions", {})
+    versions = record.versions
     if versions:
         out += ["## Versions", "", ", ".join(f"{k} {v}" for k, v in versions.items() if k != "platform") + ".", ""]
     return out
@@ -155,21 +155,23 @@ def _calibration_sentence(calibration: dict[str, Any], subject: str = "the proba
             f"ECE {calibration['ece_before']:.4f} -> {calibration['ece_after']:.4f} on those rows.")
 
 
-def model_card(record: dict[str, Any], config: dict[str, Any]) -> str:
-    """The card of a model from its run record (``results.json``) and its ``contrastfit.json`` (which
-    holds the calibration, if any); a multi-task record gets :func:`multitask_card`."""
+def model_card(record: Record | dict[str, Any], config: dict[str, Any]) -> str:
+    """The card of a model from its run record (``results.json``, a :class:`~contrastfit.record.Record` or
+    its dict) and its ``contrastfit.json`` (which holds the calibration, if any); a multi-task record gets
+    :func:`multitask_card`."""
     from .methods import available_methods
 
-    if record.get("kind") == "multitask":
+    record = record if isinstance(record, Record) else Record.from_dict(record)
+    if record.kind == "multitask":
         return multitask_card(record, config)
-    method = record.get("method") or config.get("method")
+    method = record.method or config.get("method")
     spec = available_methods().get(method)
-    data = record.get("data", {})
-    metrics = record.get("metrics", {})
+    data = record.data or {}
+    metrics = record.metrics
     task = data.get("task") or config.get("task", "classification")
     labels = data.get("label_names") or config.get("label_names")
     names = _REGRESSION if task == "regression" else _CLASSIFICATION
-    base = record.get("model") or config.get("base_model")
+    base = record.model or config.get("base_model")
     shown_base = hub_base_model(base) or (Path(str(base)).name if base else "?")
 
     out = [_front_matter(base, ["contrastfit", str(method), task], _hub_names(data),
@@ -186,8 +188,8 @@ def model_card(record: dict[str, Any], config: dict[str, Any]) -> str:
                 + ", ".join(f"`{n}`" for n in labels or []) + "."
     out += [what, "", "## Training data", "", "| split | rows | hash | sampling |", "|---|---|---|---|",
             *_data_rows(data), "", f"Source: `{json.dumps(public_record(data.get('source', {})), sort_keys=True)}`.", ""]
-    out += _settings(record, record.get("hparams") or {})
-    selection = record.get("training", {}).get("selection")
+    out += _settings(record, record.hparams or {})
+    selection = record.training.get("selection")
     if selection:
         out += ["", f"The kept step is {selection.get('best_step')}, the best validation {selection.get('metric')} "
                     f"({_fmt(selection.get('best_value'), metric=True)}) of {len(selection.get('evaluations', []))} evaluations."]
@@ -241,12 +243,13 @@ def _loading(config: dict[str, Any]) -> list[str]:
     return out
 
 
-def multitask_card(record: dict[str, Any], config: dict[str, Any] | None = None) -> str:
+def multitask_card(record: Record | dict[str, Any], config: dict[str, Any] | None = None) -> str:
     """The card of a multi-task model (one encoder, a head per task) from its ``results.json`` and its
     ``contrastfit.json`` (which holds each calibrated task's temperature)."""
-    tasks = record.get("tasks", {})
+    record = record if isinstance(record, Record) else Record.from_dict(record)
+    tasks = record.tasks or {}
     specs = {name: t.get("spec", {}) for name, t in tasks.items()}
-    base = record.get("model")
+    base = record.model
     shown_base = hub_base_model(base) or (Path(str(base)).name if base else "?")
     kinds = sorted({s.get("type", "?") for s in specs.values()})
     metric_names = sorted({s.get("metric") for s in specs.values() if s.get("metric")})
@@ -255,7 +258,7 @@ def multitask_card(record: dict[str, Any], config: dict[str, Any] | None = None)
            "", f"# Multi-task model: {', '.join(tasks)}", "",
            f"`{shown_base}` fine-tuned by contrastfit on {len(tasks)} tasks at once: one shared encoder, one head per task "
            "(the CS224N report's multi-task setup, Behrman & Christoglou). Each batch holds one task; the "
-           f"schedule was `{record.get('schedule', {}).get('name')}`.", "",
+           f"schedule was `{(record.schedule or {}).get('name')}`.", "",
            "| task | type | head | objective | weight | labels | selection metric |", "|---|---|---|---|---|---|---|"]
     for name, s in specs.items():
         labels = ", ".join(f"`{n}`" for n in s.get("label_names") or []) or "(a score)"
@@ -267,13 +270,13 @@ def multitask_card(record: dict[str, Any], config: dict[str, Any] | None = None)
         out += _data_rows(t.get("data", {}), prefix=f"{name}: ")
     out.append("")
     out += _settings(record, {})
-    selection = record.get("training", {}).get("selection") or {}
+    selection = record.training.get("selection") or {}
     if selection.get("best_step") is not None:
         out += ["", f"The kept step is {selection.get('best_step')}, the best validation "
-                    + ("average of the tasks' selection metrics." if record.get("select_on") == "average"
-                       else f"selection metric of task {record.get('select_on')}.")]
+                    + ("average of the tasks' selection metrics." if record.select_on == "average"
+                       else f"selection metric of task {record.select_on}.")]
     out.append("")
-    metrics = record.get("metrics", {})
+    metrics = record.metrics
     splits = [s for s in ("validation", "test") if s in metrics]
     if splits:
         rows = [(name, {s: metrics[s].get(name, {}) for s in splits}) for name in tasks]
@@ -298,7 +301,8 @@ def write_model_card(folder: str | os.PathLike) -> Path:
     """Write ``README.md`` (:func:`model_card`) in a model's output folder (single- or multi-task), atomically."""
     folder = Path(folder)
     try:
-        record = json.loads((folder / "results.json").read_text(encoding="utf-8"))
+        record = Record.from_dict(json.loads((folder / RESULTS_NAME).read_text(encoding="utf-8")),
+                                  str(folder / RESULTS_NAME))
         config = json.loads((folder / "contrastfit.json").read_text(encoding="utf-8"))
     except FileNotFoundError as exc:
         raise ModelError(f"{folder}: no {Path(exc.filename).name}; a model card is written from a finished run's "

@@ -22,9 +22,10 @@ that ``train(TrainConfig(model=ENC_DIR))``, ``train_multitask(model=ENC_DIR)`` a
 * ``1_Pooling/config.json``: the pooling the encoder was trained with, in sentence-transformers' format
   (``mean`` or ``cls``), which :func:`contrastfit.encoders.default_pooling` reads, so later runs pool the
   same way (``pooler`` pooling has no such entry: give ``--pooling pooler`` again downstream);
-* ``contrastfit_pretrain.json``: what made it: method and hyper-parameters, base model, pooling, the
-  Trainer settings, steps and final loss, the corpus (source, kind, number of texts, sha256 of the file,
-  hash of the rows) and library versions.
+* ``contrastfit_pretrain.json``: what made it, a :class:`~contrastfit.record.Record` of kind ``pretrain``:
+  method and hyper-parameters, base model (``model``), the Trainer settings with the pooling, steps and
+  final loss (``training``), the corpus (``data``: source, kind, number of texts, sha256 of the file,
+  hash of the rows), the run identity and library versions.
 
 Defaults per method are the report's stage-1 settings (Sec. 5.3.2-5.3.4): batch 64 / 32 / 64, learning
 rate 1e-5 / 1e-5 / 1e-6, maximum length 64 / 100 / 64 for ``simcse-unsup`` / ``simcse-sup`` / ``diffcse``,
@@ -36,10 +37,8 @@ keeps the first fraction of a corpus (Sec. 5.3.1).
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import shutil
-import time
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +48,10 @@ from .data.loading import LABEL, SUFFIX_BUILDERS, TEXT, TEXT_PAIR, check_utf8, d
 from .encoders import DEFAULT_MODEL, default_pooling, resolve_model
 from .atomic import atomic_folder, write_json_atomic
 from .errors import ConfigError, DataError
+from .experiments.identity import run_identity
 from .modeling import ContrastiveClassifier
+from .pipeline import CHECKPOINT_DIR, Clock, TrainResult, fit
+from .record import Record, read_record
 from .versions import library_versions
 
 PRETRAIN_METHODS = ("simcse-unsup", "simcse-sup", "diffcse")
@@ -155,7 +157,7 @@ def pretrain(method: str = "simcse-unsup", data: str | None = None, output: str 
     if max_texts is not None and max_texts < 2:
         raise ConfigError(f"max_texts must be >= 2 (a contrastive batch needs two texts), got {max_texts}")
 
-    t0 = time.perf_counter()
+    clock = Clock()
     set_seed(seed)
     labelled = method == "simcse-sup"
     rows, label_names, source = load_corpus(data, labelled=labelled, text_column=text_column,
@@ -185,10 +187,10 @@ def pretrain(method: str = "simcse-unsup", data: str | None = None, output: str 
                              max_length=settings["max_length"], min_steps=1)
         config.validate()
         trainer = build_trainer(config, classifier, train_ds, float(epochs), max_steps=max_steps or -1)
-        t_setup = time.perf_counter()
-        train_output = trainer.train()
-        t_train = time.perf_counter()
-        shutil.rmtree(staging / "checkpoints", ignore_errors=True)
+        clock.mark("setup")
+        fitted = fit(trainer, staging)
+        clock.mark("train")
+        shutil.rmtree(staging / CHECKPOINT_DIR, ignore_errors=True)
         encoder = classifier.encoder
         encoder.backbone.save_pretrained(staging, safe_serialization=True)
         classifier.tokenizer.save_pretrained(staging)
@@ -197,41 +199,39 @@ def pretrain(method: str = "simcse-unsup", data: str | None = None, output: str 
                 "word_embedding_dimension": encoder.hidden_size, "pooling_mode_cls_token": pooling == "cls",
                 "pooling_mode_mean_tokens": pooling == "mean", "pooling_mode_max_tokens": False,
                 "pooling_mode_mean_sqrt_len_tokens": False})
-        base_path, _ = resolve_model(model)
-        record = {
-            "kind": "pretrain",
-            "method": method,
-            "hparams": {k: v for k, v in classifier.method.hparams.items() if not k.startswith("head_")},
-            "base_model": model,
-            "base_model_path": base_path,
-            "pooling": pooling,
-            "max_length": classifier.max_length,
-            "seed": seed,
-            "training": {"batch_size": settings["batch_size"], "learning_rate": settings["learning_rate"],
-                         "weight_decay": weight_decay, "warmup_ratio": warmup_ratio, "epochs": epochs,
-                         "max_steps": max_steps, "steps": trainer.state.global_step,
-                         "sampler": config.sampler, "train_loss": float(train_output.training_loss)},
-            "corpus": source,
-            "timings": {"setup_s": t_setup - t0, "train_s": t_train - t_setup},
-            "versions": library_versions(),
-            "log_history": trainer.state.log_history,
-        }
-        write_json_atomic(staging / RECORD_NAME, record)
+        hparams = {k: v for k, v in classifier.method.hparams.items() if not k.startswith("head_")}
+        training = {"batch_size": settings["batch_size"], "learning_rate": settings["learning_rate"],
+                    "weight_decay": weight_decay, "warmup_ratio": warmup_ratio, "epochs": epochs,
+                    "max_steps": max_steps, "steps": trainer.state.global_step, "sampler": config.sampler,
+                    "train_loss": fitted.train_loss, "pooling": pooling, "max_length": classifier.max_length,
+                    "base_model_path": resolve_model(model)[0]}
+        record = Record(
+            kind="pretrain", method=method, hparams=hparams, model=model, seed=seed, data=source, training=training,
+            timings=clock.timings, versions=library_versions(), log_history=trainer.state.log_history,
+            identity=run_identity("pretrain", method=method, hparams=hparams, seed=seed, model=model,
+                                  settings={k: v for k, v in training.items() if k not in ("steps", "train_loss")},
+                                  data=source))
+        record.write(staging / RECORD_NAME)
     if progress:
-        print(f"pretrain {method}: {record['training']['steps']} steps on {source['n_texts']} texts, "
-              f"loss {record['training']['train_loss']:.4f} ({t_train - t_setup:.0f}s) -> {out}")
-    return PretrainResult(record, str(out))
+        print(f"pretrain {method}: {training['steps']} steps on {source['n_texts']} texts, "
+              f"loss {training['train_loss']:.4f} ({clock.timings['train_s']:.0f}s) -> {out}")
+    return PretrainResult(record.to_dict(), output=str(out))
 
 
-class PretrainResult(dict):
-    """The record written to ``contrastfit_pretrain.json``, with the encoder folder as ``.output``."""
+class PretrainResult(TrainResult):
+    """The record written to ``contrastfit_pretrain.json`` (a :class:`~contrastfit.record.Record` of kind
+    ``pretrain``), with the encoder folder as ``.output`` and the encoder (``transformers.AutoModel``) as
+    ``.model``."""
 
-    def __init__(self, record: dict[str, Any], output: str):
-        super().__init__(record)
-        self.output = output
+    @property
+    def model_class(self) -> Any:
+        from transformers import AutoModel
+
+        return AutoModel
 
 
-def read_pretrain_record(folder: str | os.PathLike) -> dict[str, Any] | None:
-    """The stage-1 record of an encoder folder written by :func:`pretrain`, or None."""
+def read_pretrain_record(folder: str | os.PathLike) -> Record | None:
+    """The stage-1 record of an encoder folder written by :func:`pretrain` (:func:`contrastfit.record.read_record`;
+    a record written before version 1 reads as version 1), or None."""
     path = Path(folder) / RECORD_NAME
-    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+    return read_record(path) if path.is_file() else None

@@ -16,25 +16,20 @@ logging integrations, progress bars):
 * with ``memory_size``, a cross-batch memory (:mod:`contrastfit.memory`) attached to the method for
   the duration of :meth:`ContrastfitTrainer.train` (in its checkpoints, not in the saved model).
 
-:func:`train` runs one whole job: load and sample the data, build the model, train, evaluate on
-validation and test, save the model and write ``results.json`` (atomically) with everything that
-made the result.
+:func:`train` runs one whole single-task job on the pipeline (:mod:`contrastfit.pipeline`): prepare
+(load and sample the data, build the model and the Trainer), fit, the head stage of two-stage methods,
+evaluate on validation and test, and write the model and its :class:`~contrastfit.record.Record`
+(``results.json``, atomically) with everything that made the result.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import os
-import pickle
-import shutil
-import struct
-import sys
 import tempfile
 import time
 import warnings
-import zipfile
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Iterator
@@ -42,20 +37,22 @@ from typing import Any, Iterator
 import datasets
 import torch
 from torch.utils.data import DataLoader
-from transformers import DataCollatorWithPadding, PrinterCallback, Trainer, TrainerCallback, TrainingArguments
+from transformers import DataCollatorWithPadding, Trainer, TrainerCallback
 
 from .data import ClassBalancedBatchSampler, TextData, data_hash, load_data, sample_per_class, sample_stratified
 from .data.sampling import derive_seed
 from .data.loading import LABEL, TEXT, TEXT_PAIR, in_memory
 from .data.overlap import row_sketch
-from .distributed import cpu_processes, world
 from .encoders import DEFAULT_MODEL, default_pooling
-from .errors import ConfigError, ModelError
+from .errors import ConfigError
 from .settings import check_fields, setting
 from .evaluation import evaluate_model, headline
 from .methods import get_method
-from .atomic import write_json_atomic
 from .modeling import ContrastiveClassifier
+from .pipeline import (LOWER_IS_BETTER, SELECTION_KEY, Clock, TrainResult, fit, make_trainer, open_output,
+                       resume_checkpoint, selection_record, tie_broken, trainer_arguments, write_outputs)
+from .experiments.identity import run_identity
+from .record import RESULTS_NAME, Record
 from .versions import library_versions
 
 #: The default recipe: what `contrastfit train --data FILE` trains with no --method (docs/benchmarks.md).
@@ -65,8 +62,6 @@ DEFAULT_LEARNING_RATE = 5e-5
 DEFAULT_MIN_STEPS = 60
 #: Fewer optimisation steps than this leave the encoder close to the pretrained one: such a run warns.
 MIN_USEFUL_STEPS = 10
-RESULTS_NAME = "results.json"
-CHECKPOINT_DIR = "checkpoints"
 MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids", "labels")
 
 
@@ -528,17 +523,8 @@ class PreparedData:
 
 
 def prepare_data(config: TrainConfig, data: TextData | None = None) -> PreparedData:
-    """Load the data and draw the seed's training sample and validation subset."""
-    data = data or load_data(
-        config.data,
-        text_column=config.text_column,
-        text_pair_column=config.text_pair_column,
-        label_column=config.label_column,
-        validation_data=config.validation_data,
-        test_data=config.test_data,
-        validation_split=config.validation_split,
-        task=config.task,
-    )
+    """Load the data (:func:`load_config_data`) and draw the seed's training sample and validation subset."""
+    data = data or load_config_data(config)
     train = data.train
     seed = config.seed if config.sample_seed is None else config.sample_seed
     train_seed = derive_seed(seed, "train", config.sample_index)
@@ -597,17 +583,8 @@ def resolve_schedule(config: TrainConfig, train_labels) -> tuple[float, int]:
 # One job
 # ---------------------------------------------------------------------------------------------
 
-#: Validation metrics where lower is better (everything else: higher is better).
-LOWER_IS_BETTER = {"mse", "loss"}
-
-
 def selection_metric(config: TrainConfig, task: str) -> str:
     return config.metric_for_best or ("accuracy" if task == "classification" else "mse")
-
-
-#: The key the Trainer selects on: the chosen metric, ties broken by the lower validation loss.
-SELECTION_KEY = "selection_score"
-TIE_BREAK = 1e-6
 
 
 def _compute_metrics(label_names: list[str] | None, metric: str):
@@ -633,95 +610,36 @@ def _compute_metrics(label_names: list[str] | None, metric: str):
         out = {k: float(v) for k, v in m.items() if isinstance(v, (int, float))}
         out["loss"] = loss
         value = out[metric] if metric in out else loss
-        sign = -1.0 if metric in LOWER_IS_BETTER else 1.0
-        out[SELECTION_KEY] = sign * value + (TIE_BREAK * (1.0 - math.tanh(loss)) if metric != "loss" else 0.0)
+        score = -value if metric in LOWER_IS_BETTER else value
+        out[SELECTION_KEY] = score if metric == "loss" else tie_broken(score, loss)
         return out
 
     return compute
 
 
-def _selection_args(config: TrainConfig, task: str, eval_ds: datasets.Dataset | None, total_steps: int) -> dict[str, Any]:
-    """TrainingArguments for evaluating on validation and loading the best checkpoint at the end."""
-    if eval_ds is None:
-        return {"eval_strategy": "no", "save_strategy": "steps" if config.save_checkpoints else "no",
-                "save_steps": config.save_steps}
-    every = config.eval_steps or max(1, math.ceil(total_steps / 5))
-    return {"eval_strategy": "steps", "eval_steps": every, "save_strategy": "steps", "save_steps": every,
-            "load_best_model_at_end": True, "metric_for_best_model": SELECTION_KEY, "greater_is_better": True,
-            # only the weights when the run keeps no resumable checkpoints: a save costs a model write
-            "save_only_model": not config.save_checkpoints}
-
-
-def trainer_arguments(config: Any, *, max_steps: int, selection: dict[str, Any], epochs: float = 3.0,
-                      train_batch_size: int | None = None) -> TrainingArguments:
-    """The ``transformers.TrainingArguments`` of one run of ``config`` (a :class:`TrainConfig`, or any
-    object with the same optimisation fields, e.g. :class:`contrastfit.multitask.MultiTaskConfig`):
-    AdamW, linear decay after ``warmup_ratio`` of the steps (a fraction below 1 is a ratio to the
-    library), checkpoints in ``<output>/checkpoints`` (one kept, besides the best), ``max_steps`` (or
-    ``epochs`` when it is -1), the training batch size (``train_batch_size``, default
-    ``config.batch_size``) and ``selection``, the evaluation and checkpoint settings
-    (:func:`_selection_args`)."""
-    return TrainingArguments(
-        output_dir=str(Path(config.output) / CHECKPOINT_DIR),
-        num_train_epochs=epochs,
-        max_steps=max_steps,
-        per_device_train_batch_size=train_batch_size or config.batch_size,
-        per_device_eval_batch_size=max(64, config.batch_size),
-        gradient_accumulation_steps=config.gradient_accumulation_steps,
-        learning_rate=config.learning_rate,
-        weight_decay=config.weight_decay,
-        warmup_steps=config.warmup_ratio,
-        lr_scheduler_type="linear",
-        logging_steps=config.logging_steps,
-        save_total_limit=1,
-        **selection,
-        seed=config.seed,
-        data_seed=config.seed,
-        fp16=config.fp16,
-        bf16=config.bf16,
-        use_cpu=cpu_processes(config.use_cpu),
-        report_to=config.report_to,
-        disable_tqdm=not config.progress,
-        remove_unused_columns=False,
-        dataloader_pin_memory=torch.cuda.is_available(),
-    )
-
-
 def build_trainer(config: TrainConfig, model: ContrastiveClassifier, train_ds: datasets.Dataset,
                   epochs: float, *, max_steps: int = -1, eval_ds: datasets.Dataset | None = None,
                   callbacks: list[TrainerCallback] | None = None) -> ContrastfitTrainer:
-    """The Trainer of one run. ``callbacks`` (``transformers.TrainerCallback`` objects) are added to
-    the library's own and ours (early stopping). With ``config.progress`` off, nothing is printed while
-    training: no progress bars (``disable_tqdm``) and no log dicts (the library then prints each log
-    with its ``PrinterCallback``, which is removed; the logs still reach ``log_history`` and
-    ``--report-to`` integrations)."""
+    """The :class:`ContrastfitTrainer` of one run (:func:`contrastfit.pipeline.trainer_arguments` and
+    :func:`contrastfit.pipeline.make_trainer`: ``callbacks`` added, early stopping with ``eval_ds``,
+    silent with ``config.progress`` off)."""
     config = with_method_defaults(config)
     n_train = len(train_ds) if train_ds is not None else 0
     steps_per_epoch = max(1, math.ceil(n_train / (config.batch_size * config.gradient_accumulation_steps)))
     total_steps = max_steps if max_steps > 0 else math.ceil(epochs * steps_per_epoch)
-    selection = _selection_args(config, model.task, eval_ds, total_steps)
-    callbacks = list(callbacks or [])
-    if eval_ds is not None and config.early_stopping_patience:
-        from transformers import EarlyStoppingCallback
-
-        callbacks.append(EarlyStoppingCallback(early_stopping_patience=config.early_stopping_patience))
-    args = trainer_arguments(config, epochs=epochs, max_steps=max_steps, selection=selection)
-    collator = DataCollatorWithPadding(model.tokenizer)
-    trainer = ContrastfitTrainer(
+    evaluating = eval_ds is not None
+    args = trainer_arguments(config, epochs=epochs, max_steps=max_steps, total_steps=total_steps, evaluating=evaluating)
+    return make_trainer(
+        ContrastfitTrainer, config, args, evaluating=evaluating, callbacks=callbacks,
         model=model,
-        args=args,
         train_dataset=train_ds,
         eval_dataset=eval_ds,
-        data_collator=collator,
-        compute_metrics=_compute_metrics(model.label_names, selection_metric(config, model.task)) if eval_ds is not None else None,
+        data_collator=DataCollatorWithPadding(model.tokenizer),
+        compute_metrics=_compute_metrics(model.label_names, selection_metric(config, model.task)) if evaluating else None,
         balanced_batches=config.sampler == "balanced" and model.task == "classification",
         gradient_cache_chunk=config.gradient_cache_chunk,
         memory_size=config.memory_size,
-        callbacks=callbacks or None,
     )
-    if not config.progress:
-        trainer.remove_callback(PrinterCallback)
-    return trainer
 
 
 def train_head(model: ContrastiveClassifier, train_ds: datasets.Dataset, collator, *, seed: int = 0,
@@ -837,178 +755,6 @@ def train_head(model: ContrastiveClassifier, train_ds: datasets.Dataset, collato
             "head_selection": head_selection}
 
 
-def last_checkpoint(output: str | Path) -> str | None:
-    """The newest ``checkpoint-N`` folder of the run in ``output``, complete or not (None: none)."""
-    from transformers.trainer_utils import get_last_checkpoint
-
-    folder = Path(output) / CHECKPOINT_DIR
-    return get_last_checkpoint(str(folder)) if folder.is_dir() else None
-
-
-#: A checkpoint's weights: one of these files (a ``*.index.json`` names its shards).
-CHECKPOINT_WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
-                      "pytorch_model.bin.index.json")
-#: What a resumable checkpoint holds besides its weights and ``trainer_state.json``.
-CHECKPOINT_STATE_FILES = ("optimizer.pt", "scheduler.pt")
-
-
-def checkpoint_problem(folder: str | Path) -> str | None:
-    """None when the Trainer checkpoint ``folder`` is complete, else what is wrong with it (a phrase).
-    Complete: ``trainer_state.json`` (which the library writes last) is there and parses as JSON with a
-    ``global_step``; the weights (:data:`CHECKPOINT_WEIGHTS`, with every shard an index names) and
-    :data:`CHECKPOINT_STATE_FILES` are there; every ``*.safetensors`` file is as long as its header says
-    (:func:`_safetensors_problem`) and every torch file (``*.pt``, ``*.pth``, ``*.bin``) is a readable zip
-    archive, torch's format, whose directory sits at its end, so a file cut short has none. Nothing is
-    unpickled or loaded."""
-    folder = Path(folder)
-    state = folder / "trainer_state.json"
-    if not state.is_file():
-        return "trainer_state.json is missing"
-    try:
-        int(json.loads(state.read_text(encoding="utf-8"))["global_step"])
-    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError):
-        return "trainer_state.json is unreadable"
-    weights = [name for name in CHECKPOINT_WEIGHTS if (folder / name).is_file()]
-    if not weights:
-        return "the model weights are missing"
-    for name in [*CHECKPOINT_STATE_FILES, *_shards(folder, weights)]:
-        if not (folder / name).is_file():
-            return f"{name} is missing"
-    for path in sorted(folder.iterdir()):
-        problem = (_safetensors_problem(path) if path.suffix == ".safetensors"
-                   else _torch_file_problem(path) if path.suffix in (".pt", ".pth", ".bin") else None)
-        if problem:
-            return f"{path.name} {problem}"
-    return None
-
-
-def _shards(folder: Path, weights: list[str]) -> list[str]:
-    """The shard files the ``*.index.json`` among ``weights`` names (a broken index names one that is not there)."""
-    out = []
-    for name in weights:
-        if name.endswith(".index.json"):
-            try:
-                out += sorted(set(json.loads((folder / name).read_text(encoding="utf-8"))["weight_map"].values()))
-            except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError):
-                out.append(f"a readable {name}")
-    return out
-
-
-def _safetensors_problem(path: Path) -> str | None:
-    """None when ``path`` holds a whole safetensors file: an 8-byte header length, a JSON header of that
-    length, and as many data bytes as the header's largest tensor offset."""
-    try:
-        size = path.stat().st_size
-        with open(path, "rb") as fh:
-            head = fh.read(8)
-            if len(head) < 8:
-                return "is truncated"
-            (length,) = struct.unpack("<Q", head)
-            if length > size - 8:
-                return "is truncated"
-            header = json.loads(fh.read(length))
-        end = max((int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__"), default=0)
-    except (OSError, ValueError, KeyError, TypeError, IndexError, AttributeError):
-        return "is unreadable"
-    return "is truncated" if size < 8 + length + end else None
-
-
-def _torch_file_problem(path: Path) -> str | None:
-    """None when ``path`` is a non-empty zip archive whose directory reads (``torch.save``'s format)."""
-    try:
-        if path.stat().st_size == 0:
-            return "is empty"
-        with zipfile.ZipFile(path) as archive:
-            archive.infolist()
-    except (OSError, zipfile.BadZipFile):
-        return "is truncated or not a torch file"
-    return None
-
-
-def resume_checkpoint(output: str | Path) -> str | None:
-    """The checkpoint ``--resume`` continues from: the newest complete one (:func:`checkpoint_problem`)
-    in ``output``'s checkpoints, skipping incomplete ones (a run killed while writing one), with one
-    line on stderr naming it and what was skipped; None when there is none (also said, when there were
-    only incomplete ones: the run starts over). :func:`train` and :func:`contrastfit.multitask.train_multitask`
-    both resume through it."""
-    from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
-
-    folder = Path(output) / CHECKPOINT_DIR
-    if not folder.is_dir():
-        return None
-    found = []
-    for path in folder.iterdir():
-        step = path.name.removeprefix(f"{PREFIX_CHECKPOINT_DIR}-")
-        if path.is_dir() and path.name.startswith(f"{PREFIX_CHECKPOINT_DIR}-") and step.isdigit():
-            found.append((int(step), path))
-    skipped = []
-    for step, path in sorted(found, reverse=True):
-        problem = checkpoint_problem(path)
-        if problem is None:
-            note = f"; skipped the incomplete {'; '.join(skipped)}" if skipped else ""
-            print(f"contrastfit: resuming from {path} (step {step}){note}", file=sys.stderr)
-            return str(path)
-        skipped.append(f"{path.name} ({problem})")
-    if skipped:
-        print(f"contrastfit: no complete checkpoint in {folder} ({'; '.join(skipped)}): training from the start",
-              file=sys.stderr)
-    return None
-
-
-@contextlib.contextmanager
-def _weights_only_loading(checkpoint: str | None) -> Iterator[None]:
-    """While resuming from ``checkpoint``: every ``torch.load`` is weights-only (tensors, numbers,
-    strings and containers of them, plus the NumPy types the Trainer allow-lists for its RNG state;
-    no other Python object is unpickled), whatever the caller or ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD``
-    asks, through torch's ``TORCH_FORCE_WEIGHTS_ONLY_LOAD``; a file that needs more is refused with a
-    :class:`~contrastfit.errors.ModelError` naming the checkpoint. transformers 5 already passes
-    ``weights_only=True`` for the optimizer, scheduler, scaler and RNG states; this keeps it so."""
-    if checkpoint is None:
-        yield
-        return
-    saved = {k: os.environ.get(k) for k in ("TORCH_FORCE_WEIGHTS_ONLY_LOAD", "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD")}
-    os.environ["TORCH_FORCE_WEIGHTS_ONLY_LOAD"] = "1"
-    os.environ.pop("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", None)
-    try:
-        yield
-    except pickle.UnpicklingError as exc:
-        lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-        reason = next((line for line in lines if "Unsupported global" in line or "WeightsUnpickler" in line),
-                      lines[0] if lines else type(exc).__name__)
-        reason = reason.split(" was not an allowed global")[0].removeprefix("WeightsUnpickler error: ")
-        raise ModelError(f"{checkpoint}: refused to resume: a file there holds pickled Python objects that "
-                         f"weights-only loading does not allow ({reason}); delete that checkpoint to resume "
-                         "from an earlier one, or the run's folder to start over") from None
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-
-
-def evaluation_history(state) -> tuple[list[dict[str, Any]], int | None]:
-    """A Trainer run's validation evaluations and kept step, from its ``TrainerState``: one dict per
-    evaluation (its ``step`` and every ``eval_*`` value of the log without the prefix; the timing
-    entries, ``*_runtime`` and ``*_per_second``, left out), and the step of the checkpoint the Trainer
-    kept as best (``best_model_checkpoint``; None when it kept none)."""
-    evals = [{"step": h["step"], **{k.removeprefix("eval_"): v for k, v in h.items() if k.startswith("eval_")
-                                     and not k.endswith(("_runtime", "_per_second"))}}
-             for h in state.log_history if any(k.startswith("eval_") for k in h)]
-    best_step = None
-    if state.best_model_checkpoint:
-        best_step = int(Path(state.best_model_checkpoint).name.rsplit("-", 1)[-1])
-    return evals, best_step
-
-
-def _stopped_early(trainer: Trainer) -> bool:
-    """True when early stopping on validation (``EarlyStoppingCallback``) ended the run."""
-    from transformers import EarlyStoppingCallback
-
-    return any(isinstance(cb, EarlyStoppingCallback) and cb.early_stopping_patience_counter >= cb.early_stopping_patience
-               for cb in trainer.callback_handler.callbacks)
-
-
 #: The TrainConfig fields that may hold in-memory data when given to :func:`train`.
 DATA_FIELDS = ("data", "validation_data", "test_data")
 
@@ -1041,7 +787,7 @@ def train(config: TrainConfig | None = None, *, texts: Any = None, labels: Any =
     ``results.json`` are written, the checkpoints are kept (set ``control.should_save`` too for one at
     that step), and the returned record is ``{"interrupted_at_step": N, "checkpoint": PATH or None}``;
     ``resume=True`` continues the run from that checkpoint. Resuming loads the checkpoint with
-    weights-only unpickling (:func:`_weights_only_loading`).
+    weights-only unpickling (:func:`contrastfit.pipeline.weights_only_loading`).
     """
     config, memory = _config_with_memory_data(config, texts, labels, overrides)
     config.validate()
@@ -1057,28 +803,21 @@ def train(config: TrainConfig | None = None, *, texts: Any = None, labels: Any =
         if launched_processes() > 1:  # each process would train in a temporary folder of its own
             raise ConfigError(f"{launched_processes()} processes train one model in one output folder: give "
                               "output=FOLDER")
-        with progress_bars(config.progress):
-            if memory:
-                text_data = _load_memory_data(config, memory)
-            with tempfile.TemporaryDirectory(prefix="contrastfit-run-") as folder:
-                # no resumable checkpoints: only the weights of the evaluated steps, for the best one
-                result = _train(replace(config, output=folder, save_checkpoints=False), text_data, callbacks,
-                                keep=False)
-        if "interrupted_at_step" in result:
-            result["checkpoint"] = None  # it was in the temporary folder
-        return result
-    output = Path(config.output)
-    results_path = output / RESULTS_NAME
-    if results_path.is_file():
-        if config.resume:
-            return TrainResult(json.loads(results_path.read_text(encoding="utf-8")), output=str(output))
-        raise ConfigError(f"{output} already holds a finished run ({RESULTS_NAME}); choose another --output")
-    if not config.resume and last_checkpoint(output) is not None:
-        raise ConfigError(f"{output} holds an unfinished run; add --resume to continue it or choose another --output")
+    else:
+        finished = open_output(Path(config.output), config.resume, TrainResult)
+        if finished is not None:
+            return finished
     with progress_bars(config.progress):
         if memory:
-            text_data = _load_memory_data(config, memory)
-        return _train(config, text_data, callbacks, keep=True)
+            text_data = load_config_data(config, memory)
+        if config.output is not None:
+            return _train(config, text_data, callbacks, keep=True)
+        with tempfile.TemporaryDirectory(prefix="contrastfit-run-") as folder:
+            # no resumable checkpoints: only the weights of the evaluated steps, for the best one
+            result = _train(replace(config, output=folder, save_checkpoints=False), text_data, callbacks, keep=False)
+    if "interrupted_at_step" in result:
+        result["checkpoint"] = None  # it was in the temporary folder
+    return result
 
 
 def _config_with_memory_data(config: TrainConfig | None, texts: Any, labels: Any,
@@ -1114,8 +853,10 @@ def _config_with_memory_data(config: TrainConfig | None, texts: Any, labels: Any
     return TrainConfig(**values), memory
 
 
-def _load_memory_data(config: TrainConfig, memory: dict[str, Any]) -> TextData:
-    """The run's data when some of it is in memory (:func:`contrastfit.data.load_data`)."""
+def load_config_data(config: TrainConfig, memory: dict[str, Any] | None = None) -> TextData:
+    """The run's data (:func:`contrastfit.data.load_data` with ``config``'s data options); ``memory``
+    holds the in-memory values of :data:`DATA_FIELDS` taken out of ``config``."""
+    memory = memory or {}
     if config.multi_label:
         from .data.multilabel import load_multilabel
 
@@ -1174,8 +915,7 @@ def _train(config: TrainConfig, text_data: TextData | None, callbacks: list[Trai
 
         return train_multilabel(config, text_data, callbacks, keep, kit=sys.modules[__name__])
     output = Path(config.output)
-    results_path = output / RESULTS_NAME
-    t0 = time.perf_counter()
+    clock = Clock()
     set_seed(config.seed)
     prepared = prepare_data(config, text_data)
     if config.method is None:
@@ -1201,20 +941,17 @@ def _train(config: TrainConfig, text_data: TextData | None, callbacks: list[Trai
                  and model.method.trains_encoder and not model.method.frozen_head_stage)
     eval_ds = tokenize_dataset(prepared.validation, model.tokenizer, model.max_length) if selecting else None
     trainer = build_trainer(config, model, train_ds, epochs, max_steps=max_steps, eval_ds=eval_ds, callbacks=callbacks)
-    t_setup = time.perf_counter()
+    clock.mark("setup")
     resume_from = resume_checkpoint(output) if config.resume else None
     head_init = None
     if config.head_init == "probe" and resume_from is None:
         # LP-FT (Kumar et al., 2022): start fine-tuning from the linear probe's head
         head_init = train_head(model, train_ds, trainer.data_collator, seed=config.seed, solver="logistic")
-    train_loss = None
+    fitted = None
     if model.method.trains_encoder:
-        with _weights_only_loading(resume_from):
-            train_output = trainer.train(resume_from_checkpoint=resume_from)
-        train_loss = float(train_output.training_loss)
-        if trainer.state.global_step < trainer.state.max_steps and not _stopped_early(trainer):
-            return TrainResult({"interrupted_at_step": trainer.state.global_step,
-                                "checkpoint": last_checkpoint(output)}, model)
+        fitted = fit(trainer, output, resume_from)
+        if fitted.interrupted:
+            return TrainResult(fitted.interrupted, model)
     head_stage = None
     if model.method.frozen_head_stage or config.refit_head:
         solver = "logistic" if config.refit_head and not model.method.frozen_head_stage else None
@@ -1223,14 +960,14 @@ def _train(config: TrainConfig, text_data: TextData | None, callbacks: list[Trai
                            if config.select_best and prepared.validation is not None and len(prepared.validation) else None)
         head_stage = train_head(model, train_ds, trainer.data_collator, seed=config.seed, progress=config.progress,
                                 solver=solver, validation_ds=head_validation, metric=selection_metric(config, model.task))
-    t_train = time.perf_counter()
+    clock.mark("train")
 
     metrics: dict[str, Any] = {}
     if prepared.validation is not None:
         metrics["validation"] = evaluate_model(model, prepared.validation)
     if config.evaluate_test and prepared.test is not None:
         metrics["test"] = evaluate_model(model, prepared.test)
-    t_eval = time.perf_counter()
+    clock.mark("eval")
 
     training = {k: getattr(config, k) for k in (
         "batch_size", "learning_rate", "weight_decay", "warmup_ratio", "gradient_accumulation_steps",
@@ -1238,80 +975,26 @@ def _train(config: TrainConfig, text_data: TextData | None, callbacks: list[Trai
         "memory_size")}
     selection = None
     if selecting:
-        state = trainer.state
-        evals, best_step = evaluation_history(state)
         metric = selection_metric(config, model.task)
-        best_value = next((e.get(metric) for e in evals if e["step"] == best_step), None)
-        selection = {"metric": metric, "best_step": best_step, "best_value": best_value, "evaluations": evals,
-                     "stopped_early": bool(config.early_stopping_patience) and state.global_step < state.max_steps,
+        history = selection_record(trainer, config.early_stopping_patience)
+        best_value = next((e.get(metric) for e in history["evaluations"] if e["step"] == history["best_step"]), None)
+        selection = {"metric": metric, "best_step": history["best_step"], "best_value": best_value, **history,
                      "rule": "the checkpoint with the best validation metric, ties broken by the lower validation "
                              "loss, is kept (Trainer load_best_model_at_end)"}
     training.update(epochs=epochs if model.method.trains_encoder else 0, steps=trainer.state.global_step, selection=selection,
-                    pooling=pooling, train_loss=train_loss, resumed_from=resume_from, head_init=head_init,
-                    head_stage=head_stage, world_size=trainer.args.world_size,
+                    pooling=pooling, train_loss=fitted and fitted.train_loss, resumed_from=resume_from,
+                    head_init=head_init, head_stage=head_stage, world_size=trainer.args.world_size,
                     warmup_steps=getattr(trainer, "scheduled_warmup_steps", None))
-    result = {
-        "method": config.method,
-        "hparams": model.method.hparams,
-        "model": config.model,
-        "seed": config.seed,
-        "data": prepared.description(config),
-        "training": training,
-        "metrics": metrics,
-        **record_provenance(trainer, config.tags, t0, t_setup, t_train, t_eval),
-    }
-    model.info.update({k: result[k] for k in ("model", "seed", "data", "training", "versions")})
-    model.info["base_model"] = config.model
+    data = prepared.description(config)
+    record = Record(
+        kind="train", method=config.method, hparams=model.method.hparams, model=config.model, seed=config.seed,
+        data=data, training=training, metrics=metrics, timings=clock.timings, versions=library_versions(),
+        tags=config.tags, log_history=trainer.state.log_history,
+        identity=run_identity("train", method=config.method, hparams=model.method.hparams, seed=config.seed,
+                              model=config.model, settings={f.name: getattr(config, f.name) for f in fields(config)},
+                              data=data, tags=config.tags))
     # the folder (not results.json) keeps digests of the training rows: calibrate and evaluate check for them
-    model.info["data"] = {**result["data"], "train_rows": row_sketch(prepared.train)}
-    if world()[0] != 0:  # multi-process: every process trained and evaluated, the first one writes
-        return TrainResult(result, model)
-    if keep:
-        if config.save_model:
-            model.save_pretrained(output)
-        write_json_atomic(results_path, result)
-        if config.save_model:
-            from .card import write_model_card
-
-            write_model_card(output)  # README.md, from the two records just written
-        if not config.keep_checkpoints:
-            shutil.rmtree(output / CHECKPOINT_DIR, ignore_errors=True)
-    if config.progress:
-        summary = {split: {k: round(v, 4) for k, v in headline(m).items()} for split, m in metrics.items()}
-        print(f"{config.method}: {json.dumps(summary)}  ({t_train - t_setup:.0f}s training)")
-    return TrainResult(result, model)
-
-
-def record_provenance(trainer: Trainer, tags: dict[str, Any], t0: float, t_setup: float, t_train: float,
-                      t_eval: float) -> dict[str, Any]:
-    """The entries every run record (single- and multi-task) ends with: the times of its phases,
-    the library versions, the user's tags and the Trainer's log history."""
-    return {"timings": {"setup_s": t_setup - t0, "train_s": t_train - t_setup, "eval_s": t_eval - t_train},
-            "versions": library_versions(),
-            "tags": tags,
-            "log_history": trainer.state.log_history}
-
-
-class TrainResult(dict):
-    """The run's record (the contents of ``results.json``) with the trained model as ``.model``
-    (loaded from the output folder on first use, with :attr:`model_class`'s ``from_pretrained``, when
-    the run had finished earlier). :class:`contrastfit.multitask.MultiTaskResult` is the same with
-    another model class."""
-
-    #: what ``.model`` loads a finished run's folder with
-    model_class: Any = ContrastiveClassifier
-
-    def __init__(self, record: dict[str, Any], model: Any = None, output: str | None = None):
-        super().__init__(record)
-        self._model = model
-        self._output = output
-
-    @property
-    def metrics(self) -> dict[str, Any]:
-        return self["metrics"]
-
-    @property
-    def model(self) -> Any:
-        if self._model is None:
-            self._model = self.model_class.from_pretrained(self._output)
-        return self._model
+    model.info.update(model=config.model, seed=config.seed, data={**data, "train_rows": row_sketch(prepared.train)},
+                      training=training, versions=record.versions, base_model=config.model)
+    return write_outputs(TrainResult, config, model, record, output if keep else None, label=config.method,
+                         shown={split: headline(m) for split, m in metrics.items()})

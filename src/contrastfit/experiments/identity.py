@@ -11,6 +11,10 @@ schedule and stage-1 entry. Its *identity* is the sha256 of the spec's canonical
 ``tags.run_identity``. The first :data:`SUFFIX_LEN` hex digits end the run's id (and folder name,
 :func:`with_identity`), so an edited config makes new runs beside the old ones and never reuses them.
 Library versions are not part of it (an upgrade does not redo finished runs).
+
+A job run outside an experiment (``train``, ``train_multitask``, ``pretrain`` called directly) records an
+identity of its own (:func:`run_identity`): its kind, method and resolved hyper-parameters, seed, encoder,
+settings (:data:`NOT_IDENTITY` left out) and the description of the rows it used (their hashes).
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from typing import Any
 from ..atomic import json_default
 
 __all__ = ["IDENTITY_TAG", "NOT_IDENTITY", "SUFFIX_LEN", "base_run_id", "canonical_json", "changed_keys",
-           "content_hash", "make_identity", "path_digest", "record_identity", "text_data_digest", "with_identity"]
+           "content_hash", "make_identity", "path_digest", "record_identity", "run_identity", "text_data_digest", "with_identity"]
 
 #: The key of a record's ``tags`` that holds its identity (``{"sha256", "spec"}``).
 IDENTITY_TAG = "run_identity"
@@ -60,6 +64,21 @@ def make_identity(spec: Mapping[str, Any]) -> dict[str, Any]:
     return {"sha256": content_hash(spec), "spec": spec}
 
 
+def run_identity(kind: str, *, method: str | None, hparams: Mapping[str, Any], seed: Any, model: str | None,
+                 settings: Mapping[str, Any], data: Any, tags: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The identity of one job (``kind``: ``train``, ``multitask``, ``pretrain``): the experiment runner's
+    when ``tags`` carry one (:data:`IDENTITY_TAG`), else one made from what made the job: the method and
+    its resolved ``hparams``, the ``seed``, the encoder ``model`` (its name and, for a local folder, the
+    hash of its files: :func:`path_digest`), the job's ``settings`` but those in :data:`NOT_IDENTITY` (and
+    the entries above), and ``data``, the description of its rows (with their hashes)."""
+    if tags and isinstance(tags.get(IDENTITY_TAG), Mapping):
+        return dict(tags[IDENTITY_TAG])
+    fixed = NOT_IDENTITY | {"method", "hparams", "seed", "model"}
+    return make_identity({"kind": kind, "method": method, "hparams": dict(hparams), "seed": seed,
+                          "model": {"name": model, "sha256": path_digest(model)},
+                          "settings": {k: v for k, v in settings.items() if k not in fixed}, "data": data})
+
+
 def with_identity(run_id: str, sha256: str) -> str:
     """``RUN_ID-HHHHHHHHHH``: the run id ended by the first :data:`SUFFIX_LEN` digits of its identity."""
     return f"{run_id}-{sha256[:SUFFIX_LEN]}"
@@ -71,11 +90,16 @@ def base_run_id(run_id: str) -> str:
 
 
 def record_identity(record: Any) -> str | None:
-    """The identity hash a result dict carries (``tags.run_identity.sha256``), or None."""
-    tags = record.get("tags") if isinstance(record, Mapping) else None
-    ident = tags.get(IDENTITY_TAG) if isinstance(tags, Mapping) else None
-    sha = ident.get("sha256") if isinstance(ident, Mapping) else None
-    return sha if isinstance(sha, str) else None
+    """The identity hash a result dict carries (``identity.sha256``, else ``tags.run_identity.sha256``:
+    what :attr:`contrastfit.record.Record.identity_sha256` reads), or None."""
+    if not isinstance(record, Mapping):
+        return None
+    tags = record.get("tags")
+    for ident in (record.get("identity"), tags.get(IDENTITY_TAG) if isinstance(tags, Mapping) else None):
+        sha = ident.get("sha256") if isinstance(ident, Mapping) else None
+        if isinstance(sha, str):
+            return sha
+    return None
 
 
 def changed_keys(old: Any, new: Any, prefix: str = "") -> list[str]:

@@ -134,13 +134,13 @@ def stage1_encoder(config: MultiTaskExperimentConfig, name: str, seed: int, out:
                 corpus, opts["max_texts"] = str(path), None
             if progress:
                 print(f"stage 1: {entry.method} '{name}' (seed {seed}) -> {folder}", flush=True)
-            record = dict(pretrain(entry.method, corpus, str(folder), model=spec["model"], seed=seed,
-                                   progress=progress, **opts))
-    return {"name": name, "encoder": str(folder), "folder": f"{ENCODERS_DIR}/{folder.name}", "method": record["method"],
-            "hparams": record["hparams"], "base_model": record["base_model"],
-            "steps": record["training"]["steps"], "train_loss": record["training"]["train_loss"],
-            "train_s": float(record["timings"]["train_s"]),
-            "corpus": {k: record["corpus"].get(k) for k in ("kind", "n_texts", "rows_hash", "sha256")}}
+            record = pretrain(entry.method, corpus, str(folder), model=spec["model"], seed=seed,
+                              progress=progress, **opts).record
+    return {"name": name, "encoder": str(folder), "folder": f"{ENCODERS_DIR}/{folder.name}", "method": record.method,
+            "hparams": record.hparams, "base_model": record.model,
+            "steps": record.training["steps"], "train_loss": record.training["train_loss"],
+            "train_s": float(record.timings["train_s"]),
+            "corpus": {k: record.data.get(k) for k in ("kind", "n_texts", "rows_hash", "sha256")}}
 
 
 # -----------------------------------------------------------------------------------------------
@@ -189,7 +189,7 @@ def _variant_record(config: MultiTaskExperimentConfig, variant: MultiTaskVariant
 def _run_variant(config: MultiTaskExperimentConfig, variant: MultiTaskVariant, seed: int, out: Path,
                  progress: bool, run_id: str | None = None, identity: dict[str, Any] | None = None) -> dict[str, Any]:
     from ..multitask.training import train_multitask
-    from ..training import RESULTS_NAME
+    from ..record import RESULTS_NAME
 
     run_id = run_id or variant_run_id(variant.name, seed)
     stage1 = stage1_encoder(config, variant.pretrain, seed, out, progress) if variant.pretrain else None

@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ConfigError, ContrastfitError
+from ..record import Record
 from .identity import content_hash, record_identity
 from .store import STORE_NAME, ResultsStore
 
@@ -131,42 +132,40 @@ class AnalysisArrays:
 
 @dataclass(eq=False)
 class RunRecord:
-    """One finished run, read once from its result dict (and the files of its run folder).
+    """One finished run of an experiment as the summary and the analyses see it: its
+    :class:`~contrastfit.record.Record` (read once from its result dict, :meth:`from_result`) with the
+    experiment's labels (variant, setting, sample) and the files of its run folder.
 
     ``metrics[split][metric]`` holds the numeric metrics of each split (``validation``, ``test``);
     ``per_class[split][class]`` the per-class precision / recall / F1 / support and
     ``confusion[split]`` the confusion matrix (rows: true labels) where the run recorded them.
     ``analysis_path`` / ``attributions_path`` are the run's ``analysis.npz`` / ``attributions.json``
-    when they exist; :meth:`arrays` reads the former (once).
+    when they exist; :meth:`arrays` reads the former (once). ``seed``, ``hparams``, ``training``,
+    ``model`` and ``log_history`` are the record's.
     """
 
+    record: Record = field(repr=False)
     run_id: str | None
     method: str
     variant: str
     setting: str
     sample: int
-    seed: Any
     task: str
     params: dict[str, Any] = field(default_factory=dict)
-    hparams: dict[str, Any] = field(default_factory=dict)
     metrics: dict[str, dict[str, float]] = field(default_factory=dict)
     per_class: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
     confusion: dict[str, np.ndarray] = field(default_factory=dict)
     label_names: tuple[str, ...] | None = None
     test_hash: str | None = None
     train_s: float = 0.0
-    log_history: tuple[dict[str, Any], ...] = ()
-    training: dict[str, Any] = field(default_factory=dict)
-    model: str | None = None
-    #: the run's identity: the content hash of everything that made it (``tags.run_identity.sha256``,
-    #: :mod:`contrastfit.experiments.identity`); None for a run recorded without one
+    #: the run's identity: the content hash of everything that made it (:attr:`Record.identity_sha256
+    #: <contrastfit.record.Record.identity_sha256>`); None for a run recorded without one
     identity: str | None = None
     #: the encoder's name in the tables when the experiment compares several (``models:``), else None
     model_label: str | None = None
     data_name: str | None = None
     analysis_path: Path | None = None
     attributions_path: Path | None = None
-    result: dict[str, Any] = field(default_factory=dict, repr=False)
     _arrays: Any = field(default=None, init=False, repr=False)
     _arrays_read: bool = field(default=False, init=False, repr=False)
 
@@ -178,27 +177,19 @@ class RunRecord:
         wrong type (e.g. ``metrics`` that is not a mapping)."""
         if not isinstance(result, Mapping):
             raise ContrastfitError(f"a finished run's record is not a mapping: {str(result)[:60]!r}")
-        tags = result.get("tags") or {}
+        tags = result.get("tags")
         rid = tags.get("run_id") if isinstance(tags, Mapping) else None
         rid = rid if rid is not None else result.get("run_id")
         rid = None if rid is None else str(rid)
         where = f"run {rid or '?'}"
-
-        def mapping(value: Any, what: str) -> Mapping[str, Any]:
-            if value is None:
-                return {}
-            if not isinstance(value, Mapping):
-                raise ContrastfitError(f"{where}: {what} is not a mapping (got {str(value)[:60]!r})")
-            return value
-
-        tags = mapping(result.get("tags"), "tags")
-        data = mapping(result.get("data"), "data")
-        raw_metrics = mapping(result.get("metrics"), "metrics")
+        record = Record.from_dict(result, where)
+        tags = record.tags
         metrics: dict[str, dict[str, float]] = {}
         per_class: dict[str, dict[str, dict[str, Any]]] = {}
         confusion: dict[str, np.ndarray] = {}
-        for split, values in raw_metrics.items():
-            values = mapping(values, f"metrics.{split}")
+        for split, values in record.metrics.items():
+            if not isinstance(values, Mapping):
+                raise ContrastfitError(f"{where}: metrics.{split} is not a mapping (got {str(values)[:60]!r})")
             metrics[str(split)] = {str(k): float(v) for k, v in values.items() if _number(v)}
             if isinstance(values.get("per_class"), Mapping):
                 per_class[str(split)] = {str(c): dict(v) for c, v in values["per_class"].items()
@@ -214,42 +205,54 @@ class RunRecord:
             sample = 0 if sample is None else int(sample)
         except (TypeError, ValueError):
             raise ContrastfitError(f"{where}: tags.sample is not an integer (got {sample!r})") from None
-        method = result.get("method")
-        variant = str(tags.get("variant") or method or "?")
-        method = str(method or variant.split("[", 1)[0])
+        params = tags.get("params") or {}
+        if not isinstance(params, Mapping):
+            raise ContrastfitError(f"{where}: tags.params is not a mapping (got {str(params)[:60]!r})")
+        variant = str(tags.get("variant") or record.method or "?")
+        method = str(record.method or variant.split("[", 1)[0])
         test = metrics.get("test", {})
-        task = data.get("task")
+        task = record.task
         if task not in ("classification", "regression"):
             task = "regression" if ("pearson" in test or "spearman" in test) and "accuracy" not in test \
                 else "classification"
-        names = data.get("label_names")
-        history = result.get("log_history") or []
-        if not isinstance(history, Sequence) or isinstance(history, (str, bytes)):
-            raise ContrastfitError(f"{where}: log_history is not a list")
-        timings = mapping(result.get("timings"), "timings")
-        train_s = timings.get("train_s")
+        names = record.label_names
+        train_s = record.timings.get("train_s")
         run_folder = None
         if folder is not None and rid and Path(rid).name == rid and rid not in (".", ".."):
             run_folder = Path(folder) / RUNS_DIR / rid
         analysis = run_folder / ANALYSIS_FILE if run_folder is not None else None
         attributions = run_folder / ATTRIBUTIONS_FILE if run_folder is not None else None
         return cls(
-            run_id=rid, method=method, variant=variant, setting=str(tags.get("setting") or "full"), sample=sample,
-            seed=result.get("seed"), task=str(task), params=dict(mapping(tags.get("params"), "tags.params")),
-            hparams=dict(mapping(result.get("hparams"), "hparams")), metrics=metrics, per_class=per_class,
+            record=record, run_id=rid, method=method, variant=variant, setting=str(tags.get("setting") or "full"),
+            sample=sample, task=str(task), params=dict(params), metrics=metrics, per_class=per_class,
             confusion=confusion, label_names=tuple(str(n) for n in names) if names else None,
-            test_hash=None if data.get("test_hash") is None else str(data["test_hash"]),
-            train_s=float(train_s) if _number(train_s) else 0.0,
-            log_history=tuple(dict(e) for e in history if isinstance(e, Mapping)),
-            training=dict(mapping(result.get("training"), "training")),
-            model=None if result.get("model") is None else str(result["model"]),
-            identity=record_identity(result),
+            test_hash=None if record.data_entry("test_hash") is None else str(record.data_entry("test_hash")),
+            train_s=float(train_s) if _number(train_s) else 0.0, identity=record.identity_sha256,
             model_label=None if tags.get("model") is None else str(tags["model"]),
-            data_name=None if data.get("name") is None else str(data["name"]),
+            data_name=None if record.data_entry("name") is None else str(record.data_entry("name")),
             analysis_path=analysis if analysis is not None and analysis.is_file() else None,
             attributions_path=attributions if attributions is not None and attributions.is_file() else None,
-            result=dict(result),
         )
+
+    @property
+    def seed(self) -> Any:
+        return self.record.seed
+
+    @property
+    def hparams(self) -> dict[str, Any]:
+        return self.record.hparams or {}
+
+    @property
+    def training(self) -> dict[str, Any]:
+        return self.record.training
+
+    @property
+    def model(self) -> str | None:
+        return None if self.record.model is None else str(self.record.model)
+
+    @property
+    def log_history(self) -> tuple[dict[str, Any], ...]:
+        return tuple(e for e in self.record.log_history if isinstance(e, Mapping))
 
     @property
     def key(self) -> tuple[int, Any]:

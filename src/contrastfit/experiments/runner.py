@@ -36,7 +36,9 @@ from ..data import load_data
 from ..distributed import launched_processes
 from ..errors import ConfigError, ContrastfitError
 from ..methods.base import resolve_hparams
-from ..training import CHECKPOINT_DIR, RESULTS_NAME, TrainConfig, train
+from ..pipeline import CHECKPOINT_DIR
+from ..record import RESULTS_NAME, read_record
+from ..training import TrainConfig, train
 from .config import ExperimentConfig, MethodVariant, MultiTaskExperimentConfig
 from .identity import (IDENTITY_TAG, NOT_IDENTITY, base_run_id, changed_keys, content_hash, make_identity, path_digest,
                        record_identity, text_data_digest, with_identity)
@@ -202,8 +204,7 @@ class TransferSources:
         with file_lock(folder.parent / (folder.name + ".lock")):
             written = folder / RESULTS_NAME
             if written.is_file():
-                record = json.loads(written.read_text(encoding="utf-8"))
-                if (record.get("tags") or {}).get("source_spec") != spec:
+                if read_record(written).tags.get("source_spec") != spec:
                     raise ConfigError(f"{folder} holds a transfer source trained with other settings than this "
                                       f"config's ({spec['key']}); delete it or choose another output folder")
             else:
@@ -216,12 +217,12 @@ class TransferSources:
                 tags={"experiment": self.config.name, "role": "transfer source", "source_spec": spec},
                 **spec["training"],
             )
-            record = dict(train(tc))
+            record = train(tc).record
         info = {"key": spec["key"], "shared": spec["shared"], "folder": f"{SOURCES_DIR}/{folder.name}",
-                "encoder": str(folder / "encoder"), "method": record["method"], "hparams": record["hparams"],
-                "data": spec["data"], "train_hash": (record.get("data") or {}).get("train_hash"),
-                "train_size": (record.get("data") or {}).get("train_size"),
-                "training": {k: (record.get("training") or {}).get(k) for k in ("batch_size", "learning_rate", "epochs", "steps")},
+                "encoder": str(folder / "encoder"), "method": record.method, "hparams": record.hparams,
+                "data": spec["data"], "train_hash": record.data_entry("train_hash"),
+                "train_size": record.data_entry("train_size"),
+                "training": {k: record.training.get(k) for k in ("batch_size", "learning_rate", "epochs", "steps")},
                 "base_model": spec["base_model"]}
         self._done[spec["key"]] = info
         return info

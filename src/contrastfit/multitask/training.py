@@ -16,18 +16,19 @@ so a task's training sample is the one ``train`` would draw with the same option
   (``select_on="average"``) or the best value of one task (``select_on=NAME``), ties broken by the lower
   mean validation loss; every evaluation, each task's own best step and the kept step are recorded.
 
+It runs on the pipeline of ``train`` (:mod:`contrastfit.pipeline`: the same output checks, Trainer
+settings, fit and resume, writing); what differs is what it prepares (every task's data, the task
+schedule, :class:`MultiTaskTrainer`) and evaluates.
+
 The output folder holds the model (``encoder/``, ``heads.safetensors``, ``contrastfit.json``) and
-``results.json``: each task's spec, data description (source, sample, sizes and hashes of the training,
+``results.json`` (a :class:`~contrastfit.record.Record` of kind ``multitask``): each task's spec, data description (source, sample, sizes and hashes of the training,
 validation and test rows) and metrics, the schedule and the batches each task really got, the
 selection history, timings and library versions.
 """
 
 from __future__ import annotations
 
-import json
 import math
-import shutil
-import time
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Sequence
@@ -36,7 +37,7 @@ import datasets
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
-from transformers import DataCollatorWithPadding, PrinterCallback, TrainerCallback
+from transformers import DataCollatorWithPadding, TrainerCallback
 
 from ..data.loading import LABEL, TEXT, TEXT_PAIR
 from ..data.overlap import row_sketch
@@ -45,18 +46,19 @@ from ..encoders import DEFAULT_MODEL, default_pooling
 from ..errors import ConfigError
 from ..settings import check_fields, same_as, setting
 from ..evaluation.metrics import classification_metrics, probability_metrics, regression_metrics
-from ..atomic import write_json_atomic
-from ..training import (CHECKPOINT_DIR, DEFAULT_LEARNING_RATE, DEFAULT_MIN_STEPS, LOWER_IS_BETTER, RESULTS_NAME,
-                        LossPartLogging, TIE_BREAK, PreparedData, TrainConfig, TrainResult, _selection_args, _stopped_early,
-                        _weights_only_loading, check_precision, evaluation_history, last_checkpoint, prepare_data,
-                        record_provenance, resume_checkpoint, trainer_arguments)
+from ..experiments.identity import run_identity
+from ..pipeline import (LOWER_IS_BETTER, SELECTION_KEY, Clock, TrainResult, fit, make_trainer, open_output,
+                        resume_checkpoint, selection_record, tie_broken, trainer_arguments, write_outputs)
+from ..record import Record
+from ..training import (DEFAULT_LEARNING_RATE, DEFAULT_MIN_STEPS, LossPartLogging, PreparedData, TrainConfig,
+                        check_precision, prepare_data)
+from ..versions import library_versions
 from .model import MultiTaskModel
 from .schedule import DEFAULT_TEMPERATURE, SCHEDULES, TaskBatchSampler
 from .tasks import Task, TaskSpec, resolve_task
 
 #: The CS224N report's learning rate for the task heads (Sec. 5.3.3: heads 1e-3, BERT 1e-6).
 DEFAULT_HEAD_LEARNING_RATE = 1e-3
-SELECTION_KEY = "selection_score"
 _INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
 
@@ -233,7 +235,7 @@ def summarize(model: MultiTaskModel, per_task: dict[str, dict[str, Any]], select
     flat["average"] = float(np.mean(list(values.values())))
     flat["loss"] = float(np.mean([per_task[n]["loss"] for n in per_task]))
     chosen = flat["average"] if select_on == "average" else values[select_on]
-    flat[SELECTION_KEY] = chosen + TIE_BREAK * (1.0 - math.tanh(flat["loss"]))
+    flat[SELECTION_KEY] = tie_broken(chosen, flat["loss"])
     return flat
 
 
@@ -343,14 +345,11 @@ def train_multitask(config: MultiTaskConfig | None = None, *, callbacks: list[Tr
         raise ConfigError(f"multi-task training runs in one process; launched with {launched_processes()} "
                           "processes: run it without torchrun / accelerate launch")
     output = Path(config.output)
-    if (output / RESULTS_NAME).is_file():
-        if config.resume:
-            return MultiTaskResult(json.loads((output / RESULTS_NAME).read_text(encoding="utf-8")), output=str(output))
-        raise ConfigError(f"{output} already holds a finished run ({RESULTS_NAME}); choose another output")
-    if not config.resume and last_checkpoint(output) is not None:
-        raise ConfigError(f"{output} holds an unfinished run; resume it (resume=True) or choose another output")
+    finished = open_output(output, config.resume, MultiTaskResult, option="output", resume_option="resume=True")
+    if finished is not None:
+        return finished
 
-    t0 = time.perf_counter()
+    clock = Clock()
     set_seed(config.seed)
     prepared: dict[str, PreparedData] = {}
     specs: list[TaskSpec] = []
@@ -378,14 +377,11 @@ def train_multitask(config: MultiTaskConfig | None = None, *, callbacks: list[Tr
         raise ConfigError(f"select_on={config.select_on!r}, but that task has no validation split")
     selecting = config.select_best and bool(eval_sets)
     trainer = _build_trainer(config, model, rows, sampler, total_steps, eval_sets if selecting else None, callbacks)
-    t_setup = time.perf_counter()
-    resume_from = resume_checkpoint(output) if config.resume else None
-    with _weights_only_loading(resume_from):
-        train_output = trainer.train(resume_from_checkpoint=resume_from)
-    t_train = time.perf_counter()
-    if trainer.state.global_step < trainer.state.max_steps and not _stopped_early(trainer):
-        return MultiTaskResult({"interrupted_at_step": trainer.state.global_step,
-                                "checkpoint": last_checkpoint(output)}, model)
+    clock.mark("setup")
+    fitted = fit(trainer, output, resume_checkpoint(output) if config.resume else None)
+    clock.mark("train")
+    if fitted.interrupted:
+        return MultiTaskResult(fitted.interrupted, model)
 
     per_task: dict[str, dict[str, Any]] = {s.name: {} for s in specs}
     for split in ("validation", "test"):
@@ -395,7 +391,7 @@ def train_multitask(config: MultiTaskConfig | None = None, *, callbacks: list[Tr
             ds = getattr(prepared[s.name], split)
             if ds is not None and len(ds) > 0:
                 per_task[s.name][split] = evaluate_task(model, s.name, ds)
-    t_eval = time.perf_counter()
+    clock.mark("eval")
     metrics: dict[str, Any] = {}
     for split in ("validation", "test"):
         scored = {name: m[split] for name, m in per_task.items() if split in m}
@@ -411,44 +407,30 @@ def train_multitask(config: MultiTaskConfig | None = None, *, callbacks: list[Tr
         "head_learning_rate": config.head_learning_rate or config.learning_rate, "weight_decay": config.weight_decay,
         "warmup_ratio": config.warmup_ratio, "gradient_accumulation_steps": config.gradient_accumulation_steps,
         "max_length": model.max_length, "pooling": pooling, "fp16": config.fp16, "bf16": config.bf16,
-        "train_loss": float(train_output.training_loss), "selection": selection, "resumed_from": resume_from,
+        "train_loss": fitted.train_loss, "selection": selection, "resumed_from": fitted.resumed_from,
     }
+    names = [s.name for s in specs]
     schedule = {"name": config.schedule, "temperature": config.temperature if config.schedule == "temperature" else None,
-                "probabilities": dict(zip([s.name for s in specs], map(float, sampler.probabilities))),
-                "batch_sizes": dict(zip([s.name for s in specs], sampler.batch_sizes)),
-                "batches_per_task": dict(zip([s.name for s in specs], sampler.task_counts(
+                "probabilities": dict(zip(names, map(float, sampler.probabilities))),
+                "batch_sizes": dict(zip(names, sampler.batch_sizes)),
+                "batches_per_task": dict(zip(names, sampler.task_counts(
                     trainer.state.global_step * config.gradient_accumulation_steps)))}
     task_records = {s.name: {"spec": s.to_dict(), "data": prepared[s.name].description(_task_train_config(config, t)),
                              "metrics": per_task[s.name]} for s, t in zip(specs, tasks)}
-    result = {
-        "kind": "multitask",
-        "model": config.model,
-        "seed": config.seed,
-        "tasks": task_records,
-        "schedule": schedule,
-        "select_on": config.select_on,
-        "training": training,
-        "metrics": metrics,
-        **record_provenance(trainer, config.tags, t0, t_setup, t_train, t_eval),
-    }
+    settings = {f.name: getattr(config, f.name) for f in fields(config) if f.name != "tasks"}
+    record = Record(
+        kind="multitask", model=config.model, seed=config.seed, tasks=task_records, schedule=schedule,
+        select_on=config.select_on, training=training, metrics=metrics, timings=clock.timings,
+        versions=library_versions(), tags=config.tags, log_history=trainer.state.log_history,
+        identity=run_identity("multitask", method=None, hparams={}, seed=config.seed, model=config.model,
+                              settings={**settings, "tasks": [s.to_dict() for s in specs]},
+                              data={name: rec["data"] for name, rec in task_records.items()}, tags=config.tags))
     model.info.update({"base_model": config.model, "seed": config.seed, "schedule": schedule, "training": training,
                        "data": {name: {**rec["data"], "train_rows": row_sketch(prepared[name].train)}
                                 for name, rec in task_records.items()},
-                       "versions": result["versions"]})
-    if config.save_model:
-        model.save_pretrained(output)
-    write_json_atomic(output / RESULTS_NAME, result)
-    if config.save_model:
-        from ..card import write_model_card
-
-        write_model_card(output)  # README.md, from the two records just written
-    if not config.keep_checkpoints:
-        shutil.rmtree(output / CHECKPOINT_DIR, ignore_errors=True)
-    if config.progress:
-        shown = {split: {k: (round(v, 4) if isinstance(v, float) else {kk: round(vv, 4) for kk, vv in v.items()})
-                         for k, v in m.items()} for split, m in metrics.items()}
-        print(f"multitask ({', '.join(s.name for s in specs)}): {json.dumps(shown)}  ({t_train - t_setup:.0f}s training)")
-    return MultiTaskResult(result, model)
+                       "versions": record.versions})
+    return write_outputs(MultiTaskResult, config, model, record, output, label=f"multitask ({', '.join(names)})",
+                         shown=metrics)
 
 
 def _headline(spec: TaskSpec, m: dict[str, Any]) -> dict[str, float]:
@@ -459,30 +441,22 @@ def _headline(spec: TaskSpec, m: dict[str, Any]) -> dict[str, float]:
 def _build_trainer(config: MultiTaskConfig, model: MultiTaskModel, rows: TaskRows, sampler: TaskBatchSampler,
                    total_steps: int, eval_sets: dict[str, datasets.Dataset] | None,
                    callbacks: list[TrainerCallback] | None = None) -> MultiTaskTrainer:
-    """The Trainer of one multi-task run: the settings of :func:`contrastfit.training.trainer_arguments`
-    (as ``train``'s), checkpoints and evaluation as :func:`contrastfit.training._selection_args` sets
-    them for ``train`` (at each evaluation with validation selection, else every ``save_steps``)."""
-    selection = _selection_args(config, "multitask", eval_sets or None, total_steps)
-    callbacks = list(callbacks or [])
-    if eval_sets and config.early_stopping_patience:
-        from transformers import EarlyStoppingCallback
-
-        callbacks.append(EarlyStoppingCallback(early_stopping_patience=config.early_stopping_patience))
-    args = trainer_arguments(config, max_steps=total_steps, selection=selection,
+    """The Trainer of one multi-task run: the settings of :func:`contrastfit.pipeline.trainer_arguments`
+    and :func:`contrastfit.pipeline.make_trainer`, as ``train``'s."""
+    evaluating = bool(eval_sets)
+    args = trainer_arguments(config, max_steps=total_steps, total_steps=total_steps, evaluating=evaluating,
                              train_batch_size=max(sampler.batch_sizes))
-    trainer = MultiTaskTrainer(
-        model=model, args=args, train_dataset=rows, eval_dataset=eval_sets or None,
-        data_collator=MultiTaskCollator(model.tokenizer, model.tasks), callbacks=callbacks or None,
+    return make_trainer(
+        MultiTaskTrainer, config, args, evaluating=evaluating, callbacks=callbacks,
+        model=model, train_dataset=rows, eval_dataset=eval_sets or None,
+        data_collator=MultiTaskCollator(model.tokenizer, model.tasks),
         batch_sampler=sampler, eval_sets=eval_sets, head_learning_rate=config.head_learning_rate,
         select_on=config.select_on)
-    if not config.progress:
-        trainer.remove_callback(PrinterCallback)
-    return trainer
 
 
 def _selection_record(trainer: MultiTaskTrainer, config: MultiTaskConfig) -> dict[str, Any]:
-    state = trainer.state
-    evals, best_step = evaluation_history(state)
+    history = selection_record(trainer, config.early_stopping_patience)
+    evals, best_step = history["evaluations"], history["best_step"]
     model = trainer._model()
     per_task_best = {}
     for name in trainer.eval_sets:
@@ -495,8 +469,7 @@ def _selection_record(trainer: MultiTaskTrainer, config: MultiTaskConfig) -> dic
     kept = next((e for e in evals if e["step"] == best_step), None)
     return {"select_on": config.select_on, "best_step": best_step,
             "best_average": kept["average"] if kept else None,
-            "per_task_best": per_task_best, "evaluations": evals,
-            "stopped_early": bool(config.early_stopping_patience) and state.global_step < state.max_steps,
+            "per_task_best": per_task_best, "evaluations": evals, "stopped_early": history["stopped_early"],
             "rule": "every task is scored on its validation split at each evaluation; the checkpoint with the best "
                     + ("average of the tasks' selection metrics" if config.select_on == "average"
                        else f"{config.select_on} selection metric")

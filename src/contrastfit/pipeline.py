@@ -1,0 +1,448 @@
+"""The one training pipeline: prepare -> fit -> evaluate -> write.
+
+Every job (:func:`contrastfit.train`, one task; :func:`contrastfit.multitask.train_multitask`, one
+encoder and a head per task; :func:`contrastfit.pretrain.pretrain`, stage 1 alone) runs the same steps,
+and differs only in what it prepares and what its record holds:
+
+1. **prepare** (the job's own): :func:`open_output` refuses an output folder that holds another run (or
+   returns the finished run's record to a resumed job); the job loads and samples its data, builds its
+   model and its Trainer (:func:`trainer_arguments`, :func:`make_trainer`: the same optimisation,
+   checkpoint, evaluation and early-stopping settings for every job);
+2. **fit**: :func:`fit` trains, resuming from the newest complete checkpoint
+   (:func:`resume_checkpoint`, every ``torch.load`` weights-only: :func:`weights_only_loading`), and
+   says whether a callback interrupted the run; :func:`selection_record` is what validation
+   selection did;
+3. **evaluate** (the job's own metrics), timed by the job's :class:`Clock`;
+4. **write**: :func:`write_outputs` saves the model, the run's :class:`~contrastfit.record.Record`
+   (``results.json``, atomically) and the model card, removes the checkpoints, prints the closing line
+   (:func:`print_summary`) and returns the run's result.
+
+The job returns a :class:`TrainResult`: the record as a dict, with the model as ``.model``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import pickle
+import shutil
+import struct
+import sys
+import time
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+import torch
+from transformers import PrinterCallback, Trainer, TrainerCallback, TrainingArguments
+
+from .distributed import cpu_processes
+from .errors import ConfigError, ModelError
+from .record import RESULTS_NAME, Record, read_record
+
+CHECKPOINT_DIR = "checkpoints"
+#: Validation metrics where lower is better (everything else: higher is better).
+LOWER_IS_BETTER = {"mse", "loss"}
+#: The key the Trainer selects on: the chosen metric, ties broken by the lower validation loss.
+SELECTION_KEY = "selection_score"
+TIE_BREAK = 1e-6
+
+
+def tie_broken(score: float, loss: float) -> float:
+    """A selection score (higher is better) plus ``1e-6 (1 - tanh(loss))``: of two evaluations with the same
+    score (common on a small validation set) the one with the lower validation loss wins."""
+    return score + TIE_BREAK * (1.0 - math.tanh(loss))
+
+
+class Clock:
+    """The phases of a run: :meth:`mark` ends the phase ``name`` (``setup``, ``train``, ``eval``);
+    ``timings`` holds ``{"<name>_s": seconds}``, the record's ``timings``."""
+
+    def __init__(self) -> None:
+        self._last = time.perf_counter()
+        self.timings: dict[str, float] = {}
+
+    def mark(self, name: str) -> None:
+        now = time.perf_counter()
+        self.timings[f"{name}_s"] = now - self._last
+        self._last = now
+
+
+# ---------------------------------------------------------------------------------------------
+# Prepare: the output folder and the Trainer
+# ---------------------------------------------------------------------------------------------
+
+def open_output(output: Path, resume: bool, result_class: type[TrainResult], *, option: str = "--output",
+                resume_option: str = "--resume") -> TrainResult | None:
+    """The finished run's result when ``output`` holds one and ``resume`` is set (None when it holds none);
+    a one-line :class:`ConfigError` when it holds a finished run and ``resume`` is not set, or an
+    unfinished one (checkpoints) and ``resume`` is not set. ``option`` and ``resume_option`` name the
+    settings in the message."""
+    if (output / RESULTS_NAME).is_file():
+        if resume:
+            return result_class(read_record(output / RESULTS_NAME).to_dict(), output=str(output))
+        raise ConfigError(f"{output} already holds a finished run ({RESULTS_NAME}); choose another {option}")
+    if not resume and last_checkpoint(output) is not None:
+        raise ConfigError(f"{output} holds an unfinished run; resume it ({resume_option}) or choose another {option}")
+    return None
+
+
+def trainer_arguments(config: Any, *, max_steps: int, total_steps: int, evaluating: bool, epochs: float = 3.0,
+                      train_batch_size: int | None = None) -> TrainingArguments:
+    """The ``transformers.TrainingArguments`` of one run of ``config`` (a
+    :class:`~contrastfit.training.TrainConfig`, or any object with the same optimisation fields, e.g.
+    :class:`contrastfit.multitask.MultiTaskConfig`): AdamW, linear decay after ``warmup_ratio`` of the
+    steps (a fraction below 1 is a ratio to the library), checkpoints in ``<output>/checkpoints`` (one
+    kept, besides the best), ``max_steps`` (or ``epochs`` when it is -1) and the training batch size
+    (``train_batch_size``, default ``config.batch_size``).
+
+    With ``evaluating``: evaluation on validation about five times in ``total_steps`` (or every
+    ``eval_steps``), a checkpoint at each, the best loaded at the end (by :data:`SELECTION_KEY`); the
+    checkpoints are only the weights when the run keeps no resumable ones. Without: a checkpoint every
+    ``save_steps`` when ``save_checkpoints``."""
+    if not evaluating:
+        selection = {"eval_strategy": "no", "save_strategy": "steps" if config.save_checkpoints else "no",
+                     "save_steps": config.save_steps}
+    else:
+        every = config.eval_steps or max(1, math.ceil(total_steps / 5))
+        selection = {"eval_strategy": "steps", "eval_steps": every, "save_strategy": "steps", "save_steps": every,
+                     "load_best_model_at_end": True, "metric_for_best_model": SELECTION_KEY, "greater_is_better": True,
+                     # only the weights when the run keeps no resumable checkpoints: a save costs a model write
+                     "save_only_model": not config.save_checkpoints}
+    return TrainingArguments(
+        output_dir=str(Path(config.output) / CHECKPOINT_DIR),
+        num_train_epochs=epochs,
+        max_steps=max_steps,
+        per_device_train_batch_size=train_batch_size or config.batch_size,
+        per_device_eval_batch_size=max(64, config.batch_size),
+        gradient_accumulation_steps=config.gradient_accumulation_steps,
+        learning_rate=config.learning_rate,
+        weight_decay=config.weight_decay,
+        warmup_steps=config.warmup_ratio,
+        lr_scheduler_type="linear",
+        logging_steps=config.logging_steps,
+        save_total_limit=1,
+        **selection,
+        seed=config.seed,
+        data_seed=config.seed,
+        fp16=config.fp16,
+        bf16=config.bf16,
+        use_cpu=cpu_processes(config.use_cpu),
+        report_to=config.report_to,
+        disable_tqdm=not config.progress,
+        remove_unused_columns=False,
+        dataloader_pin_memory=torch.cuda.is_available(),
+    )
+
+
+def make_trainer(trainer_class: type[Trainer], config: Any, args: TrainingArguments, *, evaluating: bool,
+                 callbacks: list[TrainerCallback] | None = None, **kwargs: Any) -> Trainer:
+    """``trainer_class(args=args, callbacks=..., **kwargs)``. ``callbacks`` (``transformers.TrainerCallback``
+    objects) are added to the library's own, then early stopping (``config.early_stopping_patience``)
+    when ``evaluating``. With ``config.progress`` off, nothing is printed while training: no progress
+    bars (``disable_tqdm``, :func:`trainer_arguments`) and no log dicts (the library then prints each log
+    with its ``PrinterCallback``, which is removed; the logs still reach ``log_history`` and
+    ``--report-to`` integrations)."""
+    callbacks = list(callbacks or [])
+    if evaluating and config.early_stopping_patience:
+        from transformers import EarlyStoppingCallback
+
+        callbacks.append(EarlyStoppingCallback(early_stopping_patience=config.early_stopping_patience))
+    trainer = trainer_class(args=args, callbacks=callbacks or None, **kwargs)
+    if not config.progress:
+        trainer.remove_callback(PrinterCallback)
+    return trainer
+
+
+# ---------------------------------------------------------------------------------------------
+# Fit
+# ---------------------------------------------------------------------------------------------
+
+@dataclass
+class Fitted:
+    """What :func:`fit` did: the mean training loss, the checkpoint it resumed from, and, when a callback
+    stopped training before the planned steps (early stopping aside), ``interrupted``: the record of an
+    unfinished run, ``{"interrupted_at_step": N, "checkpoint": PATH or None}``."""
+
+    train_loss: float
+    resumed_from: str | None
+    interrupted: dict[str, Any] | None
+
+
+def fit(trainer: Trainer, output: str | Path, resume_from: str | None = None) -> Fitted:
+    """Train with ``trainer``, from the checkpoint ``resume_from`` (:func:`resume_checkpoint`; loaded
+    weights-only, :func:`weights_only_loading`) or from the start."""
+    with weights_only_loading(resume_from):
+        out = trainer.train(resume_from_checkpoint=resume_from)
+    state = trainer.state
+    interrupted = None
+    if state.global_step < state.max_steps and not stopped_early(trainer):
+        interrupted = {"interrupted_at_step": state.global_step, "checkpoint": last_checkpoint(output)}
+    return Fitted(float(out.training_loss), resume_from, interrupted)
+
+
+def selection_record(trainer: Trainer, patience: int | None) -> dict[str, Any]:
+    """What validation selection did in a fitted run: ``best_step`` (the kept checkpoint's step),
+    ``evaluations`` (:func:`evaluation_history`) and ``stopped_early`` (``patience`` set and fewer steps
+    than planned); the job adds its metric and rule."""
+    state = trainer.state
+    evals, best_step = evaluation_history(state)
+    return {"best_step": best_step, "evaluations": evals,
+            "stopped_early": bool(patience) and state.global_step < state.max_steps}
+
+
+# ---------------------------------------------------------------------------------------------
+# Write
+# ---------------------------------------------------------------------------------------------
+
+def write_outputs(result_class: type[TrainResult], config: Any, model: Any, record: Record, output: Path | None,
+                  *, label: str, shown: dict[str, Any]) -> TrainResult:
+    """The last step: the run's result (``result_class``: the record's dict with the model). On the first
+    process only (every process of a multi-process run trained and evaluated), and with an ``output``
+    folder to keep (None: a temporary one): the model (``config.save_model``), the record as
+    ``results.json`` (atomically) and the model card (README.md, from the two records just written),
+    the checkpoints removed unless ``config.keep_checkpoints``; with ``config.progress`` the closing line
+    (:func:`print_summary` of ``label`` and the metrics ``shown``)."""
+    from .distributed import world
+
+    result = record.to_dict()
+    if world()[0] != 0:
+        return result_class(result, model)
+    if output is not None:
+        if config.save_model:
+            model.save_pretrained(output)
+        record.write(output / RESULTS_NAME)
+        if config.save_model:
+            from .card import write_model_card
+
+            write_model_card(output)
+        if not config.keep_checkpoints:
+            shutil.rmtree(output / CHECKPOINT_DIR, ignore_errors=True)
+    if config.progress:
+        print_summary(label, shown, record.timings["train_s"])
+    return result_class(result, model, output=None if output is None else str(output))
+
+
+def _rounded(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _rounded(v) for k, v in value.items()}
+    return round(value, 4) if isinstance(value, float) else value
+
+
+def print_summary(label: str, metrics: dict[str, Any], train_s: float) -> None:
+    """The closing line: ``LABEL: {split: metrics, 4 decimals}  (Ns training)``."""
+    print(f"{label}: {json.dumps(_rounded(metrics))}  ({train_s:.0f}s training)")
+
+
+class TrainResult(dict):
+    """The run's record (the contents of ``results.json``: :class:`contrastfit.record.Record`'s
+    :meth:`~contrastfit.record.Record.to_dict`) with the trained model as ``.model`` (loaded from the
+    output folder on first use, with :attr:`model_class`'s ``from_pretrained``, when the run had
+    finished earlier) and its folder as ``.output`` (None: a temporary one). ``.record`` is the typed
+    record. :class:`contrastfit.multitask.MultiTaskResult` and :class:`contrastfit.pretrain.PretrainResult`
+    are the same with another model class."""
+
+    #: what ``.model`` loads a finished run's folder with
+    model_class: Any = None
+
+    def __init__(self, record: dict[str, Any], model: Any = None, output: str | None = None):
+        super().__init__(record)
+        self._model = model
+        self.output = output
+
+    @property
+    def metrics(self) -> dict[str, Any]:
+        return self["metrics"]
+
+    @property
+    def record(self) -> Record:
+        """The record as a :class:`~contrastfit.record.Record`."""
+        return Record.from_dict(self)
+
+    @property
+    def model(self) -> Any:
+        if self._model is None:
+            cls = self.model_class
+            if cls is None:
+                from .modeling import ContrastiveClassifier as cls
+            self._model = cls.from_pretrained(self.output)
+        return self._model
+
+
+# ---------------------------------------------------------------------------------------------
+# Checkpoints
+# ---------------------------------------------------------------------------------------------
+
+def last_checkpoint(output: str | Path) -> str | None:
+    """The newest ``checkpoint-N`` folder of the run in ``output``, complete or not (None: none)."""
+    from transformers.trainer_utils import get_last_checkpoint
+
+    folder = Path(output) / CHECKPOINT_DIR
+    return get_last_checkpoint(str(folder)) if folder.is_dir() else None
+
+
+#: A checkpoint's weights: one of these files (a ``*.index.json`` names its shards).
+CHECKPOINT_WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+                      "pytorch_model.bin.index.json")
+#: What a resumable checkpoint holds besides its weights and ``trainer_state.json``.
+CHECKPOINT_STATE_FILES = ("optimizer.pt", "scheduler.pt")
+
+
+def checkpoint_problem(folder: str | Path) -> str | None:
+    """None when the Trainer checkpoint ``folder`` is complete, else what is wrong with it (a phrase).
+    Complete: ``trainer_state.json`` (which the library writes last) is there and parses as JSON with a
+    ``global_step``; the weights (:data:`CHECKPOINT_WEIGHTS`, with every shard an index names) and
+    :data:`CHECKPOINT_STATE_FILES` are there; every ``*.safetensors`` file is as long as its header says
+    (:func:`_safetensors_problem`) and every torch file (``*.pt``, ``*.pth``, ``*.bin``) is a readable zip
+    archive, torch's format, whose directory sits at its end, so a file cut short has none. Nothing is
+    unpickled or loaded."""
+    folder = Path(folder)
+    state = folder / "trainer_state.json"
+    if not state.is_file():
+        return "trainer_state.json is missing"
+    try:
+        int(json.loads(state.read_text(encoding="utf-8"))["global_step"])
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError):
+        return "trainer_state.json is unreadable"
+    weights = [name for name in CHECKPOINT_WEIGHTS if (folder / name).is_file()]
+    if not weights:
+        return "the model weights are missing"
+    for name in [*CHECKPOINT_STATE_FILES, *_shards(folder, weights)]:
+        if not (folder / name).is_file():
+            return f"{name} is missing"
+    for path in sorted(folder.iterdir()):
+        problem = (_safetensors_problem(path) if path.suffix == ".safetensors"
+                   else _torch_file_problem(path) if path.suffix in (".pt", ".pth", ".bin") else None)
+        if problem:
+            return f"{path.name} {problem}"
+    return None
+
+
+def _shards(folder: Path, weights: list[str]) -> list[str]:
+    """The shard files the ``*.index.json`` among ``weights`` names (a broken index names one that is not there)."""
+    out = []
+    for name in weights:
+        if name.endswith(".index.json"):
+            try:
+                out += sorted(set(json.loads((folder / name).read_text(encoding="utf-8"))["weight_map"].values()))
+            except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError):
+                out.append(f"a readable {name}")
+    return out
+
+
+def _safetensors_problem(path: Path) -> str | None:
+    """None when ``path`` holds a whole safetensors file: an 8-byte header length, a JSON header of that
+    length, and as many data bytes as the header's largest tensor offset."""
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as fh:
+            head = fh.read(8)
+            if len(head) < 8:
+                return "is truncated"
+            (length,) = struct.unpack("<Q", head)
+            if length > size - 8:
+                return "is truncated"
+            header = json.loads(fh.read(length))
+        end = max((int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__"), default=0)
+    except (OSError, ValueError, KeyError, TypeError, IndexError, AttributeError):
+        return "is unreadable"
+    return "is truncated" if size < 8 + length + end else None
+
+
+def _torch_file_problem(path: Path) -> str | None:
+    """None when ``path`` is a non-empty zip archive whose directory reads (``torch.save``'s format)."""
+    try:
+        if path.stat().st_size == 0:
+            return "is empty"
+        with zipfile.ZipFile(path) as archive:
+            archive.infolist()
+    except (OSError, zipfile.BadZipFile):
+        return "is truncated or not a torch file"
+    return None
+
+
+def resume_checkpoint(output: str | Path) -> str | None:
+    """The checkpoint ``--resume`` continues from: the newest complete one (:func:`checkpoint_problem`)
+    in ``output``'s checkpoints, skipping incomplete ones (a run killed while writing one), with one
+    line on stderr naming it and what was skipped; None when there is none (also said, when there were
+    only incomplete ones: the run starts over). Every job resumes through it (:func:`fit`)."""
+    from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
+    folder = Path(output) / CHECKPOINT_DIR
+    if not folder.is_dir():
+        return None
+    found = []
+    for path in folder.iterdir():
+        step = path.name.removeprefix(f"{PREFIX_CHECKPOINT_DIR}-")
+        if path.is_dir() and path.name.startswith(f"{PREFIX_CHECKPOINT_DIR}-") and step.isdigit():
+            found.append((int(step), path))
+    skipped = []
+    for step, path in sorted(found, reverse=True):
+        problem = checkpoint_problem(path)
+        if problem is None:
+            note = f"; skipped the incomplete {'; '.join(skipped)}" if skipped else ""
+            print(f"contrastfit: resuming from {path} (step {step}){note}", file=sys.stderr)
+            return str(path)
+        skipped.append(f"{path.name} ({problem})")
+    if skipped:
+        print(f"contrastfit: no complete checkpoint in {folder} ({'; '.join(skipped)}): training from the start",
+              file=sys.stderr)
+    return None
+
+
+@contextlib.contextmanager
+def weights_only_loading(checkpoint: str | None) -> Iterator[None]:
+    """While resuming from ``checkpoint``: every ``torch.load`` is weights-only (tensors, numbers,
+    strings and containers of them, plus the NumPy types the Trainer allow-lists for its RNG state;
+    no other Python object is unpickled), whatever the caller or ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD``
+    asks, through torch's ``TORCH_FORCE_WEIGHTS_ONLY_LOAD``; a file that needs more is refused with a
+    :class:`~contrastfit.errors.ModelError` naming the checkpoint. transformers 5 already passes
+    ``weights_only=True`` for the optimizer, scheduler, scaler and RNG states; this keeps it so."""
+    if checkpoint is None:
+        yield
+        return
+    saved = {k: os.environ.get(k) for k in ("TORCH_FORCE_WEIGHTS_ONLY_LOAD", "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD")}
+    os.environ["TORCH_FORCE_WEIGHTS_ONLY_LOAD"] = "1"
+    os.environ.pop("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", None)
+    try:
+        yield
+    except pickle.UnpicklingError as exc:
+        lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+        reason = next((line for line in lines if "Unsupported global" in line or "WeightsUnpickler" in line),
+                      lines[0] if lines else type(exc).__name__)
+        reason = reason.split(" was not an allowed global")[0].removeprefix("WeightsUnpickler error: ")
+        raise ModelError(f"{checkpoint}: refused to resume: a file there holds pickled Python objects that "
+                         f"weights-only loading does not allow ({reason}); delete that checkpoint to resume "
+                         "from an earlier one, or the run's folder to start over") from None
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def evaluation_history(state) -> tuple[list[dict[str, Any]], int | None]:
+    """A Trainer run's validation evaluations and kept step, from its ``TrainerState``: one dict per
+    evaluation (its ``step`` and every ``eval_*`` value of the log without the prefix; the timing
+    entries, ``*_runtime`` and ``*_per_second``, left out), and the step of the checkpoint the Trainer
+    kept as best (``best_model_checkpoint``; None when it kept none)."""
+    evals = [{"step": h["step"], **{k.removeprefix("eval_"): v for k, v in h.items() if k.startswith("eval_")
+                                     and not k.endswith(("_runtime", "_per_second"))}}
+             for h in state.log_history if any(k.startswith("eval_") for k in h)]
+    best_step = None
+    if state.best_model_checkpoint:
+        best_step = int(Path(state.best_model_checkpoint).name.rsplit("-", 1)[-1])
+    return evals, best_step
+
+
+def stopped_early(trainer: Trainer) -> bool:
+    """True when early stopping on validation (``EarlyStoppingCallback``) ended the run."""
+    from transformers import EarlyStoppingCallback
+
+    return any(isinstance(cb, EarlyStoppingCallback) and cb.early_stopping_patience_counter >= cb.early_stopping_patience
+               for cb in trainer.callback_handler.callbacks)
+

@@ -1,0 +1,85 @@
+"""The run record (contrastfit.record): one versioned class writes and reads results.json and
+contrastfit_pretrain.json; the records already on disk (version 0, captured from the code before the
+class existed: tests/records/v0_*.json) load, a later version is refused in one line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from contrastfit.card import model_card
+from contrastfit.errors import ContrastfitError
+from contrastfit.experiments.identity import record_identity
+from contrastfit.experiments.records import RunRecord
+from contrastfit.record import RECORD_VERSION, RESULTS_NAME, Record, read_record
+from contrastfit.training import train
+
+RECORDS = Path(__file__).parent / "records"
+
+
+def _v0(kind: str) -> dict:
+    return json.loads((RECORDS / f"v0_{kind}.json").read_text(encoding="utf-8"))
+
+
+@pytest.mark.parametrize("kind", ["train", "multitask", "pretrain"])
+def test_version_0_records_load_and_round_trip(kind):
+    raw = _v0(kind)
+    record = Record.from_dict(raw)
+    assert record.kind == kind and record.version == RECORD_VERSION and record.identity is None
+    out = record.to_dict()
+    assert list(out)[:2] == ["version", "kind"] and out["version"] == RECORD_VERSION
+    assert Record.from_dict(out) == record and Record.from_dict(json.loads(json.dumps(out))) == record
+    # every entry of the old record is kept, where version 1 keeps it
+    if kind == "pretrain":
+        assert record.model == raw["base_model"] and record.data == raw["corpus"]
+        assert {k: record.training[k] for k in ("pooling", "max_length", "base_model_path")} == \
+            {k: raw[k] for k in ("pooling", "max_length", "base_model_path")}
+    else:
+        assert {k: v for k, v in out.items() if k not in ("version", "kind")} == \
+            {k: v for k, v in raw.items() if k != "kind"}
+
+
+def test_version_0_records_feed_the_readers():
+    train_v0 = _v0("train")
+    run = RunRecord.from_result(train_v0)
+    assert run.method == "ce-scl" and run.task == "classification" and run.identity is None
+    assert run.metrics["validation"]["accuracy"] == train_v0["metrics"]["validation"]["accuracy"]
+    assert "# ce-scl on toy" in model_card(train_v0, {})
+    assert "# Multi-task model: sent, sts" in model_card(_v0("multitask"), {})
+
+
+def test_a_later_version_or_another_kind_is_refused_in_one_line(tmp_path):
+    path = tmp_path / RESULTS_NAME
+    path.write_text(json.dumps({**_v0("train"), "version": RECORD_VERSION + 1}), encoding="utf-8")
+    with pytest.raises(ContrastfitError, match=rf"^{path} is of record version {RECORD_VERSION + 1}, newer than "
+                                                 r"this contrastfit reads \(1\); upgrade contrastfit") as info:
+        read_record(path)
+    assert "\n" not in str(info.value)
+    with pytest.raises(ContrastfitError, match="unknown kind 'recipe'"):
+        Record.from_dict({**_v0("train"), "kind": "recipe"})
+    with pytest.raises(ContrastfitError, match="^run r1: training is not a mapping"):
+        Record.from_dict({**_v0("train"), "training": [1]}, "run r1")
+    path.write_text("{", encoding="utf-8")
+    with pytest.raises(ContrastfitError, match="unreadable run record"):
+        read_record(path)
+
+
+def test_a_run_writes_the_record_it_returns_with_its_identity(tmp_path, tiny_encoder_dir, sentiment_csv):
+    opts = dict(method="ce", data=str(sentiment_csv), label_column="sentiment", model=str(tiny_encoder_dir),
+                epochs=1, batch_size=8, progress=False, select_best=False)
+    first = train(output=str(tmp_path / "a"), **opts)
+    written = read_record(tmp_path / "a" / RESULTS_NAME)
+    assert written == first.record and written.to_dict() == dict(first)
+    assert written.kind == "train" and written.version == RECORD_VERSION
+    assert len(written.identity["sha256"]) == 64 and record_identity(first) == written.identity_sha256
+    assert written.identity["spec"]["data"]["train_hash"] == written.data["train_hash"]
+    # the identity is what made the run: not where it was written, nor the tags
+    second = train(output=str(tmp_path / "b"), tags={"note": "again"}, **opts)
+    assert second.record.identity == written.identity
+    third = train(output=str(tmp_path / "c"), seed=1, **opts)
+    assert third.record.identity_sha256 != written.identity_sha256
+    # a finished run resumed returns its record as it was written
+    again = train(output=str(tmp_path / "a"), resume=True, **opts)
+    assert again.record == written and again.output == str(tmp_path / "a")
