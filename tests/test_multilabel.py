@@ -198,7 +198,7 @@ def _train(tmp_path, tiny_encoder_dir, data, name="run", **kw):
 
 def test_default_recipe_trains_saves_and_reloads(tmp_path, tiny_encoder_dir, topics_csv):
     result = _train(tmp_path, tiny_encoder_dir, topics_csv)
-    assert result["method"] == "ce-scl-lr" and result["multi_label"]
+    assert result["method"] == "ce-scl-lr" and result["kind"] == "train" and result["data"]["multi_label"]
     logged = [h for h in result["log_history"] if "loss" in h]
     assert logged and all("loss_bce" in h and "loss_scl" in h for h in logged)
     assert result["training"]["head_stage"]["solver"] == "one-vs-rest logistic"

@@ -1,20 +1,8 @@
 """Training on ``transformers.Trainer``.
 
-:class:`ContrastfitTrainer` adds these to the library's Trainer, which keeps the rest
-(optimiser and schedule, checkpoints and ``--resume``, mixed precision, torchrun / accelerate DDP,
-logging integrations, progress bars):
-
-* for contrastive methods, the training batches come from
-  :class:`~contrastfit.data.ClassBalancedBatchSampler` (pitfall 2); the sampler is built in
-  :meth:`get_train_dataloader`, so it is what the trainer really feeds (pitfall 5);
-* the parts of a composite loss (``ce``, ``scl``, ...), which the model returns in its output
-  (``ClassifierOutput.loss_parts``), are logged next to the total;
-* parameters a method owns can have their own learning rate (``Method.param_groups``);
-* with ``gradient_cache_chunk``, gradient caching in :meth:`ContrastfitTrainer.training_step`
-  (:mod:`contrastfit.gradcache`): the whole batch in the loss, the encoder's memory of one chunk,
-  also across DDP processes;
-* with ``memory_size``, a cross-batch memory (:mod:`contrastfit.memory`) attached to the method for
-  the duration of :meth:`ContrastfitTrainer.train` (in its checkpoints, not in the saved model).
+The Trainer (:class:`~contrastfit.trainer.ContrastfitTrainer`: balanced batches, loss-part logging,
+per-part learning rates, gradient caching, the cross-batch memory) and the run's schedule are in
+:mod:`contrastfit.trainer`, re-exported here.
 
 :func:`train` runs one whole single-task job on the pipeline (:mod:`contrastfit.pipeline`): prepare
 (load and sample the data, build the model and the Trainer), fit, the head stage of two-stage methods,
@@ -25,7 +13,6 @@ evaluate on validation and test, and write the model and its :class:`~contrastfi
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 import tempfile
 import time
@@ -37,11 +24,11 @@ from typing import Any, Iterator
 import datasets
 import torch
 from torch.utils.data import DataLoader
-from transformers import DataCollatorWithPadding, Trainer, TrainerCallback
+from transformers import TrainerCallback
 
-from .data import ClassBalancedBatchSampler, TextData, data_hash, load_data, sample_per_class, sample_stratified
+from .data import TextData, data_hash, load_data, sample_per_class, sample_stratified
 from .data.sampling import derive_seed
-from .data.loading import LABEL, TEXT, TEXT_PAIR, in_memory
+from .data.loading import in_memory
 from .data.overlap import row_sketch
 from .encoders import DEFAULT_MODEL, default_pooling
 from .errors import ConfigError
@@ -49,20 +36,19 @@ from .settings import check_fields, setting
 from .evaluation import evaluate_model, headline
 from .methods import get_method
 from .modeling import ContrastiveClassifier
-from .pipeline import (LOWER_IS_BETTER, SELECTION_KEY, Clock, TrainResult, fit, make_trainer, open_output,
-                       resume_checkpoint, selection_record, tie_broken, trainer_arguments, write_outputs)
+from .pipeline import (SELECTION_KEY, Clock, TrainResult, fit, open_output, resume_checkpoint, selection_record,
+                       write_outputs)
 from .experiments.identity import run_identity
 from .record import RESULTS_NAME, Record
+from .trainer import (DEFAULT_LEARNING_RATE, DEFAULT_MIN_STEPS, MIN_USEFUL_STEPS, MODEL_INPUTS,  # noqa: F401
+                      ContrastfitTrainer, LossPartLogging, _compute_metrics, build_trainer, capped_warmup,
+                      resolve_schedule, selection_metric, short_schedule_warning, tokenize_dataset,
+                      with_method_defaults)
 from .versions import library_versions
 
 #: The default recipe: what `contrastfit train --data FILE` trains with no --method (docs/benchmarks.md).
 DEFAULT_METHOD = "ce-scl-lr"
 DEFAULT_REGRESSION_METHOD = "ce"
-DEFAULT_LEARNING_RATE = 5e-5
-DEFAULT_MIN_STEPS = 60
-#: Fewer optimisation steps than this leave the encoder close to the pretrained one: such a run warns.
-MIN_USEFUL_STEPS = 10
-MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids", "labels")
 
 
 #: Seeds go to NumPy's legacy seeding (``transformers.set_seed``), which takes 0 .. 2**32 - 1.
@@ -295,203 +281,6 @@ def check_batch_size(batch_size: int, sampler: str, method: str | None = None, m
 
 
 # ---------------------------------------------------------------------------------------------
-# Trainer
-# ---------------------------------------------------------------------------------------------
-
-class LossPartLogging(Trainer):
-    """A ``transformers.Trainer`` that logs the terms of the loss: the terms the model returns in its
-    output (``loss_parts``: a method's CE and contrastive terms, a multi-task model's task objectives)
-    are added up in training, detached and where they are (no device synchronisation per step),
-    until :meth:`log` reports each one's mean since the last log as ``loss_<name>`` (over the steps
-    that returned that term)."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self._part_sums: dict[str, tuple[torch.Tensor, int]] = {}  # loss part -> (sum since the last log, count)
-
-    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        loss, outputs = super().compute_loss(model, inputs, return_outputs=True, num_items_in_batch=num_items_in_batch)
-        parts = outputs.get("loss_parts") if isinstance(outputs, dict) else None
-        if model.training and parts:
-            for key, value in parts.items():
-                value = value.detach().float().mean()  # the mean: DataParallel gathers one value per device
-                total, count = self._part_sums.get(key, (0.0, 0))
-                self._part_sums[key] = (total + value, count + 1)
-        return (loss, outputs) if return_outputs else loss
-
-    def create_scheduler(self, num_training_steps: int, optimizer=None):
-        """The library's schedule (linear warm-up, then linear decay), with the warm-up capped at
-        ``num_training_steps - 1`` steps (:func:`capped_warmup`): the last step, at least, trains at a
-        learning rate above 0 (a 1-step run with warm-up ratio 0.1 would otherwise take its only step at
-        0 and save the pretrained encoder unchanged). A run of fewer than :data:`MIN_USEFUL_STEPS` steps
-        warns, with its numbers (:func:`short_schedule_warning`). ``scheduled_warmup_steps`` is what the
-        schedule used."""
-        if self.lr_scheduler is not None:
-            return self.lr_scheduler
-        ratio_or_steps = self.args.warmup_steps
-        self.scheduled_warmup_steps = capped_warmup(self.args.get_warmup_steps(num_training_steps), num_training_steps)
-        if num_training_steps < MIN_USEFUL_STEPS:
-            # attributed here, to contrastfit (the CLI hides transformers' own UserWarnings)
-            warnings.warn(short_schedule_warning(self, num_training_steps), stacklevel=1)
-        # the library reads an int >= 1 as steps and a fraction below 1 as a ratio (0: none)
-        self.args.warmup_steps = self.scheduled_warmup_steps
-        try:
-            return super().create_scheduler(num_training_steps, optimizer)
-        finally:
-            self.args.warmup_steps = ratio_or_steps
-
-    def log(self, logs: dict[str, float], *args, **kwargs) -> None:
-        if self._part_sums and "loss" in logs:
-            for key, (total, count) in self._part_sums.items():
-                logs[f"loss_{key}"] = round(float(total) / count, 6)
-            self._part_sums = {}
-        super().log(logs, *args, **kwargs)
-
-
-def capped_warmup(warmup_steps: int, total_steps: int) -> int:
-    """Warm-up steps of a ``total_steps`` run: the library's (``ceil(ratio * total)``), but at most
-    ``total_steps - 1``, so that the learning rate leaves 0 before the run ends."""
-    return max(0, min(int(warmup_steps), total_steps - 1))
-
-
-def short_schedule_warning(trainer: Trainer, total_steps: int) -> str:
-    """The one-line warning for a run of fewer than :data:`MIN_USEFUL_STEPS` optimisation steps, with
-    what made the number: e.g. ``1 optimisation step (8 examples, batch 16, 1 epoch, no warm-up): ...``."""
-    args = trainer.args
-    parts = []
-    try:
-        parts.append(f"{len(trainer.train_dataset)} examples")
-    except TypeError:
-        pass
-    batch = getattr(trainer, "_train_batch_size", args.per_device_train_batch_size) * args.world_size
-    parts.append(f"batch {batch}" + (f" x {args.gradient_accumulation_steps} accumulated"
-                                     if args.gradient_accumulation_steps > 1 else ""))
-    if args.max_steps <= 0:
-        parts.append(f"{args.num_train_epochs:g} epoch{'' if args.num_train_epochs == 1 else 's'}")
-    warmup = getattr(trainer, "scheduled_warmup_steps", 0)
-    parts.append(f"{warmup} warm-up step{'' if warmup == 1 else 's'}" if warmup else "no warm-up")
-    return (f"{total_steps} optimisation step{'' if total_steps == 1 else 's'} ({', '.join(parts)}): fewer than "
-            f"{MIN_USEFUL_STEPS} steps leave the encoder close to the pretrained one; train longer (more epochs or "
-            "examples, or leave --epochs out for at least --min-steps steps)")
-
-
-class ContrastfitTrainer(LossPartLogging):
-    """``transformers.Trainer`` with the class-balanced sampler, loss-part logging
-    (:class:`LossPartLogging`) and per-part learning rates for a
-    :class:`~contrastfit.modeling.ContrastiveClassifier`."""
-
-    def __init__(self, *args, balanced_batches: bool = False, gradient_cache_chunk: int | None = None,
-                 memory_size: int | None = None, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.balanced_batches = balanced_batches
-        self.gradient_cache_chunk = gradient_cache_chunk
-        if gradient_cache_chunk is not None:
-            from .gradcache import check_gradient_cache
-
-            check_gradient_cache(self._classifier().method, gradient_cache_chunk)
-        self.memory_size = memory_size
-        if memory_size is not None:
-            from .memory import check_memory
-
-            check_memory(self._classifier().method, memory_size)
-
-    def _classifier(self) -> ContrastiveClassifier:
-        return self.accelerator.unwrap_model(self.model)
-
-    def training_step(self, model, inputs, num_items_in_batch=None):
-        """With ``gradient_cache_chunk`` set: the library's step (loss on the whole batch, scaled for
-        gradient accumulation, ``accelerator.backward`` with its mixed-precision scaling) runs with the
-        encoder's calls embedded in chunks without a graph; then each chunk is re-encoded with the
-        same random state and autocast and back-propagated with its cached gradient, which already
-        carries those scalings (:mod:`contrastfit.gradcache`). Without it: the library's step."""
-        if self.gradient_cache_chunk is None:
-            return super().training_step(model, inputs, num_items_in_batch)
-        from torch.nn.parallel import DistributedDataParallel
-
-        from .gradcache import GradientCache
-
-        # under DDP: the loss and every chunk but the last without gradient synchronisation, the last
-        # chunk through the DDP forward, so that DDP all-reduces once (contrastfit.gradcache)
-        ddp = model if isinstance(model, DistributedDataParallel) else None
-        cache = GradientCache(self._classifier().encoder, self.gradient_cache_chunk, ddp=ddp)
-        with cache.caching():
-            loss = super().training_step(model, inputs, num_items_in_batch)
-        cache.backward()
-        return loss
-
-    def train(self, *args, **kwargs):
-        """The library's training. With ``memory_size``: an empty cross-batch memory is attached to the
-        method first (:func:`contrastfit.memory.attach_memory`; a resumed run then loads the
-        checkpoint's memory with the weights) and detached when training ends, so that the saved
-        model does not carry it. A checkpoint to resume from must have been saved with the same
-        memory size (or none without one)."""
-        from .memory import attach_memory, check_checkpoint_memory, detach_memory
-
-        checkpoint = kwargs.get("resume_from_checkpoint", args[0] if args else None)
-        if isinstance(checkpoint, (str, os.PathLike)):
-            check_checkpoint_memory(checkpoint, self.memory_size)
-        if self.memory_size is None:
-            return super().train(*args, **kwargs)
-        attach_memory(self._classifier(), self.memory_size)
-        try:
-            return super().train(*args, **kwargs)
-        finally:
-            detach_memory(self._classifier())
-
-    def get_train_dataloader(self) -> DataLoader:
-        if not self.balanced_batches:
-            return super().get_train_dataloader()
-        dataset = self._remove_unused_columns(self.train_dataset, description="training")
-        sampler = ClassBalancedBatchSampler(dataset["labels"], self._train_batch_size, seed=self.args.seed)
-        loader = DataLoader(
-            dataset,
-            batch_sampler=sampler,
-            collate_fn=self.data_collator,
-            num_workers=self.args.dataloader_num_workers,
-            pin_memory=self.args.dataloader_pin_memory,
-        )
-        return self.accelerator.prepare(loader)
-
-    def create_optimizer(self, model=None):
-        """The Trainer's optimiser (AdamW and its settings) over one parameter group per (name, learning
-        rate, weight decay): each of the method's own groups (:meth:`Method.param_groups`, e.g.
-        SoftTriple's centres at their learning rate, pitfall 3), and the main learning rate for every
-        other trainable parameter, with the Trainer's weight-decay rule (weights decay, biases and
-        LayerNorm do not) wherever a group sets none."""
-        if self.optimizer is not None:
-            return self.optimizer
-        model = self._classifier()
-        trainable = {id(p) for p in model.parameters() if p.requires_grad}
-        own = {}  # id(parameter) -> its ParamGroup
-        for group in model.method.param_groups(model):
-            for param in group.params:
-                if id(param) not in trainable:
-                    raise ValueError(f"{model.method.name}: parameter group '{group.name}' holds a parameter that is "
-                                     "not a trainable parameter of the model")
-                if id(param) in own:
-                    raise ValueError(f"{model.method.name}: a parameter is in two parameter groups, "
-                                     f"'{own[id(param)].name}' and '{group.name}'")
-                own[id(param)] = group
-        decay = set(self.get_decay_parameter_names(model))
-        groups: dict[tuple[str, float, float], list[torch.nn.Parameter]] = {}
-        for name, param in model.named_parameters():
-            if not param.requires_grad:
-                continue
-            wd = self.args.weight_decay if name in decay else 0.0
-            group = own.get(id(param))
-            if group is None:
-                key = ("main", self.args.learning_rate, wd)
-            else:
-                key = (group.name, group.lr, wd if group.weight_decay is None else group.weight_decay)
-            groups.setdefault(key, []).append(param)
-        param_groups = [{"params": ps, "lr": lr, "weight_decay": wd, "name": name} for (name, lr, wd), ps in groups.items()]
-        optimizer_cls, optimizer_kwargs = self.get_optimizer_cls_and_kwargs(self.args, model)
-        optimizer_kwargs.pop("lr", None)
-        self.optimizer = optimizer_cls(param_groups, lr=self.args.learning_rate, **optimizer_kwargs)
-        return self.optimizer
-
-
-# ---------------------------------------------------------------------------------------------
 # Data preparation
 # ---------------------------------------------------------------------------------------------
 
@@ -540,107 +329,9 @@ def prepare_data(config: TrainConfig, data: TextData | None = None) -> PreparedD
     return PreparedData(data, train, validation, data.test)
 
 
-def tokenize_dataset(ds: datasets.Dataset, tokenizer, max_length: int) -> datasets.Dataset:
-    """Tokenise without padding (the collator pads each batch to its own longest sequence)."""
-    has_pair = TEXT_PAIR in ds.column_names
-
-    def encode(batch):
-        enc = tokenizer(batch[TEXT], batch[TEXT_PAIR] if has_pair else None, truncation=True, max_length=max_length)
-        enc["labels"] = batch[LABEL]
-        return enc
-
-    out = ds.map(encode, batched=True, remove_columns=ds.column_names, desc="tokenize", load_from_cache_file=False)
-    return out.select_columns([c for c in MODEL_INPUTS if c in out.column_names])
-
-
-def with_method_defaults(config: TrainConfig) -> TrainConfig:
-    """``config`` with the settings left at None filled in: the method's ``training_defaults``
-    (e.g. SetFit's learning rate), else the global defaults."""
-    from dataclasses import replace
-
-    own = get_method(config.method).cls.training_defaults if config.method else {}
-    fill = {"learning_rate": own.get("learning_rate", DEFAULT_LEARNING_RATE),
-            "min_steps": own.get("min_steps", DEFAULT_MIN_STEPS)}
-    return replace(config, **{k: v for k, v in fill.items() if getattr(config, k) is None})
-
-
-def resolve_schedule(config: TrainConfig, train_labels) -> tuple[float, int]:
-    """(epochs, max_steps) for the Trainer. ``--epochs`` wins; else the method's own step rule
-    (:meth:`Method.training_steps`, e.g. SetFit's pair count); else 3 epochs, or as many as it takes
-    to reach ``min_steps`` optimisation steps (a 32-example few-shot set would otherwise get 6)."""
-    config = with_method_defaults(config)
-    n_train = len(train_labels)
-    if config.epochs is not None:
-        return float(config.epochs), -1
-    steps = get_method(config.method).cls.training_steps(train_labels, config.batch_size * config.gradient_accumulation_steps)
-    if steps is not None:
-        return 1.0, max(1, int(steps))
-    steps_per_epoch = max(1, math.ceil(n_train / (config.batch_size * config.gradient_accumulation_steps)))
-    return float(max(3, math.ceil(config.min_steps / steps_per_epoch))), -1
-
-
 # ---------------------------------------------------------------------------------------------
 # One job
 # ---------------------------------------------------------------------------------------------
-
-def selection_metric(config: TrainConfig, task: str) -> str:
-    return config.metric_for_best or ("accuracy" if task == "classification" else "mse")
-
-
-def _compute_metrics(label_names: list[str] | None, metric: str):
-    """Validation metrics for the Trainer's evaluation, plus :data:`SELECTION_KEY`: the chosen metric
-    (negated where lower is better) plus ``1e-6 (1 - tanh(loss))``, so that of two evaluations with
-    the same accuracy (common on a small validation set) the one with the lower validation loss
-    wins, and never the untrained step that merely came first."""
-    import numpy as np
-
-    from .evaluation.metrics import classification_metrics, regression_metrics
-
-    def compute(eval_pred) -> dict[str, float]:
-        logits, labels = eval_pred.predictions, eval_pred.label_ids
-        logits = np.asarray(logits[0] if isinstance(logits, tuple) else logits, dtype=np.float64)
-        if label_names is None:
-            m = regression_metrics(labels, logits[:, 0])
-            loss = float(np.mean((logits[:, 0] - labels) ** 2))
-        else:
-            m = classification_metrics(labels, logits.argmax(axis=-1), label_names)
-            shifted = logits - logits.max(axis=1, keepdims=True)
-            log_p = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
-            loss = float(-log_p[np.arange(len(labels)), labels.astype(int)].mean())
-        out = {k: float(v) for k, v in m.items() if isinstance(v, (int, float))}
-        out["loss"] = loss
-        value = out[metric] if metric in out else loss
-        score = -value if metric in LOWER_IS_BETTER else value
-        out[SELECTION_KEY] = score if metric == "loss" else tie_broken(score, loss)
-        return out
-
-    return compute
-
-
-def build_trainer(config: TrainConfig, model: ContrastiveClassifier, train_ds: datasets.Dataset,
-                  epochs: float, *, max_steps: int = -1, eval_ds: datasets.Dataset | None = None,
-                  callbacks: list[TrainerCallback] | None = None) -> ContrastfitTrainer:
-    """The :class:`ContrastfitTrainer` of one run (:func:`contrastfit.pipeline.trainer_arguments` and
-    :func:`contrastfit.pipeline.make_trainer`: ``callbacks`` added, early stopping with ``eval_ds``,
-    silent with ``config.progress`` off)."""
-    config = with_method_defaults(config)
-    n_train = len(train_ds) if train_ds is not None else 0
-    steps_per_epoch = max(1, math.ceil(n_train / (config.batch_size * config.gradient_accumulation_steps)))
-    total_steps = max_steps if max_steps > 0 else math.ceil(epochs * steps_per_epoch)
-    evaluating = eval_ds is not None
-    args = trainer_arguments(config, epochs=epochs, max_steps=max_steps, total_steps=total_steps, evaluating=evaluating)
-    return make_trainer(
-        ContrastfitTrainer, config, args, evaluating=evaluating, callbacks=callbacks,
-        model=model,
-        train_dataset=train_ds,
-        eval_dataset=eval_ds,
-        data_collator=DataCollatorWithPadding(model.tokenizer),
-        compute_metrics=_compute_metrics(model.label_names, selection_metric(config, model.task)) if evaluating else None,
-        balanced_batches=config.sampler == "balanced" and model.task == "classification",
-        gradient_cache_chunk=config.gradient_cache_chunk,
-        memory_size=config.memory_size,
-    )
-
 
 def train_head(model: ContrastiveClassifier, train_ds: datasets.Dataset, collator, *, seed: int = 0,
                cache: bool = True, progress: bool = False, epochs: int | None = None,
@@ -910,10 +601,10 @@ def _train(config: TrainConfig, text_data: TextData | None, callbacks: list[Trai
     folder) nothing is saved there: the model stays in memory."""
     from transformers import set_seed
 
-    if config.multi_label:  # label sets: contrastfit.multilabel.training
+    if config.multi_label:  # label sets: the multi-label job (contrastfit.multilabel.training)
         from .multilabel.training import train_multilabel
 
-        return train_multilabel(config, text_data, callbacks, keep, kit=sys.modules[__name__])
+        return train_multilabel(config, text_data or load_config_data(config), callbacks, keep)
     output = Path(config.output)
     clock = Clock()
     set_seed(config.seed)
