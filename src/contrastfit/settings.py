@@ -51,11 +51,12 @@ def setting(default: Any = None, help: str = "", *, factory: Any = None, group: 
     return field(default=default, metadata=meta)
 
 
-def same_as(cls: type, name: str) -> Any:
-    """The field ``name`` of the dataclass ``cls`` declared again (default, help, allowed values), without
-    its command-line option: a setting that means the same in two configurations is declared once."""
+def same_as(cls: type, name: str, group: str | None = None) -> Any:
+    """The field ``name`` of the dataclass ``cls`` declared again (default, help, allowed values), its
+    command-line option (flag, metavar) in ``group`` (None: none): a setting that means the same in two
+    configurations is declared once."""
     f = cls.__dataclass_fields__[name]
-    return field(default=f.default, default_factory=f.default_factory, metadata={**f.metadata, "group": None})
+    return field(default=f.default, default_factory=f.default_factory, metadata={**f.metadata, "group": group})
 
 
 def check_fields(config: Any) -> None:

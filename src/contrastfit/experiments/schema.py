@@ -43,11 +43,10 @@ and defaults agree.
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import types
 import typing
 from pathlib import PurePosixPath
-from typing import Annotated, Any, Callable, Literal, Mapping, Optional, Union
+from typing import Annotated, Any, Callable, Literal, Mapping, Union
 
 from pydantic import (BaseModel, BeforeValidator, Field, NonNegativeInt, PositiveInt, ValidationError,
                       ValidationInfo, create_model, field_validator, model_validator)
@@ -57,7 +56,7 @@ from ..evaluation.attributions import BASELINES
 from ..multitask.schedule import SCHEDULES
 from ..multitask.tasks import Task
 from ..multitask.training import MultiTaskConfig
-from ..pretrain import PRETRAIN_METHODS, pretrain
+from ..pretrain import PRETRAIN_METHODS, PretrainOptions
 from ..schema import Schema, describe_error
 from ..settings import declared_type
 from ..training import TrainConfig
@@ -366,15 +365,10 @@ MULTITASK_RUN_FIELDS = frozenset({
 })
 #: As for single-task experiments: no resumable Trainer checkpoints inside a run unless asked.
 MULTITASK_TRAINING_DEFAULTS: dict[str, Any] = {"save_checkpoints": False}
-#: ``pretrain()`` arguments the runner sets (the experiment's seed; its progress switch).
-PRETRAIN_RUN_ARGS = frozenset({"seed", "progress"})
-#: The values ``pretrain()`` accepts, checked when the config is read rather than when stage 1 starts.
-PRETRAIN_BOUNDS: dict[str, dict[str, float]] = {
-    "max_texts": {"ge": 2}, "max_length": {"ge": 1}, "batch_size": {"ge": 1}, "learning_rate": {"gt": 0},
-    "weight_decay": {"ge": 0}, "warmup_ratio": {"ge": 0, "lt": 1}, "epochs": {"gt": 0}, "max_steps": {"ge": 1},
-    "logging_steps": {"ge": 1},
-}
-
+#: :class:`contrastfit.pretrain.PretrainOptions` an experiment's ``pretrain:`` entry does not set: the
+#: runner sets them (the corpus, the output folder, the experiment's seed, its progress switch);
+#: ``method`` is the entry's own (required).
+PRETRAIN_RUN_ARGS = frozenset({"method", "data", "output", "seed", "progress"})
 
 class _TaskBase(_Settings):
     @model_validator(mode="after")
@@ -404,20 +398,6 @@ MultiTaskTraining, MultiTaskTrainingOverride = _settings_models(
     MultiTaskConfig, MULTITASK_RUN_FIELDS, MULTITASK_TRAINING_DEFAULTS, _MultiTaskTrainingBase, lambda kind: kind)
 
 
-def _pretrain_fields() -> dict[str, tuple[Any, Any]]:
-    """The keyword-only arguments of :func:`contrastfit.pretrain.pretrain` (but :data:`PRETRAIN_RUN_ARGS`)
-    with their types, bounds (:data:`PRETRAIN_BOUNDS`) and defaults; ``model`` defaults to None, the
-    experiment's model."""
-    hints = typing.get_type_hints(pretrain)
-    out: dict[str, tuple[Any, Any]] = {}
-    for name, prm in inspect.signature(pretrain).parameters.items():
-        if prm.kind is not prm.KEYWORD_ONLY or name in PRETRAIN_RUN_ARGS:
-            continue
-        kind = declared_type(hints[name], {"bounds": PRETRAIN_BOUNDS.get(name)}, Number)
-        out[name] = (Optional[kind] if name == "model" else kind, None if name == "model" else prm.default)
-    return out
-
-
 class _PretrainBase(Schema):
     """A ``pretrain:`` entry: stage 1 on a corpus of its own (:func:`contrastfit.pretrain.pretrain`).
     ``corpus``: ``tasks`` (the unlabelled texts of the tasks' training splits, both sentences of a pair,
@@ -426,6 +406,7 @@ class _PretrainBase(Schema):
 
     method: Literal[PRETRAIN_METHODS]  # type: ignore[valid-type]
     corpus: Annotated[str, Field(min_length=1)] = "tasks"
+    model: str | None = None
 
     @model_validator(mode="after")
     def _method_hparams(self):
@@ -434,7 +415,9 @@ class _PretrainBase(Schema):
         return self
 
 
-PretrainEntry = create_model("PretrainEntry", __base__=_PretrainBase, __module__=__name__, **_pretrain_fields())
+#: ``pretrain:`` entries: :class:`_PretrainBase`'s keys and the declared :class:`contrastfit.pretrain.PretrainOptions`.
+PretrainEntry = create_model("PretrainEntry", __base__=_PretrainBase, __module__=__name__,
+                             **_declared(PretrainOptions, PRETRAIN_RUN_ARGS | {"model"}))
 
 
 class MultiTaskVariant(Schema):
