@@ -28,7 +28,7 @@ from pydantic import ConfigDict
 
 from .schema import Schema, field_error
 
-__all__ = ["setting", "same_as", "check_fields", "declared_type", "declared_model"]
+__all__ = ["setting", "same_as", "check_fields", "declared_type", "declared_model", "values_model"]
 
 
 def setting(default: Any = None, help: str = "", *, factory: Any = None, group: str | None = None,
@@ -72,10 +72,10 @@ def check_fields(config: Any) -> None:
     cls = type(config)
     values = {f.name: getattr(config, f.name) for f in fields(cls)}
     try:
-        _schema(cls).model_validate(values)
+        values_model(cls).model_validate(values)
     except ValidationError as exc:
         error = exc.errors(include_url=False)[0]
-        raise ConfigError(field_error(_schema(cls), error, values[str(error["loc"][0])])) from None
+        raise ConfigError(field_error(values_model(cls), error, values[str(error["loc"][0])])) from None
     for f in fields(cls):
         if f.metadata.get("check") is not None and values[f.name] is not None:
             f.metadata["check"](values[f.name])
@@ -132,4 +132,5 @@ class _Values(Schema):
     model_config = ConfigDict(allow_inf_nan=False)
 
 
-_schema = lru_cache(maxsize=None)(declared_model)
+#: ``declared_model(cls)``, built once per class: what :func:`check_fields` validates an instance with.
+values_model = lru_cache(maxsize=None)(declared_model)

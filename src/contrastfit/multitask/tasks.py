@@ -50,7 +50,8 @@ from typing import Any
 from ..errors import ConfigError
 from ..methods import Hparams, get_method
 from ..methods.base import validate_hparams
-from ..settings import check_fields, same_as, setting
+from ..schema import parse
+from ..settings import check_fields, same_as, setting, values_model
 from ..training import TrainConfig
 
 TASK_TYPES = ("classification", "pair-classification", "regression")
@@ -116,18 +117,13 @@ class Task:
 
     @classmethod
     def from_value(cls, value: "Task | dict[str, Any]", where: str = "tasks") -> "Task":
-        """A :class:`Task` from itself or from a mapping (a config entry); unknown keys are refused."""
+        """A :class:`Task` from itself or from a mapping (a config entry) that its declaration accepts: unknown
+        keys, a missing ``name`` or ``data``, a bad value are a one-line :class:`ConfigError` naming ``where``."""
         if isinstance(value, Task):
             return value
         if not isinstance(value, dict):
             raise ConfigError(f"{where}: a task is a mapping with at least 'name' and 'data', got {value!r}")
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(value) - known)
-        if unknown:
-            raise ConfigError(f"{where}: unknown task key(s) {', '.join(map(repr, unknown))} (known: {', '.join(sorted(known))})")
-        for key in ("name", "data"):
-            if not isinstance(value.get(key), str) or not value[key]:
-                raise ConfigError(f"{where}: every task needs a '{key}' (text), got {value.get(key)!r}")
+        parse(values_model(cls), value, where)  # the keys and values it declares
         return cls(**value)
 
     def check(self) -> None:
