@@ -123,13 +123,17 @@ def test_training_keys_are_trainconfigs_fields_but_the_runners():
     assert schema.Training().batch_size == TrainConfig().batch_size and schema.Training().save_checkpoints is False
 
 
-def test_a_new_trainconfig_field_is_a_training_key(monkeypatch):
+def test_a_new_trainconfig_field_is_a_training_key():
     @dataclasses.dataclass
     class Extended(TrainConfig):
         label_smoothing: float = 0.0
 
-    monkeypatch.setattr(schema, "TrainConfig", Extended)
-    training, grid = schema._training_models()
+    from contrastfit.experiments.fields import one_or_more
+    from contrastfit.settings import declared_model
+
+    training = declared_model(Extended, exclude=schema.RUN_FIELDS, defaults=schema.EXPERIMENT_TRAINING_DEFAULTS,
+                              base=schema._TrainingBase)
+    grid = declared_model(Extended, exclude=schema.RUN_FIELDS, each=one_or_more, base=schema._Settings)
     assert training.model_validate({"label_smoothing": 0.1}).settings()["label_smoothing"] == 0.1
     assert grid.model_validate({"label_smoothing": [0, 0.1]}).settings() == {"label_smoothing": [0, 0.1]}
     with pytest.raises(Exception, match="label_smoothing"):

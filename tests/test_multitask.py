@@ -373,9 +373,10 @@ def test_task_errors_are_one_line(task, message):
 @pytest.mark.parametrize("options, message", [
     ({"tasks": []}, "non-empty list of tasks"),
     ({"tasks": [{"name": "a", "data": "mr"}, {"name": "a", "data": "mr"}]}, "repeated: a"),
-    ({"tasks": [{"name": "a", "data": "mr", "weight": 0}]}, "weight must be a number > 0"),
+    ({"tasks": [{"name": "a", "data": "mr", "weight": 0}]}, "weight must be > 0, got 0"),
     ({"tasks": [{"name": "a.b", "data": "mr"}]}, "must be letters, digits"),
-    ({"tasks": [{"name": "a", "data": "mr", "colour": 1}]}, "unknown task key"),
+    ({"tasks": [{"name": "a", "data": "mr", "colour": 1}]}, r"tasks\[0\]: unknown key .colour. \(allowed: batch_size, data, "),
+    ({"tasks": [{"name": "a"}]}, r"tasks\[0\]: data: Field required"),
     ({"tasks": [{"name": "a", "data": "mr"}], "select_on": "b"}, "select_on must be 'average' or a task name"),
     ({"tasks": [{"name": "a", "data": "mr"}], "schedule": "random"},
      "schedule must be one of round-robin, round-robin-epochs, proportional, temperature, got 'random'"),

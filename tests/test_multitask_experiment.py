@@ -124,7 +124,7 @@ BAD = [
                     r"seeds, steps_per_task, tasks, training, variants\)"),
     ({"tasks": [{"name": "a", "data": "mr", "colour": 1}]}, r"exp.yaml: tasks\[0\]: unknown key 'colour' \(allowed: .*batch_size"),
     ({"tasks": [{"name": "a"}]}, r"exp.yaml: tasks\[0\]: data: Field required"),
-    ({"tasks": [{"name": "a", "data": "mr", "weight": 0}]}, r"tasks\[0\]: task 'a': weight must be a number > 0"),
+    ({"tasks": [{"name": "a", "data": "mr", "weight": 0}]}, r"exp.yaml: tasks\[0\]: weight must be > 0, got 0"),
     ({"tasks": [{"name": "a", "data": "mr", "hparams": {"lambda": 0.5}}]}, r"tasks\[0\]: .*give the objective too"),
     ({"tasks": [{"name": "a", "data": "mr"}, {"name": "a", "data": "boolq"}]}, "task names must be distinct; 'a'"),
     ({"variants": [{"name": "v", "mode": "sometimes"}]}, r"variants\[0\]: mode must be one of single, multitask, got 'sometimes'"),

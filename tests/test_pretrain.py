@@ -158,3 +158,23 @@ def test_cli_pretrain_writes_an_encoder_that_train_loads(tmp_path, tiny_encoder_
                  "--model", str(tiny_encoder_dir)]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("contrastfit: error:") and "\n" not in err
+
+
+def test_cli_pretrain_options_are_the_declared_ones(tmp_path, capsys):
+    """`contrastfit pretrain`'s options are PretrainOptions' fields (the arguments of pretrain()), and a
+    value out of its declared bounds is refused in one line, worded as train words it."""
+    import dataclasses
+    import inspect
+
+    from contrastfit.cli import build_parser, main
+    from contrastfit.pretrain import PretrainOptions, pretrain
+
+    params = inspect.signature(pretrain).parameters
+    assert {f.name: f.default for f in dataclasses.fields(PretrainOptions)} == {n: p.default for n, p in params.items()}
+    args = build_parser().parse_args(["pretrain", "--data", "c.txt", "--output", "enc"])
+    assert {n: getattr(args, n) for n in params if n != "hparams"} == {n: p.default for n, p in params.items()
+                                                                        if n != "hparams"} | {"data": "c.txt",
+                                                                                              "output": "enc"}
+    assert main(["pretrain", "--data", "c.txt", "--output", str(tmp_path / "e"), "--warmup-ratio", "1.5"]) == 2
+    assert capsys.readouterr().err.strip() == "contrastfit: error: warmup_ratio must be in [0, 1), got 1.5"
+    assert not (tmp_path / "e").exists()

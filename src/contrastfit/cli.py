@@ -29,14 +29,15 @@ from .errors import ContrastfitError
 _DATA_OPTIONS = ("data", "text_column", "text_pair_column", "label_column")
 
 
-def config_option_fields(names: Sequence[str] | None = None) -> list:
-    """The :class:`~contrastfit.training.TrainConfig` fields that are command-line options (those
-    with a ``group``), in declaration order; only ``names`` if given."""
+def config_option_fields(names: Sequence[str] | None = None, source: type | None = None) -> list:
+    """The fields of ``source`` (default :class:`~contrastfit.training.TrainConfig`; a dataclass declared
+    with :func:`~contrastfit.settings.setting`) that are command-line options (those with a ``group``), in
+    declaration order; only ``names`` if given."""
     from dataclasses import fields
 
     from .training import TrainConfig
 
-    return [f for f in fields(TrainConfig) if f.metadata.get("group") and (names is None or f.name in names)]
+    return [f for f in fields(source or TrainConfig) if f.metadata.get("group") and (names is None or f.name in names)]
 
 
 def hparam_options() -> dict[str, dict[str, Any]]:
@@ -73,15 +74,16 @@ def _option_type(annotation: Any, name: str) -> type:
 
     kinds = [k for k in (typing.get_args(annotation) or (annotation,)) if k is not type(None)]
     if len(kinds) != 1 or kinds[0] not in (int, float, str, bool):
-        raise TypeError(f"TrainConfig.{name}: a command-line option needs an int, float, str or bool field, "
+        raise TypeError(f"{name}: a command-line option needs an int, float, str or bool field, "
                         f"not {annotation}")
     return kinds[0]
 
 
 def add_config_options(parser: argparse.ArgumentParser, names: Sequence[str] | None = None,
-                       required: Sequence[str] = ()) -> dict[str, Any]:
-    """Add the options of :class:`~contrastfit.training.TrainConfig`'s fields (every field with a
-    ``group``, or ``names``) to ``parser``, in argument groups ordered as
+                       required: Sequence[str] = (), source: type | None = None) -> dict[str, Any]:
+    """Add the options of the fields of ``source`` (default :class:`~contrastfit.training.TrainConfig`;
+    :class:`~contrastfit.pretrain.PretrainOptions` for ``pretrain``), every field with a ``group`` or
+    ``names``, to ``parser``, in argument groups ordered as
     :data:`~contrastfit.training.OPTION_GROUPS`; returns the groups by name.
 
     An option is ``--name-with-dashes`` (or the field's ``flag``), stores into ``dest=name`` and has
@@ -93,15 +95,16 @@ def add_config_options(parser: argparse.ArgumentParser, names: Sequence[str] | N
 
     from .training import OPTION_GROUPS, TrainConfig
 
-    hints = typing.get_type_hints(TrainConfig)
-    chosen = config_option_fields(names)
+    source = source or TrainConfig
+    hints = typing.get_type_hints(source)
+    chosen = config_option_fields(names, source)
     present = {f.metadata["group"] for f in chosen}
     groups: dict[str, Any] = {}
     for name in [*OPTION_GROUPS, *sorted(present - set(OPTION_GROUPS))]:
         if name in present:
             groups[name] = parser if name == "options" else parser.add_argument_group(name)
     for f in chosen:
-        meta, kind = f.metadata, _option_type(hints[f.name], f.name)
+        meta, kind = f.metadata, _option_type(hints[f.name], f"{source.__name__}.{f.name}")
         help_text = (meta.get("flag_help") or meta["help"]).replace("%", "%%")
         kwargs: dict[str, Any] = {"dest": f.name, "default": f.default}
         if kind is bool:
@@ -130,6 +133,7 @@ def _add_text_input_args(p: argparse.ArgumentParser, verb: str) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     from . import __version__
+    from .pretrain import PretrainOptions
 
     parser = argparse.ArgumentParser(prog="contrastfit", description="Fine-tune text classifiers with supervised contrastive objectives; `contrastfit COMMAND --help` for each.")
     parser.add_argument("--version", action="version", version=f"contrastfit {__version__}")
@@ -267,21 +271,9 @@ def build_parser() -> argparse.ArgumentParser:
                                    "DATA (a text file with one text per line, a table, or a data set name; simcse-sup needs "
                                    "labels), saved as a plain Hugging Face encoder folder that `train --model` and an "
                                    "experiment's `model:` load.")
-    p.add_argument("--method", default="simcse-unsup", choices=["simcse-unsup", "simcse-sup", "diffcse"])
-    p.add_argument("--data", required=True, help="corpus: .txt (one text per line), a data file, or a data set name")
-    p.add_argument("--output", required=True, help="encoder folder to write (must not exist or be empty)")
-    p.add_argument("--model", help="the encoder to start from (default: the default model)")
-    p.add_argument("--text-column")
-    p.add_argument("--label-column")
-    p.add_argument("--max-texts", type=int, help="use at most this many texts of the corpus")
-    p.add_argument("--epochs", type=float, default=1.0)
-    p.add_argument("--max-steps", type=int, help="cap the number of optimisation steps")
-    p.add_argument("--batch-size", type=int, help="default: the method's (the paper's)")
-    p.add_argument("--learning-rate", type=float, help="default: the method's (the paper's)")
-    p.add_argument("--seed", type=int, default=0)
+    add_config_options(p, required=("data", "output"), source=PretrainOptions)
     p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
                    help="a hyper-parameter of the method (repeatable), e.g. --param temperature=0.05")
-    p.add_argument("--quiet", action="store_true", help="no progress bars")
 
     # -- datasets / methods --------------------------------------------------------------------
     p = sub.add_parser("datasets", help="list the built-in data sets with sizes and labels")
@@ -717,14 +709,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_pretrain(args: argparse.Namespace) -> int:
-    from .encoders import DEFAULT_MODEL
-    from .pretrain import pretrain
+    from .pretrain import PretrainOptions, pretrain
+    from .settings import check_fields
 
-    result = pretrain(args.method, args.data, args.output, model=args.model or DEFAULT_MODEL,
-                      text_column=args.text_column, label_column=args.label_column, max_texts=args.max_texts,
-                      epochs=args.epochs, max_steps=args.max_steps, batch_size=args.batch_size,
-                      learning_rate=args.learning_rate, seed=args.seed, hparams=_parse_params(args.param),
-                      progress=not args.quiet)
+    options = {f.name: getattr(args, f.name) for f in config_option_fields(source=PretrainOptions)}
+    check_fields(PretrainOptions(**options))  # the declared bounds, worded as train words them
+    result = pretrain(**options, hparams=_parse_params(args.param))
     print(f"encoder saved to {result.output}")
     return 0
 

@@ -39,6 +39,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +53,8 @@ from .experiments.identity import run_identity
 from .modeling import ContrastiveClassifier
 from .pipeline import CHECKPOINT_DIR, Clock, TrainResult, fit
 from .record import Record, read_record
+from .settings import same_as, setting
+from .training import SEED_MAX, TrainConfig
 from .versions import library_versions
 
 PRETRAIN_METHODS = ("simcse-unsup", "simcse-sup", "diffcse")
@@ -64,6 +67,50 @@ PRETRAIN_DEFAULTS: dict[str, dict[str, Any]] = {
     "diffcse": {"batch_size": 64, "learning_rate": 1e-6, "max_length": 64},
 }
 DEFAULT_WEIGHT_DECAY = 0.1
+_METHOD_DEFAULT = "default: the method's stage-1 setting in the report"
+
+
+@dataclass(frozen=True)
+class PretrainOptions:
+    """The arguments of :func:`pretrain`, declared once (:func:`contrastfit.settings.setting`): its
+    defaults are these, ``contrastfit pretrain``'s options are generated from them
+    (:func:`contrastfit.cli.add_config_options`) and so is an experiment's ``pretrain:`` entry
+    (:class:`contrastfit.experiments.schema.PretrainEntry`), with the same bounds."""
+
+    method: str = setting("simcse-unsup", "the encoder stage of this method", group="options",
+                          choices=PRETRAIN_METHODS)
+    data: str | None = setting(None, "corpus: .txt (one text per line), a data file, or a data set name",
+                               group="options")
+    output: str | None = setting(None, "encoder folder to write (must not exist or be empty)", group="options")
+    model: str = setting(DEFAULT_MODEL, "the encoder to start from", group="options")
+    pooling: str | None = same_as(TrainConfig, "pooling", group="options")
+    text_column: str | None = same_as(TrainConfig, "text_column", group="options")
+    text_pair_column: str | None = same_as(TrainConfig, "text_pair_column", group="options")
+    label_column: str | None = same_as(TrainConfig, "label_column", group="options")
+    max_texts: int | None = setting(None, "use at most this many texts of the corpus (the first N)", group="options",
+                                    metavar="N", ge=2)
+    max_length: int | None = setting(None, f"longest input in tokens ({_METHOD_DEFAULT})", group="options",
+                                     metavar="TOKENS", ge=1)
+    batch_size: int | None = setting(None, f"batch size ({_METHOD_DEFAULT})", group="options", metavar="N", ge=1)
+    learning_rate: float | None = setting(None, f"peak learning rate ({_METHOD_DEFAULT})", group="options",
+                                          metavar="LR", gt=0)
+    weight_decay: float = setting(DEFAULT_WEIGHT_DECAY, "AdamW weight decay", group="options", metavar="WD", ge=0)
+    warmup_ratio: float = same_as(TrainConfig, "warmup_ratio", group="options")
+    epochs: float = setting(1.0, "training epochs", group="options", metavar="E", gt=0)
+    max_steps: int | None = setting(None, "cap the number of optimisation steps", group="options", metavar="N", ge=1)
+    seed: int = setting(0, "seed of the initialisation, dropout and batch order", group="options", metavar="SEED",
+                        ge=0, le=SEED_MAX)
+    hparams: dict[str, Any] | None = setting(None, "the method's hyper-parameters (temperature, DiffCSE's lambda, "
+                                             "mask_ratio, ...)")
+    logging_steps: int = same_as(TrainConfig, "logging_steps", group="options")
+    progress: bool = same_as(TrainConfig, "progress", group="options")
+    fp16: bool = same_as(TrainConfig, "fp16", group="options")
+    bf16: bool = same_as(TrainConfig, "bf16", group="options")
+    use_cpu: bool = same_as(TrainConfig, "use_cpu", group="options")
+    trust_remote_code: bool = same_as(TrainConfig, "trust_remote_code", group="options")
+
+
+_O = PretrainOptions
 
 
 def _file_sha256(path: Path) -> str:
@@ -120,14 +167,16 @@ def load_corpus(data: str, *, labelled: bool, text_column: str | None = None, te
     return text_data.train, text_data.label_names, source
 
 
-def pretrain(method: str = "simcse-unsup", data: str | None = None, output: str | None = None, *,
-             model: str = DEFAULT_MODEL, pooling: str | None = None, text_column: str | None = None,
-             text_pair_column: str | None = None, label_column: str | None = None, max_texts: int | None = None,
-             max_length: int | None = None, batch_size: int | None = None, learning_rate: float | None = None,
-             weight_decay: float = DEFAULT_WEIGHT_DECAY, warmup_ratio: float = 0.1, epochs: float = 1.0,
-             max_steps: int | None = None, seed: int = 0, hparams: dict[str, Any] | None = None,
-             logging_steps: int = 10, progress: bool = True, fp16: bool = False, bf16: bool = False,
-             use_cpu: bool = False, trust_remote_code: bool = False) -> "PretrainResult":
+def pretrain(method: str = _O.method, data: str | None = _O.data, output: str | None = _O.output, *,
+             model: str = _O.model, pooling: str | None = _O.pooling, text_column: str | None = _O.text_column,
+             text_pair_column: str | None = _O.text_pair_column, label_column: str | None = _O.label_column,
+             max_texts: int | None = _O.max_texts, max_length: int | None = _O.max_length,
+             batch_size: int | None = _O.batch_size, learning_rate: float | None = _O.learning_rate,
+             weight_decay: float = _O.weight_decay, warmup_ratio: float = _O.warmup_ratio, epochs: float = _O.epochs,
+             max_steps: int | None = _O.max_steps, seed: int = _O.seed, hparams: dict[str, Any] | None = _O.hparams,
+             logging_steps: int = _O.logging_steps, progress: bool = _O.progress, fp16: bool = _O.fp16,
+             bf16: bool = _O.bf16, use_cpu: bool = _O.use_cpu,
+             trust_remote_code: bool = _O.trust_remote_code) -> "PretrainResult":
     """Train the encoder ``model`` with the encoder stage of ``method`` on ``data`` and save it to ``output``
     (see the module docstring). ``max_steps`` (if given) caps the run; ``hparams`` are the method's
     (``temperature``, DiffCSE's ``lambda``, ``mask_ratio``, ...). Returns the record, with ``.output``."""

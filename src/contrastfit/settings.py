@@ -1,30 +1,34 @@
 """Settings declared once: a dataclass field with its help, command-line option and allowed values.
 
 :class:`~contrastfit.training.TrainConfig` and :class:`~contrastfit.multitask.MultiTaskConfig` declare
-their fields with :func:`setting`; :func:`check_fields` checks an instance against the declarations
+their fields with :func:`setting` (as do :class:`~contrastfit.multitask.Task` and
+:class:`~contrastfit.pretrain.PretrainOptions`); :func:`check_fields` checks an instance against the declarations
 (types from the annotations, strictly; choices; bounds; a field's own ``check``) and raises the first
 problem as a one-line :class:`~contrastfit.errors.ConfigError` naming the field and the value, e.g.
 ``batch_size must be >= 1, got 0`` (:func:`contrastfit.schema.field_error`, the one formatter of a
-declared value). ``contrastfit train``'s options are generated from the same
+declared value). ``contrastfit train``'s and ``contrastfit pretrain``'s options are generated from the same
 declarations (:func:`contrastfit.cli.add_config_options`).
 
 The configurations stay dataclasses (the training code reads and replaces their fields as plain
-attributes); what :func:`check_fields` validates with is a pydantic model built from the declarations,
-so a bad value is worded by the same :func:`contrastfit.schema.field_error` as a method's
-hyper-parameter (:mod:`contrastfit.methods.base`) and an experiment config's value.
+attributes); what :func:`check_fields` validates with is a pydantic model built from the declarations
+(:func:`declared_model`, which also gives an experiment config its ``training:``, ``tasks:`` and
+``pretrain:`` models), so a bad value is worded by the same :func:`contrastfit.schema.field_error` as a
+method's hyper-parameter (:mod:`contrastfit.methods.base`) and an experiment config's value.
 """
 
 from __future__ import annotations
 
 import typing
-from dataclasses import field, fields
+from dataclasses import MISSING, field, fields
 from functools import lru_cache
 from typing import Any
 
 from .errors import ConfigError
-from .schema import field_error
+from pydantic import ConfigDict
 
-__all__ = ["setting", "same_as", "check_fields", "declared_type"]
+from .schema import Schema, field_error
+
+__all__ = ["setting", "same_as", "check_fields", "declared_type", "declared_model", "values_model"]
 
 
 def setting(default: Any = None, help: str = "", *, factory: Any = None, group: str | None = None,
@@ -51,11 +55,12 @@ def setting(default: Any = None, help: str = "", *, factory: Any = None, group: 
     return field(default=default, metadata=meta)
 
 
-def same_as(cls: type, name: str) -> Any:
-    """The field ``name`` of the dataclass ``cls`` declared again (default, help, allowed values), without
-    its command-line option: a setting that means the same in two configurations is declared once."""
+def same_as(cls: type, name: str, group: str | None = None) -> Any:
+    """The field ``name`` of the dataclass ``cls`` declared again (default, help, allowed values), its
+    command-line option (flag, metavar) in ``group`` (None: none): a setting that means the same in two
+    configurations is declared once."""
     f = cls.__dataclass_fields__[name]
-    return field(default=f.default, default_factory=f.default_factory, metadata={**f.metadata, "group": None})
+    return field(default=f.default, default_factory=f.default_factory, metadata={**f.metadata, "group": group})
 
 
 def check_fields(config: Any) -> None:
@@ -67,10 +72,10 @@ def check_fields(config: Any) -> None:
     cls = type(config)
     values = {f.name: getattr(config, f.name) for f in fields(cls)}
     try:
-        _schema(cls).model_validate(values)
+        values_model(cls).model_validate(values)
     except ValidationError as exc:
         error = exc.errors(include_url=False)[0]
-        raise ConfigError(field_error(_schema(cls), error, values[str(error["loc"][0])])) from None
+        raise ConfigError(field_error(values_model(cls), error, values[str(error["loc"][0])])) from None
     for f in fields(cls):
         if f.metadata.get("check") is not None and values[f.name] is not None:
             f.metadata["check"](values[f.name])
@@ -95,11 +100,37 @@ def declared_type(hint: Any, metadata: Any, number: Any = float) -> Any:
     return typing.Optional[kind] if optional else kind
 
 
-@lru_cache(maxsize=None)
-def _schema(cls: type):
-    """A strict pydantic model of ``cls``'s values: each field's :func:`declared_type`."""
-    from pydantic import ConfigDict, create_model
+def declared_model(source: type, *, exclude: Any = (), defaults: Any = None, number: Any = float,
+                   each: Any = None, base: Any = None, name: str | None = None, doc: str | None = None) -> Any:
+    """A pydantic model (on ``base``, default: a strict schema that refuses NaN) of the dataclass
+    ``source``'s fields but ``exclude``: each field's :func:`declared_type` and default (``defaults``
+    over the dataclass's; a field with none is required). With ``each``, every key is optional and
+    its type ``each(type)`` (a grid of values, an override). :func:`check_fields` validates with it,
+    and the experiment schema's ``training:``, ``tasks:`` and ``pretrain:`` models are it."""
+    from pydantic import Field, create_model
 
-    hints = typing.get_type_hints(cls)
-    spec = {f.name: (declared_type(hints[f.name], f.metadata), ...) for f in fields(cls)}
-    return create_model(f"{cls.__name__}Values", __config__=ConfigDict(strict=True, allow_inf_nan=False), **spec)
+    hints = typing.get_type_hints(source)
+    spec: dict[str, Any] = {}
+    for f in fields(source):
+        if f.name in exclude:
+            continue
+        kind = declared_type(hints[f.name], f.metadata, number)
+        if each is not None:
+            spec[f.name] = (each(kind), None)
+        elif defaults and f.name in defaults:
+            spec[f.name] = (kind, defaults[f.name])
+        elif f.default_factory is not MISSING:
+            spec[f.name] = (kind, Field(default_factory=f.default_factory))
+        else:
+            spec[f.name] = (kind, ... if f.default is MISSING else f.default)
+    base = base or _Values
+    return create_model(name or f"{source.__name__}Values", __base__=base, __module__=base.__module__,
+                        __doc__=doc, **spec)
+
+
+class _Values(Schema):
+    model_config = ConfigDict(allow_inf_nan=False)
+
+
+#: ``declared_model(cls)``, built once per class: what :func:`check_fields` validates an instance with.
+values_model = lru_cache(maxsize=None)(declared_model)

@@ -29,9 +29,10 @@ The value types (:mod:`.fields`), shared with the protocol files, follow these c
 * What other modules already validate is asked of them, not repeated: method names
   (:func:`contrastfit.methods.get_method`), hyper-parameter names and values
   (:func:`contrastfit.methods.base.resolve_hparams`, the methods' own schema), augmenters
-  (:func:`contrastfit.data.augment.check_augmenter`). A ``training:`` setting's type, choices and
-  bounds are its declaration's (:func:`contrastfit.settings.declared_type`, checked here, worded as
-  ``train`` words them); what depends on other settings or runs a field's own ``check`` is
+  (:func:`contrastfit.data.augment.check_augmenter`). The ``training:``, ``tasks:`` and ``pretrain:``
+  models are the declarations of TrainConfig / MultiTaskConfig, Task and PretrainOptions
+  (:func:`contrastfit.settings.declared_model`: each setting's type, choices, bounds and default,
+  checked here, worded as ``train`` words them); what depends on other settings or runs a field's own ``check`` is
   ``TrainConfig.validate``'s when the variants are built (:mod:`.config`), because a method entry's
   own settings are merged over the experiment's first.
 
@@ -42,24 +43,22 @@ and defaults agree.
 
 from __future__ import annotations
 
-import dataclasses
-import inspect
 import types
 import typing
 from pathlib import PurePosixPath
-from typing import Annotated, Any, Callable, Literal, Mapping, Optional, Union
+from typing import Annotated, Any, Literal, Union
 
 from pydantic import (BaseModel, BeforeValidator, Field, NonNegativeInt, PositiveInt, ValidationError,
-                      ValidationInfo, create_model, field_validator, model_validator)
+                      ValidationInfo, field_validator, model_validator)
 
 from ..errors import ConfigError
 from ..evaluation.attributions import BASELINES
 from ..multitask.schedule import SCHEDULES
 from ..multitask.tasks import Task
 from ..multitask.training import MultiTaskConfig
-from ..pretrain import PRETRAIN_METHODS, pretrain
+from ..pretrain import PRETRAIN_METHODS, PretrainOptions
 from ..schema import Schema, describe_error
-from ..settings import declared_type
+from ..settings import declared_model
 from ..training import TrainConfig
 from .analyses import available_analyses
 from .fields import (Number, PositiveNumber, as_list, asked, explained, hparams_of, invalid, method_name,
@@ -107,54 +106,12 @@ class _TrainingBase(_Settings):
         return {**EXPERIMENT_TRAINING_DEFAULTS, **super().settings()}
 
 
-def _declared(source: type, exclude: frozenset[str], defaults: Mapping[str, Any] | None = None,
-              wrap: Callable[[Any], Any] | None = None) -> dict[str, tuple[Any, Any]]:
-    """Pydantic field declarations of the dataclass ``source``'s fields but ``exclude``: each field's
-    declared type, choices and bounds (:func:`contrastfit.settings.declared_type`, numbers kept as
-    written) and default (``defaults`` over the dataclass's; a field with none is required). With ``wrap``, each type becomes ``wrap(type)`` and every default None (a
-    mapping in which each key is optional, e.g. a grid or an override)."""
-    hints = typing.get_type_hints(source)
-    out: dict[str, tuple[Any, Any]] = {}
-    for f in dataclasses.fields(source):
-        if f.name in exclude:
-            continue
-        kind = declared_type(hints[f.name], f.metadata, Number)
-        if wrap is not None:
-            out[f.name] = (wrap(kind), None)
-        elif defaults and f.name in defaults:
-            out[f.name] = (kind, defaults[f.name])
-        elif f.default is not dataclasses.MISSING:
-            out[f.name] = (kind, f.default)
-        elif f.default_factory is not dataclasses.MISSING:
-            out[f.name] = (kind, Field(default_factory=f.default_factory))
-        else:
-            out[f.name] = (kind, ...)
-    return out
-
-
-def _settings_models(names: tuple[str, str], docs: tuple[str, str], source: type, exclude: frozenset[str],
-                     defaults: Mapping[str, Any], base: type[_Settings],
-                     wrap: Callable[[Any], Any]) -> tuple[type[_Settings], type[_Settings]]:
-    """Two schemas of the dataclass ``source``'s fields but ``exclude``: the first with their types and
-    defaults (``defaults`` over the dataclass's) on ``base``; the second with every key optional and its
-    type ``wrap(type)`` (a method entry's grid, a variant's override)."""
-    full = create_model(names[0], __base__=base, __module__=__name__, __doc__=docs[0],
-                        **_declared(source, exclude, defaults))
-    partial = create_model(names[1], __base__=_Settings, __module__=__name__, __doc__=docs[1],
-                           **_declared(source, exclude, wrap=wrap))
-    return full, partial
-
-
-def _training_models() -> tuple[type[_Settings], type[_Settings]]:
-    """``Training`` and ``TrainingGrid``, from TrainConfig's fields (their types; ``Training`` with their defaults)."""
-    return _settings_models(
-        ("Training", "TrainingGrid"),
-        ("``training:``: TrainConfig's experiment-settable fields, with TrainConfig's defaults.",
-         "A method entry's own ``training:``: the same keys, each value one setting or a list (a grid)."),
-        TrainConfig, RUN_FIELDS, EXPERIMENT_TRAINING_DEFAULTS, _TrainingBase, one_or_more)
-
-
-Training, TrainingGrid = _training_models()
+Training = declared_model(
+    TrainConfig, exclude=RUN_FIELDS, defaults=EXPERIMENT_TRAINING_DEFAULTS, number=Number, base=_TrainingBase,
+    name="Training", doc="``training:``: TrainConfig's experiment-settable fields, with TrainConfig's defaults.")
+TrainingGrid = declared_model(
+    TrainConfig, exclude=RUN_FIELDS, number=Number, each=one_or_more, base=_Settings, name="TrainingGrid",
+    doc="A method entry's own ``training:``: the same keys, each value one setting or a list (a grid).")
 #: The keys of ``training:`` (TrainConfig's fields but :data:`RUN_FIELDS`).
 TRAINING_KEYS = tuple(Training.model_fields)
 
@@ -366,15 +323,10 @@ MULTITASK_RUN_FIELDS = frozenset({
 })
 #: As for single-task experiments: no resumable Trainer checkpoints inside a run unless asked.
 MULTITASK_TRAINING_DEFAULTS: dict[str, Any] = {"save_checkpoints": False}
-#: ``pretrain()`` arguments the runner sets (the experiment's seed; its progress switch).
-PRETRAIN_RUN_ARGS = frozenset({"seed", "progress"})
-#: The values ``pretrain()`` accepts, checked when the config is read rather than when stage 1 starts.
-PRETRAIN_BOUNDS: dict[str, dict[str, float]] = {
-    "max_texts": {"ge": 2}, "max_length": {"ge": 1}, "batch_size": {"ge": 1}, "learning_rate": {"gt": 0},
-    "weight_decay": {"ge": 0}, "warmup_ratio": {"ge": 0, "lt": 1}, "epochs": {"gt": 0}, "max_steps": {"ge": 1},
-    "logging_steps": {"ge": 1},
-}
-
+#: :class:`contrastfit.pretrain.PretrainOptions` an experiment's ``pretrain:`` entry does not set: the
+#: runner sets them (the corpus, the output folder, the experiment's seed, its progress switch);
+#: ``method`` is the entry's own (required).
+PRETRAIN_RUN_ARGS = frozenset({"method", "data", "output", "seed", "progress"})
 
 class _TaskBase(_Settings):
     @model_validator(mode="after")
@@ -383,11 +335,10 @@ class _TaskBase(_Settings):
         return self
 
 
-TaskEntry = create_model(
-    "TaskEntry", __base__=_TaskBase, __module__=__name__,
-    __doc__="A ``tasks:`` entry: the fields of :class:`contrastfit.multitask.Task` (``name`` and ``data`` "
-            "required), checked by ``Task.check``.",
-    **_declared(Task, frozenset()))
+TaskEntry = declared_model(
+    Task, number=Number, base=_TaskBase, name="TaskEntry",
+    doc="A ``tasks:`` entry: the fields of :class:`contrastfit.multitask.Task` (``name`` and ``data`` required), "
+        "checked by ``Task.check``.")
 
 
 class _MultiTaskTrainingBase(_Settings):
@@ -397,25 +348,13 @@ class _MultiTaskTrainingBase(_Settings):
         return {**MULTITASK_TRAINING_DEFAULTS, **super().settings()}
 
 
-MultiTaskTraining, MultiTaskTrainingOverride = _settings_models(
-    ("MultiTaskTraining", "MultiTaskTrainingOverride"),
-    ("A multi-task experiment's ``training:``: MultiTaskConfig's experiment-settable fields, with its defaults.",
-     "A variant's own ``training:``: the same keys, over the experiment's."),
-    MultiTaskConfig, MULTITASK_RUN_FIELDS, MULTITASK_TRAINING_DEFAULTS, _MultiTaskTrainingBase, lambda kind: kind)
-
-
-def _pretrain_fields() -> dict[str, tuple[Any, Any]]:
-    """The keyword-only arguments of :func:`contrastfit.pretrain.pretrain` (but :data:`PRETRAIN_RUN_ARGS`)
-    with their types, bounds (:data:`PRETRAIN_BOUNDS`) and defaults; ``model`` defaults to None, the
-    experiment's model."""
-    hints = typing.get_type_hints(pretrain)
-    out: dict[str, tuple[Any, Any]] = {}
-    for name, prm in inspect.signature(pretrain).parameters.items():
-        if prm.kind is not prm.KEYWORD_ONLY or name in PRETRAIN_RUN_ARGS:
-            continue
-        kind = declared_type(hints[name], {"bounds": PRETRAIN_BOUNDS.get(name)}, Number)
-        out[name] = (Optional[kind] if name == "model" else kind, None if name == "model" else prm.default)
-    return out
+MultiTaskTraining = declared_model(
+    MultiTaskConfig, exclude=MULTITASK_RUN_FIELDS, defaults=MULTITASK_TRAINING_DEFAULTS, number=Number,
+    base=_MultiTaskTrainingBase, name="MultiTaskTraining",
+    doc="A multi-task experiment's ``training:``: MultiTaskConfig's experiment-settable fields, with its defaults.")
+MultiTaskTrainingOverride = declared_model(
+    MultiTaskConfig, exclude=MULTITASK_RUN_FIELDS, number=Number, each=lambda kind: kind, base=_Settings,
+    name="MultiTaskTrainingOverride", doc="A variant's own ``training:``: the same keys, over the experiment's.")
 
 
 class _PretrainBase(Schema):
@@ -426,6 +365,7 @@ class _PretrainBase(Schema):
 
     method: Literal[PRETRAIN_METHODS]  # type: ignore[valid-type]
     corpus: Annotated[str, Field(min_length=1)] = "tasks"
+    model: str | None = None
 
     @model_validator(mode="after")
     def _method_hparams(self):
@@ -434,7 +374,9 @@ class _PretrainBase(Schema):
         return self
 
 
-PretrainEntry = create_model("PretrainEntry", __base__=_PretrainBase, __module__=__name__, **_pretrain_fields())
+#: A ``pretrain:`` entry: :class:`_PretrainBase`'s keys and the declared :class:`contrastfit.pretrain.PretrainOptions`.
+PretrainEntry = declared_model(PretrainOptions, exclude=PRETRAIN_RUN_ARGS | {"model"}, number=Number,
+                               base=_PretrainBase, name="PretrainEntry")
 
 
 class MultiTaskVariant(Schema):

@@ -43,14 +43,16 @@ Objectives (each task's loss on its own batches, multiplied by the task's ``weig
 
 from __future__ import annotations
 
-import math
 import re
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import MISSING, asdict, dataclass, fields
 from typing import Any
 
 from ..errors import ConfigError
 from ..methods import Hparams, get_method
 from ..methods.base import validate_hparams
+from ..schema import parse
+from ..settings import check_fields, same_as, setting, values_model
+from ..training import TrainConfig
 
 TASK_TYPES = ("classification", "pair-classification", "regression")
 #: heads that read the two sentences of a pair encoded separately (u, v)
@@ -73,6 +75,11 @@ REGRESSION_METRICS = ("pearson", "spearman", "mse")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
 
 
+def _check_name(name: str) -> None:
+    if not _NAME.match(name):
+        raise ConfigError(f"name must be letters, digits, '_' or '-' (it names the head and metrics), got {name!r}")
+
+
 @dataclass
 class Task:
     """One task of a multi-task run, as the user describes it.
@@ -88,61 +95,46 @@ class Task:
     ``temperature`` for ``ce-scl``).
     """
 
-    name: str
-    data: str
-    type: str | None = None
-    head: str | None = None
-    objective: str | None = None
-    weight: float = 1.0
-    text_column: str | None = None
-    text_pair_column: str | None = None
-    label_column: str | None = None
-    validation_data: str | None = None
-    test_data: str | None = None
-    validation_split: float = 0.1
-    shots: int | None = None
-    train_size: int | None = None
-    validation_size: int | None = None
-    batch_size: int | None = None
-    metric: str | None = None
-    hparams: dict[str, Any] = field(default_factory=dict)
+    name: str = setting(MISSING, "names the task's head and metrics", check=_check_name)
+    data: str = setting(MISSING, "anything load_data takes: a built-in name, a local file, a Hub name")
+    type: str | None = setting(None, "the task's type (default: from the data)", choices=TASK_TYPES)
+    head: str | None = setting(None, "the task's head (default: the type's first, see HEADS)")
+    objective: str | None = setting(None, "the task's objective (default: the type's first)",
+                                    choices=tuple(OBJECTIVE_HPARAMS))
+    weight: float = setting(1.0, "multiplies the task's loss", gt=0)
+    text_column: str | None = same_as(TrainConfig, "text_column")
+    text_pair_column: str | None = same_as(TrainConfig, "text_pair_column")
+    label_column: str | None = same_as(TrainConfig, "label_column")
+    validation_data: str | None = same_as(TrainConfig, "validation_data")
+    test_data: str | None = same_as(TrainConfig, "test_data")
+    validation_split: float = same_as(TrainConfig, "validation_split")
+    shots: int | None = same_as(TrainConfig, "shots")
+    train_size: int | None = same_as(TrainConfig, "train_size")
+    validation_size: int | None = same_as(TrainConfig, "validation_size")
+    batch_size: int | None = setting(None, "overrides the run's batch size for this task", ge=1)
+    metric: str | None = setting(None, "the validation metric the task contributes to model selection")
+    hparams: dict[str, Any] = setting(factory=dict, help="the objective's hyper-parameters")
 
     @classmethod
     def from_value(cls, value: "Task | dict[str, Any]", where: str = "tasks") -> "Task":
-        """A :class:`Task` from itself or from a mapping (a config entry); unknown keys are refused."""
+        """A :class:`Task` from itself or from a mapping (a config entry) that its declaration accepts: unknown
+        keys, a missing ``name`` or ``data``, a bad value are a one-line :class:`ConfigError` naming ``where``."""
         if isinstance(value, Task):
             return value
         if not isinstance(value, dict):
             raise ConfigError(f"{where}: a task is a mapping with at least 'name' and 'data', got {value!r}")
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(value) - known)
-        if unknown:
-            raise ConfigError(f"{where}: unknown task key(s) {', '.join(map(repr, unknown))} (known: {', '.join(sorted(known))})")
-        for key in ("name", "data"):
-            if not isinstance(value.get(key), str) or not value[key]:
-                raise ConfigError(f"{where}: every task needs a '{key}' (text), got {value.get(key)!r}")
+        parse(values_model(cls), value, where)  # the keys and values it declares
         return cls(**value)
 
     def check(self) -> None:
         """What can be checked before loading the data (one-line :class:`ConfigError` otherwise)."""
         where = f"task '{self.name}'"
-        if not isinstance(self.name, str) or not _NAME.match(self.name):
-            raise ConfigError(f"task name {self.name!r} must be letters, digits, '_' or '-' (it names the head and metrics)")
-        if self.type is not None and self.type not in TASK_TYPES:
-            raise ConfigError(f"{where}: unknown type {self.type!r} (choose from {', '.join(TASK_TYPES)})")
-        if not isinstance(self.weight, (int, float)) or isinstance(self.weight, bool) or not self.weight > 0 \
-                or math.isinf(self.weight):
-            raise ConfigError(f"{where}: weight must be a number > 0, got {self.weight!r}")
-        for key in ("shots", "train_size", "validation_size", "batch_size"):
-            value = getattr(self, key)
-            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
-                raise ConfigError(f"{where}: {key} must be an integer >= 1, got {value!r}")
+        try:
+            check_fields(self)
+        except ConfigError as exc:
+            raise ConfigError(f"{where}: {exc}") from None
         if self.shots is not None and self.train_size is not None:
             raise ConfigError(f"{where}: give either shots (per class) or train_size (total), not both")
-        if self.objective is not None and self.objective not in OBJECTIVE_HPARAMS:
-            raise ConfigError(f"{where}: unknown objective {self.objective!r} (choose from {', '.join(OBJECTIVE_HPARAMS)})")
-        if not isinstance(self.hparams, dict):
-            raise ConfigError(f"{where}: hparams must be a mapping, got {self.hparams!r}")
         if self.hparams and self.objective is None:  # the default objectives (ce, mse, cosine) have none
             raise ConfigError(f"{where}: hparams are the objective's: give the objective too (e.g. objective: ce-scl)")
         if self.objective is not None:
