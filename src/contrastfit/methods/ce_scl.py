@@ -17,6 +17,8 @@ full; each batch is enqueued after it is contrasted.
 
 from __future__ import annotations
 
+import torch
+
 from ..errors import ConfigError
 from ..distributed import gather
 from ..losses import supcon
@@ -76,4 +78,19 @@ class SupConLogistic(NormalizedFeaturesMethod, CrossEntropySupCon):
     description = "ce-scl fine-tuning, then a logistic-regression head on the frozen encoder (the default)"
     reference = "Gunel et al. 2021, Eq. 1-3; head as Tunstall et al. 2022"
     class Hparams(LogisticHead, CrossEntropySupCon.Hparams):
-        pass
+        label_anchors: bool = hparam(False, "the label names (as text, encoded by the encoder being trained) join every "
+                                     "batch's SupCon term as one example of their class each")
+
+    def training_loss(self, model, inputs, labels) -> LossOutput:
+        if self.label_inputs is None or not self.hparams["label_anchors"]:
+            return super().training_loss(model, inputs, labels)
+        pooled = model.encoder(**inputs).pooled
+        logits = model.head(pooled)
+        ce = self.task_loss(logits, labels)
+        label_inputs = {k: v.to(pooled.device) for k, v in self.label_inputs.items()}
+        anchors = model.encoder(**label_inputs).pooled
+        anchor_labels = torch.arange(len(anchors), device=labels.device)
+        batch = gather(torch.cat([pooled, anchors]), torch.cat([labels, anchor_labels]))
+        scl = supcon(batch.embeddings, batch.labels, self.hparams["temperature"])
+        lam = self.contrastive_weight()
+        return LossOutput(loss=(1 - lam) * ce + lam * scl, logits=logits, parts={"ce": ce, "scl": scl})
