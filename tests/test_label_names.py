@@ -110,3 +110,27 @@ def test_the_label_prior_adds_each_name_as_heavy_as_its_class(tiny_encoder_dir, 
                                                   sample_weight=np.r_[np.ones(n), np.full(2, 0.5 * n / 2)])
     texts = list(data.validation["text"])
     np.testing.assert_allclose(model.predict_proba(texts), probe.predict_proba(_features(model, texts).numpy()), atol=1e-5)
+
+
+def test_label_anchors_join_the_supcon_batch_as_one_row_per_class(tiny_encoder_dir):
+    from contrastfit import ContrastiveClassifier
+    from contrastfit.losses import supcon
+
+    model = ContrastiveClassifier.from_encoder(str(tiny_encoder_dir), "ce-scl-lr", ["bad", "good"],
+                                               hparams={"label_anchors": 1.0})
+    texts, labels = ["good fun film", "great story", "bad plot", "dull actor"], torch.tensor([1, 1, 0, 0])
+    enc = {k: torch.tensor(v) for k, v in model.tokenize(texts, padding=True).items()}
+    from datasets import Dataset
+
+    model.method.prepare(model, Dataset.from_dict({"input_ids": enc["input_ids"].tolist()}))
+    model.eval()  # no dropout: the loss is a function of the inputs
+    out = model.method.training_loss(model, enc, labels)
+    pooled = model.encoder(**enc).pooled
+    names = {k: torch.tensor(v) for k, v in model.tokenize(["bad", "good"], padding=True).items()}
+    anchors = model.encoder(**names).pooled
+    want_scl = supcon(torch.cat([pooled, anchors]), torch.tensor([1, 1, 0, 0, 0, 1]), 0.3)
+    want_ce = F.cross_entropy(model.head(pooled), labels)
+    torch.testing.assert_close(out.parts["scl"], want_scl)
+    torch.testing.assert_close(out.loss, 0.1 * want_ce + 0.9 * want_scl)
+    model.method.hparams["label_anchors"] = 0.0  # off: the batch alone
+    torch.testing.assert_close(model.method.training_loss(model, enc, labels).parts["scl"], supcon(pooled, labels, 0.3))
