@@ -134,3 +134,12 @@ def test_label_anchors_join_the_supcon_batch_as_one_row_per_class(tiny_encoder_d
     torch.testing.assert_close(out.loss, 0.1 * want_ce + 0.9 * want_scl)
     model.method.hparams["label_anchors"] = 0.0  # off: the batch alone
     torch.testing.assert_close(model.method.training_loss(model, enc, labels).parts["scl"], supcon(pooled, labels, 0.3))
+
+
+def test_codes_as_label_names_are_ignored_with_a_warning_and_the_record_says_so(tiny_encoder_dir, tmp_path):
+    rows = [{**r, "sentiment": "1" if r["sentiment"] == "positive" else "0"} for r in sentiment_rows()]
+    csv = write_rows_csv(tmp_path / "codes.csv", rows)
+    with pytest.warns(UserWarning, match=r"linear-probe: the label names are not used \(label names look like codes"):
+        result = train(method="linear-probe", data=str(csv), label_column="sentiment", model=str(tiny_encoder_dir),
+                       output=str(tmp_path / "lp"), progress=False, hparams={"label_prior": 1.0})
+    assert result["training"]["head_stage"]["label_prior"].startswith("label names look like codes")

@@ -398,7 +398,10 @@ def train_head(model: ContrastiveClassifier, train_ds: datasets.Dataset, collato
                 features = torch.cat([features, anchors.to(features.device)])
                 labels = torch.cat([labels, torch.arange(len(anchors), device=labels.device)])
             model.head.fit_logistic(features, labels, C=C, seed=seed, sample_weight=weight)
-            return {"solver": solver, "C": C, "encode_s": t_encode, "total_s": time.perf_counter() - t0}
+            stage = {"solver": solver, "C": C, "encode_s": t_encode, "total_s": time.perf_counter() - t0}
+            if prior > 0:  # whether the label names joined the fit, or why not
+                stage["label_prior"] = "used" if anchors is not None else getattr(method, "anchor_note", None)
+            return stage
         epochs = int(epochs if epochs is not None else hp["head_epochs"])
         batch_size = int(hp["head_batch_size"])
         optimizer = torch.optim.AdamW(model.head.parameters(), lr=float(hp["head_learning_rate"]), weight_decay=0.0)

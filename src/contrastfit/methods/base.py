@@ -34,6 +34,7 @@ defaults over its class's, checked by the class's model; the training-set-size d
 from __future__ import annotations
 
 import re
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Mapping, Sequence
 
@@ -266,9 +267,13 @@ class NormalizedFeaturesMethod(Method):
         super().prepare(model, train_dataset)
         self.label_inputs = None
         self.anchor_note = label_anchor_problem(model.label_names, train_dataset)
-        if self.anchor_note is None and self.uses_label_names():
-            texts = [label_text(n) for n in model.label_names]
-            self.label_inputs = dict(model.tokenizer(texts, padding=True, return_tensors="pt"))
+        if not self.uses_label_names():
+            return
+        if self.anchor_note is not None:
+            warnings.warn(f"{self.name}: the label names are not used ({self.anchor_note})", stacklevel=2)
+            return
+        texts = [label_text(n) for n in model.label_names]
+        self.label_inputs = dict(model.tokenizer(texts, padding=True, return_tensors="pt"))
 
     def uses_label_names(self) -> bool:
         """Whether the run encodes the label names (as anchors or as a prior of the head)."""
