@@ -12,6 +12,8 @@ Systems (``--systems``):
 
 * ``default``: what ``contrastfit train --data FILE`` does with no method and no tuning flag;
 * any method name (``ce``, ``ce-scl``, ``setfit``, ``linear-probe``, ...; ``all`` = every method);
+* ``zero-shot``: no training example, the nearest label name (the floor every system should clear;
+  skipped where the label names are codes or the texts are pairs);
 * ``setfit-lib``: the real SetFit library with its defaults (``pip install setfit``: the
   ``bench`` extra); skipped with a note where it is not installed, or where its default pair count
   needs more than ``--setfit-max-steps`` steps (SetFit's pairs grow with the square of the
@@ -22,6 +24,8 @@ Systems (``--systems``):
 
 Training seconds are wall-clock from loading the pretrained encoder to a trained classifier
 (evaluation excluded), on whatever the machine is doing: compare systems within one run only.
+``--device`` runs every system (the probe, SetFit and contrastfit's) on the CPU or on the GPU
+(``auto``: a GPU where one is visible); each record names its device.
 
     python bench/fewshot.py --data mr bbc-news --shots 8 16 --samples 5
 """
@@ -44,7 +48,8 @@ import numpy as np  # noqa: E402
 from contrastfit.atomic import write_json_atomic, write_text_atomic  # noqa: E402
 from contrastfit.data import data_hash, load_data, sample_stratified  # noqa: E402
 from contrastfit.data.loading import TextData  # noqa: E402
-from contrastfit.encoders import builtin_model_path, resolve_model  # noqa: E402
+from contrastfit.encoders import resolve_model  # noqa: E402
+from contrastfit.errors import ConfigError  # noqa: E402
 from contrastfit.evaluation.metrics import classification_metrics  # noqa: E402
 from contrastfit.experiments.protocols.few_shot import few_shot  # noqa: E402
 from contrastfit.methods import available_methods  # noqa: E402
@@ -82,13 +87,15 @@ def parse_system(spec: str) -> tuple[str, str | None, dict[str, Any], dict[str, 
     return name, method or None, config, hparams
 
 
-def run_contrastfit(spec: str, data: TextData, seed: int, model: str, max_length: int, workdir: Path) -> dict[str, Any]:
+def run_contrastfit(spec: str, data: TextData, seed: int, model: str, max_length: int, workdir: Path,
+                    device: str = "auto") -> dict[str, Any]:
     name, method, overrides, hparams = parse_system(spec)
     kwargs = {"method": method} if method else {}  # the default recipe: no method given
     folder = workdir / f"{name}-{time.time_ns()}"
     result = train(TrainConfig(**{**kwargs, "data": data.name, "output": str(folder), "model": model, "seed": seed,
                                   "max_length": max_length, "hparams": hparams, "save_model": False,
-                                  "save_checkpoints": False, "progress": False, **overrides}), text_data=data)
+                                  "save_checkpoints": False, "progress": False, "use_cpu": device == "cpu", **overrides}),
+                   text_data=data)
     test = result.metrics["test"]
     return {"accuracy": test["accuracy"], "macro_f1": test["macro_f1"],
             "train_s": result["timings"]["setup_s"] + result["timings"]["train_s"],
@@ -102,14 +109,14 @@ def setfit_steps(labels: list[int], batch_size: int = 16) -> int:
     return -(-setfit_pair_count(labels) // batch_size)
 
 
-def run_setfit_lib(data: TextData, seed: int, model: str, workdir: Path) -> dict[str, Any]:
+def run_setfit_lib(data: TextData, seed: int, model: str, workdir: Path, device: str = "auto") -> dict[str, Any]:
     """The SetFit library with its default TrainingArguments (output folder aside)."""
     import datasets
     from setfit import SetFitModel, Trainer, TrainingArguments
 
     path = resolve_model(model)[0]
     t0 = time.perf_counter()
-    sf = SetFitModel.from_pretrained(path)
+    sf = SetFitModel.from_pretrained(path, **({} if device == "auto" else {"device": device}))
     train_ds = datasets.Dataset.from_dict({"text": data.train["text"], "label": data.train["label"]})
     args = TrainingArguments(output_dir=str(workdir / f"setfit-{time.time_ns()}"), seed=seed)
     trainer = Trainer(model=sf, args=args, train_dataset=train_ds)
@@ -253,10 +260,12 @@ def fixed_test(data: TextData, size: int | None) -> TextData:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--data", nargs="+", default=["mr", "imdb", "bbc-news", "medmcqa-subject"])
-    p.add_argument("--shots", nargs="+", type=int, default=[8, 16])
+    p.add_argument("--data", nargs="+", default=["mr", "imdb", "bbc-news", "medmcqa-subject", "boolq"])
+    p.add_argument("--shots", nargs="+", type=int, default=[4, 8, 16])
     p.add_argument("--samples", type=int, default=5)
-    p.add_argument("--systems", nargs="+", default=["linear-probe", REFERENCE, "setfit", "default", "ce", "ce-scl"])
+    p.add_argument("--systems", nargs="+", default=["zero-shot", "linear-probe", REFERENCE, "default"])
+    p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
+                   help="where every system trains (auto: a GPU where one is visible)")
     p.add_argument("--model", default="minilm-l6")
     p.add_argument("--max-length", type=int, default=128)
     p.add_argument("--test-size", type=int, default=1000, help="fixed stratified test subset (default 1000)")
@@ -271,6 +280,11 @@ def main(argv: list[str] | None = None) -> int:
     RESULTS.mkdir(parents=True, exist_ok=True)
     workdir = Path(os.environ.get("TMPDIR", "/tmp")) / "contrastfit-bench"
     have_setfit = _version("setfit") is not None
+    import torch
+
+    device = "cuda" if args.device != "cpu" and torch.cuda.is_available() else "cpu"
+    if args.device == "cuda" and device == "cpu":
+        p.error("--device cuda: no GPU is visible")
     done = {(r["data"], r["shots"], r["sample"], r["system"]) for r in read_records(runs_path)}
 
     def write_summary() -> None:
@@ -290,7 +304,7 @@ def main(argv: list[str] | None = None) -> int:
                     continue
                 record = {"data": data_name, "shots": shots, "sample": run.sample, "system": system,
                           "train_hash": data_hash(run.data.train), "test_hash": data_hash(run.data.test),
-                          "test_size": len(run.data.test), "seed": args.seed, "model": args.model}
+                          "test_size": len(run.data.test), "seed": args.seed, "model": args.model, "device": device}
                 if system in (REFERENCE, "setfit"):  # the library and our rewrite take the same pair count
                     steps = setfit_steps(run.data.train["label"])
                     if steps > args.setfit_max_steps:
@@ -301,9 +315,15 @@ def main(argv: list[str] | None = None) -> int:
                     if not have_setfit:
                         print(f"skip {key}: setfit is not installed (pip install setfit)", file=sys.stderr)
                         continue
-                    record.update(run_setfit_lib(run.data, args.seed, args.model, workdir))
+                    record.update(run_setfit_lib(run.data, args.seed, args.model, workdir, device))
                 else:
-                    record.update(run_contrastfit(system, run.data, args.seed, args.model, args.max_length, workdir))
+                    try:
+                        record.update(run_contrastfit(system, run.data, args.seed, args.model, args.max_length, workdir,
+                                                      device))
+                    except ConfigError as exc:  # e.g. zero-shot on label names that are codes, or on pairs
+                        record["skipped"] = str(exc)
+                        append_record(runs_path, record)
+                        continue
                 print(f"{data_name} K={shots} sample {run.sample} {system}: accuracy {record['accuracy']:.3f} "
                       f"({record['train_s']:.0f} s)", flush=True)
                 append_record(runs_path, record)

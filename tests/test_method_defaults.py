@@ -1,7 +1,8 @@
 """Every registered method's resolved default hyper-parameters, as they were before the methods
 declared them as models (issue #20): the same names, values and types (an int stays an int), for an
 unknown training-set size and for sizes on both sides of the size tables' boundaries. Run identities
-and the bench numbers depend on them, so a change here must be deliberate. (Their order is not
+and the bench numbers depend on them, so a change here must be deliberate (since then: the
+label-name hyper-parameters ``label_prior`` and ``label_anchors``, and the ``zero-shot`` method). (Their order is not
 compared: a model lists its base classes' fields first, e.g. the head stage's; run identities sort
 the names.)"""
 
@@ -40,13 +41,13 @@ DEFAULTS = {
         1000: {'lambda': 0.9, 'temperature': 0.3},
     },
     'ce-scl-lr': {
-        None: {'lambda': 0.9, 'temperature': 0.3, 'head_C': 1.0},
-        20: {'lambda': 0.9, 'temperature': 0.3, 'head_C': 1.0},
-        44: {'lambda': 0.9, 'temperature': 0.3, 'head_C': 1.0},
-        45: {'lambda': 0.9, 'temperature': 0.3, 'head_C': 1.0},
-        316: {'lambda': 0.9, 'temperature': 0.3, 'head_C': 1.0},
-        317: {'lambda': 0.9, 'temperature': 0.3, 'head_C': 1.0},
-        1000: {'lambda': 0.9, 'temperature': 0.3, 'head_C': 1.0},
+        None: {'lambda': 0.9, 'temperature': 0.3, 'head_C': 1.0, 'label_prior': 1.0, 'label_anchors': True},
+        20: {'lambda': 0.9, 'temperature': 0.3, 'head_C': 1.0, 'label_prior': 1.0, 'label_anchors': True},
+        44: {'lambda': 0.9, 'temperature': 0.3, 'head_C': 1.0, 'label_prior': 1.0, 'label_anchors': True},
+        45: {'lambda': 0.9, 'temperature': 0.3, 'head_C': 1.0, 'label_prior': 1.0, 'label_anchors': True},
+        316: {'lambda': 0.9, 'temperature': 0.3, 'head_C': 1.0, 'label_prior': 1.0, 'label_anchors': True},
+        317: {'lambda': 0.9, 'temperature': 0.3, 'head_C': 1.0, 'label_prior': 1.0, 'label_anchors': True},
+        1000: {'lambda': 0.9, 'temperature': 0.3, 'head_C': 1.0, 'label_prior': 1.0, 'label_anchors': True},
     },
     'ce-softtriple': {
         None: {'beta': 0.8, 'centers_per_class': 2000, 'gamma': 0.1, 'la': 4.0, 'margin': 0.7, 'center_reg': 0.0, 'dml_on': 'tokens', 'centers_learning_rate': 0.01},
@@ -103,13 +104,13 @@ DEFAULTS = {
         1000: {'temperature': 0.1, 'heads': 6, 'ler_weight': 0.5, 'icl_weight': 1.0, 'lcl_weight': 1.0, 'projection_dim': 0, 'projection_layers': 3, 'label_learning_rate': 0.0, 'fusion_radius': 2},
     },
     'linear-probe': {
-        None: {'head_C': 1.0},
-        20: {'head_C': 1.0},
-        44: {'head_C': 1.0},
-        45: {'head_C': 1.0},
-        316: {'head_C': 1.0},
-        317: {'head_C': 1.0},
-        1000: {'head_C': 1.0},
+        None: {'head_C': 1.0, 'label_prior': 0.0},
+        20: {'head_C': 1.0, 'label_prior': 0.0},
+        44: {'head_C': 1.0, 'label_prior': 0.0},
+        45: {'head_C': 1.0, 'label_prior': 0.0},
+        316: {'head_C': 1.0, 'label_prior': 0.0},
+        317: {'head_C': 1.0, 'label_prior': 0.0},
+        1000: {'head_C': 1.0, 'label_prior': 0.0},
     },
     'self-supervised-cl': {
         None: {'view_dropouts': (0.0, 0.1, 0.2), 'temperature': 0.05, 'head_epochs': 100, 'head_learning_rate': 0.001, 'head_batch_size': 32},
@@ -121,13 +122,13 @@ DEFAULTS = {
         1000: {'view_dropouts': (0.0, 0.1, 0.2), 'temperature': 0.05, 'head_epochs': 100, 'head_learning_rate': 0.001, 'head_batch_size': 32},
     },
     'setfit': {
-        None: {'head_C': 1.0},
-        20: {'head_C': 1.0},
-        44: {'head_C': 1.0},
-        45: {'head_C': 1.0},
-        316: {'head_C': 1.0},
-        317: {'head_C': 1.0},
-        1000: {'head_C': 1.0},
+        None: {'head_C': 1.0, 'label_prior': 0.0},
+        20: {'head_C': 1.0, 'label_prior': 0.0},
+        44: {'head_C': 1.0, 'label_prior': 0.0},
+        45: {'head_C': 1.0, 'label_prior': 0.0},
+        316: {'head_C': 1.0, 'label_prior': 0.0},
+        317: {'head_C': 1.0, 'label_prior': 0.0},
+        1000: {'head_C': 1.0, 'label_prior': 0.0},
     },
     'simcse-sup': {
         None: {'temperature': 0.05, 'hard_negative_weight': 0.0, 'augmented': False, 'head_epochs': 100, 'head_learning_rate': 0.001, 'head_batch_size': 32},
@@ -155,6 +156,15 @@ DEFAULTS = {
         316: {'view_dropouts': (0.0, 0.1, 0.2), 'temperature': 0.05, 'regression_bin': 0.1, 'head_epochs': 100, 'head_learning_rate': 0.001, 'head_batch_size': 32},
         317: {'view_dropouts': (0.0, 0.1, 0.2), 'temperature': 0.05, 'regression_bin': 0.1, 'head_epochs': 100, 'head_learning_rate': 0.001, 'head_batch_size': 32},
         1000: {'view_dropouts': (0.0, 0.1, 0.2), 'temperature': 0.05, 'regression_bin': 0.1, 'head_epochs': 100, 'head_learning_rate': 0.001, 'head_batch_size': 32},
+    },
+    'zero-shot': {
+        None: {'scale': 20.0},
+        20: {'scale': 20.0},
+        44: {'scale': 20.0},
+        45: {'scale': 20.0},
+        316: {'scale': 20.0},
+        317: {'scale': 20.0},
+        1000: {'scale': 20.0},
     },
 }
 

@@ -202,6 +202,7 @@ def test_default_recipe_trains_saves_and_reloads(tmp_path, tiny_encoder_dir, top
     logged = [h for h in result["log_history"] if "loss" in h]
     assert logged and all("loss_bce" in h and "loss_scl" in h for h in logged)
     assert result["training"]["head_stage"]["solver"] == "one-vs-rest logistic"
+    assert result["hparams"]["label_prior"] == 0.0 and result["hparams"]["label_anchors"] is False  # not multi-label yet
     val = result["metrics"]["validation"]
     assert set(val["per_label"]) == {"bad", "film", "good"} and 0 <= val["micro_f1"] <= 1
     cfg = json.loads((tmp_path / "run" / "contrastfit.json").read_text())
@@ -364,3 +365,10 @@ def test_gradient_cache_gives_the_full_batch_gradients(tiny_encoder_dir, chunk):
     assert loss == pytest.approx(loss_ref, rel=1e-12, abs=1e-12)
     _assert_same_grads(ref, got)
     assert any(g is not None and bool(g.abs().sum() > 0) for n, g in got.items() if n.startswith("encoder."))
+
+
+def test_label_names_are_refused_with_multi_label():
+    from contrastfit.multilabel.methods import create_multilabel_method
+
+    with pytest.raises(ConfigError, match="label names are not used with --multi-label"):
+        create_multilabel_method("ce-scl-lr", 3, 32, label_prior=2.0)

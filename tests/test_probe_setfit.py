@@ -200,8 +200,9 @@ def test_schedule_uses_the_methods_step_rule_unless_epochs_are_given():
 # -- the default recipe ------------------------------------------------------------------------------
 
 def test_the_default_recipe_is_ce_scl_then_a_logistic_head(tiny_encoder_dir, sentiment_csv, tmp_path):
-    """No --method: ce-scl-lr. Its encoder is trained by ce-scl's loss; its head is then the
-    logistic regression of the fine-tuned encoder's normalised training embeddings."""
+    """No --method: ce-scl-lr. Its encoder is trained by ce-scl's loss with the label names as anchors;
+    its head is then the logistic regression of the fine-tuned encoder's normalised training
+    embeddings and of its label names' embeddings, each weighing as much as its class's examples."""
     from contrastfit.data import load_data
     from contrastfit.training import DEFAULT_METHOD
 
@@ -209,11 +210,16 @@ def test_the_default_recipe_is_ce_scl_then_a_logistic_head(tiny_encoder_dir, sen
     result = train(data=str(sentiment_csv), output=str(tmp_path / "default"), model=str(tiny_encoder_dir),
                    label_column="sentiment", progress=False, epochs=2, batch_size=8)
     assert result["method"] == "ce-scl-lr"
-    assert result["hparams"] == {"lambda": 0.9, "temperature": 0.3, "head_C": 1.0}
+    assert result["hparams"] == {"lambda": 0.9, "temperature": 0.3, "head_C": 1.0, "label_prior": 1.0, "label_anchors": True}
     assert result["training"]["head_stage"]["solver"] == "logistic" and result["training"]["steps"] > 0
+    assert result["training"]["head_stage"]["label_prior"] == "used"
     model = result.model
     data = load_data(str(sentiment_csv), label_column="sentiment")
-    probe = LogisticRegression(max_iter=1000).fit(_normalised_features(model, data.train), np.asarray(data.train["label"]))
+    names = {"text": ["negative", "positive"]}
+    n = len(data.train)
+    probe = LogisticRegression(max_iter=1000).fit(
+        np.vstack([_normalised_features(model, data.train), _normalised_features(model, names)]),
+        np.r_[np.asarray(data.train["label"]), [0, 1]], sample_weight=np.r_[np.ones(n), [n / 2, n / 2]])
     np.testing.assert_allclose(model.predict_proba(list(data.test["text"] if data.test else data.validation["text"])),
                                probe.predict_proba(_normalised_features(model, data.test or data.validation)), atol=1e-5)
 

@@ -33,7 +33,8 @@ class LinearHead(nn.Module):
         return self.linear(self.dropout(embeddings))
 
     @torch.no_grad()
-    def fit_logistic(self, features: torch.Tensor, labels: torch.Tensor, C: float = 1.0, seed: int = 0) -> None:
+    def fit_logistic(self, features: torch.Tensor, labels: torch.Tensor, C: float = 1.0, seed: int = 0,
+                     sample_weight=None) -> None:
         """Set the weights to an L2-regularised logistic regression fitted on ``features``
         (scikit-learn's ``LogisticRegression``, lbfgs, multinomial): the linear probe of SetFit's
         head and of LP-FT (Kumar et al., 2022). With two classes scikit-learn fits one weight
@@ -48,7 +49,8 @@ class LinearHead(nn.Module):
         bias = torch.zeros_like(self.linear.bias)
         if len(classes) < 2:
             raise ValueError("a logistic-regression head needs examples of at least two classes")
-        clf = LogisticRegression(C=C, max_iter=1000, random_state=seed).fit(x, y)
+        clf = LogisticRegression(C=C, max_iter=1000, random_state=seed).fit(
+            x, y, sample_weight=None if sample_weight is None else torch.as_tensor(sample_weight).cpu().numpy())
         coef = torch.as_tensor(clf.coef_, dtype=weight.dtype)
         intercept = torch.as_tensor(clf.intercept_, dtype=bias.dtype)
         if len(classes) == 2:

@@ -387,8 +387,21 @@ def train_head(model: ContrastiveClassifier, train_ds: datasets.Dataset, collato
         t_encode = time.perf_counter() - t0
         if solver == "logistic":
             C = float(hp.get("head_C", 1.0))
-            model.head.fit_logistic(features, labels, C=C, seed=seed)
-            return {"solver": solver, "C": C, "encode_s": t_encode, "total_s": time.perf_counter() - t0}
+            weight = None
+            prior = float(hp.get("label_prior", 0.0))
+            anchors = method.label_features(model) if prior > 0 and hasattr(method, "label_features") else None
+            if anchors is not None:  # each label text weighs as much as `prior` times its class's mean count
+                with torch.no_grad():
+                    anchors = anchors.float()
+                n = len(labels)
+                weight = torch.cat([torch.ones(n), torch.full((len(anchors),), prior * n / len(anchors))])
+                features = torch.cat([features, anchors.to(features.device)])
+                labels = torch.cat([labels, torch.arange(len(anchors), device=labels.device)])
+            model.head.fit_logistic(features, labels, C=C, seed=seed, sample_weight=weight)
+            stage = {"solver": solver, "C": C, "encode_s": t_encode, "total_s": time.perf_counter() - t0}
+            if prior > 0:  # whether the label names joined the fit, or why not
+                stage["label_prior"] = "used" if anchors is not None else getattr(method, "anchor_note", None)
+            return stage
         epochs = int(epochs if epochs is not None else hp["head_epochs"])
         batch_size = int(hp["head_batch_size"])
         optimizer = torch.optim.AdamW(model.head.parameters(), lr=float(hp["head_learning_rate"]), weight_decay=0.0)

@@ -33,6 +33,8 @@ defaults over its class's, checked by the class's model; the training-set-size d
 
 from __future__ import annotations
 
+import re
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Mapping, Sequence
 
@@ -82,6 +84,9 @@ class LogisticHead(Hparams):
 
     head_C: float = hparam(1.0, "stage 2: inverse regularisation strength of the logistic regression "
                            "(scikit-learn's default, SetFit's head)", gt=0)
+    label_prior: float = hparam(0.0, "stage 2: the label names (as text, encoded like the training texts) join the "
+                                "logistic regression's data, each weighing as much as this many times its "
+                                "class's mean number of examples (0: not used)", ge=0)
 
 
 @dataclass
@@ -254,6 +259,55 @@ class NormalizedFeaturesMethod(Method):
     def head_features(self, model, inputs):
         return F.normalize(model.encoder(**inputs).pooled.float(), p=2, dim=-1)
 
+    # -- label names as anchors ----------------------------------------------------------------
+    #: the tokenised label texts (C rows), set by :meth:`prepare` when the label names may be used
+    label_inputs: dict[str, torch.Tensor] | None = None
+
+    def prepare(self, model, train_dataset) -> None:
+        super().prepare(model, train_dataset)
+        self.label_inputs = None
+        self.anchor_note = label_anchor_problem(model.label_names, train_dataset)
+        if not self.uses_label_names():
+            return
+        if self.anchor_note is not None:
+            warnings.warn(f"{self.name}: the label names are not used ({self.anchor_note})", stacklevel=2)
+            return
+        texts = [label_text(n) for n in model.label_names]
+        self.label_inputs = dict(model.tokenizer(texts, padding=True, return_tensors="pt"))
+
+    def uses_label_names(self) -> bool:
+        """Whether the run encodes the label names (as anchors or as a prior of the head)."""
+        return self.hparams.get("label_prior", 0) > 0 or self.hparams.get("label_anchors", 0) > 0
+
+    def label_features(self, model) -> torch.Tensor | None:
+        """The head features of the label texts (C, d), or None when label names are not used."""
+        if self.label_inputs is None:
+            return None
+        inputs = {k: v.to(model.device) for k, v in self.label_inputs.items()}
+        return self.head_features(model, inputs)
+
+
+
+_CODE = re.compile(r"^[A-Z0-9_.-]{1,5}$|^[0-9.+-]+$")
+
+
+def label_text(name: str) -> str:
+    """The text a label name is encoded as: ``Social_Preventive_Medicine`` -> ``social preventive medicine``."""
+    return re.sub(r"[_\s]+", " ", str(name)).strip().lower()
+
+
+def label_anchor_problem(label_names, train_dataset) -> str | None:
+    """Why the label names cannot serve as anchors, or None: every name must be a word (not a code such
+    as ``ABBR`` or ``0``), and the texts single (a pair's label, e.g. BoolQ's yes/no, says nothing a
+    text alone is like)."""
+    if not label_names:
+        return "no label names"
+    codes = [n for n in label_names if _CODE.match(str(n)) or len(label_text(n)) < 2]
+    if len(codes) * 2 > len(label_names):
+        return f"label names look like codes ({', '.join(map(str, codes[:3]))})"
+    if "token_type_ids" in train_dataset.column_names and any(1 in row for row in train_dataset["token_type_ids"][:50]):
+        return "text pairs"
+    return None
 
 
 def validate_hparams(owner: str, model: type[Hparams], given: Mapping[str, Any]) -> dict[str, Any]:

@@ -15,7 +15,8 @@ They are not in the method registry (``contrastfit methods`` lists single-label 
 registered method is trained on single-label data by the tests): ``--multi-label --method NAME``
 picks NAME's multi-label form from :data:`MULTILABEL_METHODS`, and a saved model's folder records
 ``"multi_label": true`` next to the method's name. Cross-batch memory (``--memory-size``) is not
-supported for multi-label training (its queue holds one label per row).
+supported for multi-label training (its queue holds one label per row), nor are the label names
+(``label_prior``, ``label_anchors``: off in the multi-label forms, refused when given).
 """
 
 from __future__ import annotations
@@ -94,7 +95,12 @@ def create_multilabel_method(name: str, num_labels: int, hidden_size: int, **hpa
     """The multi-label form of method ``name`` with the single-label method's defaults under ``hparams``."""
     name = check_multilabel_method(name)
     spec = get_method(name)
-    merged = {**spec.defaults, **{k: v for k, v in hparams.items() if v is not None}}
+    given = {k: v for k, v in hparams.items() if v is not None}
+    off = {k: v for k, v in (("label_prior", 0.0), ("label_anchors", False)) if k in spec.defaults}
+    asked = [k for k in off if k in given and given[k] not in (off[k], spec.defaults[k])]
+    if asked:
+        raise ConfigError(f"{name}: the label names are not used with --multi-label yet (leave out {', '.join(asked)})")
+    merged = {**spec.defaults, **given, **off}
     cls = MULTILABEL_METHODS[name]
     method = cls(num_labels, hidden_size, "classification", **merged)
     method.registered_name = name
