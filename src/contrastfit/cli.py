@@ -712,10 +712,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 def cmd_pretrain(args: argparse.Namespace) -> int:
     from .pretrain import PretrainOptions, pretrain
-    from .settings import check_fields
 
     options = {f.name: getattr(args, f.name) for f in config_option_fields(source=PretrainOptions)}
-    check_fields(PretrainOptions(**options))  # the declared bounds, worded as train words them
     result = pretrain(**options, hparams=_parse_params(args.param))
     print(f"encoder saved to {result.output}")
     return 0
