@@ -57,6 +57,45 @@ def test_card_front_matter_and_sections_come_from_the_record():
     assert "softmax(logits / 1.8000)" in calibrated and "ECE 0.2000 -> 0.0500" in calibrated
 
 
+MULTILABEL_RECORD = {
+    **RECORD, "method": "ce-scl-lr",
+    "data": {**RECORD["data"], "name": "toxicity-attributes", "source": {"kind": "builtin", "name": "toxicity-attributes"},
+             "multi_label": True, "label_names": ["insult", "threat"]},
+    "training": {"batch_size": 16, "steps": 60, "thresholds": {"insult": 0.35, "threat": 0.5},
+                 "threshold_rule": "per label, on validation"},
+    "metrics": {split: {"micro_f1": f1, "macro_f1": f1 - 0.1, "subset_accuracy": f1 - 0.3, "hamming_loss": 0.2,
+                        "samples_f1": f1 + 0.01, "micro_precision": 0.7, "micro_recall": 0.6, "n": 99,
+                        "per_label": {"insult": {"precision": 0.9, "recall": 0.8, "f1": 0.85, "support": 80},
+                                      "threat": {"precision": 0.5, "recall": 0.25, "f1": 0.3333, "support": 12}}}
+                for split, f1 in (("validation", 0.75), ("test", 0.7))},
+}
+
+
+def test_a_multilabel_card_shows_the_headline_multilabel_metrics():
+    """micro-F1, macro-F1 and subset accuracy in the front matter, the model-index (valid Hub metadata:
+    huggingface_hub reads it as evaluation results) and the evaluation table, with each label's F1 and
+    threshold; none of the single-label metrics, which a multi-label record does not hold."""
+    from huggingface_hub import ModelCard
+
+    from contrastfit.evaluation.multilabel import MULTILABEL_HEADLINE
+
+    card = model_card(MULTILABEL_RECORD, {"multi_label": True})
+    meta = yaml.safe_load(card.split("---", 2)[1])
+    assert meta["metrics"] == list(MULTILABEL_HEADLINE) == ["micro_f1", "macro_f1", "subset_accuracy"]
+    assert "multi-label" in meta["tags"] and meta["pipeline_tag"] == "text-classification"
+    results = meta["model-index"][0]["results"]
+    assert [r["dataset"]["split"] for r in results] == ["validation", "test"]
+    assert {m["type"]: m["value"] for m in results[1]["metrics"]} == {
+        m: MULTILABEL_RECORD["metrics"]["test"][m] for m in MULTILABEL_HEADLINE}
+    hub = ModelCard(card).data  # raises on a malformed model-index
+    assert {(r.dataset_split, r.metric_type): r.metric_value for r in hub.eval_results}[("test", "micro_f1")] == 0.7
+    assert "| ce-scl-lr | micro_f1 | 0.7500 | 0.7000 |" in card and "| ce-scl-lr | subset_accuracy | 0.4500 | 0.4000 |" in card
+    assert "| ce-scl-lr | hamming_loss | 0.2000 | 0.2000 |" in card and "| accuracy |" not in card
+    assert "| threat | 0.5 | 0.3333 (12) | 0.3333 (12) |" in card and "| insult | 0.35 |" in card
+    assert "a set of labels (none, one or several) of 2: `insult`, `threat`" in card
+    assert "model.predict([\"a fine film\"])" in card
+
+
 def test_write_model_card_errors_are_one_line(tmp_path):
     with pytest.raises(ModelError, match="no results.json"):
         write_model_card(tmp_path)

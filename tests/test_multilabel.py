@@ -205,6 +205,9 @@ def test_default_recipe_trains_saves_and_reloads(tmp_path, tiny_encoder_dir, top
     assert result["hparams"]["label_prior"] == 0.0 and result["hparams"]["label_anchors"] is False  # not multi-label yet
     val = result["metrics"]["validation"]
     assert set(val["per_label"]) == {"bad", "film", "good"} and 0 <= val["micro_f1"] <= 1
+    card = (tmp_path / "run" / "README.md").read_text(encoding="utf-8")  # the card has the multi-label metrics
+    assert f"| ce-scl-lr | micro_f1 | {val['micro_f1']:.4f} |" in card and "| ce-scl-lr | subset_accuracy |" in card
+    assert "validation micro_f1" in card.split("---", 2)[1]  # the model-index
     cfg = json.loads((tmp_path / "run" / "contrastfit.json").read_text())
     assert cfg["multi_label"] is True and len(cfg["thresholds"]) == 3 and "validation" in cfg["threshold_rule"]
     texts = ["good film", "awful dull plot", "the", "superb fun movie"]

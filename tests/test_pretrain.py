@@ -116,7 +116,7 @@ def _bad_cases(tmp_path, corpus_txt):
         ("simcse-unsup", latin, DataError, r"latin.txt: not valid UTF-8 at line 1"),
         ("simcse-unsup", one, DataError, r"holds 1 text; contrastive pre-training needs at least 2"),
         ("simcse-unsup", tmp_path / "missing.txt", DataError, r"corpus .*missing.txt: no such file"),
-        ("ce-scl", corpus_txt, ConfigError, r"pretrain method must be one of simcse-unsup, simcse-sup, diffcse"),
+        ("ce-scl", corpus_txt, ConfigError, r"method must be one of simcse-unsup, simcse-sup, diffcse, got 'ce-scl'"),
         ("simcse-sup", scores, ConfigError, r"simcse-sup needs class labels, but '.*scores.csv' has a numeric"),
     ], taken
 
@@ -134,6 +134,27 @@ def test_bad_input_is_a_one_line_error_and_writes_nothing(tmp_path, tiny_encoder
     with pytest.raises(ConfigError, match="method 'simcse-unsup': temperature must be > 0, got 0"):
         _pretrain(tiny_encoder_dir, corpus_txt, tmp_path / "bad_hp", hparams={"temperature": 0})
     assert not (tmp_path / "bad_hp").exists()
+
+
+@pytest.mark.parametrize("values, message", [
+    ({"batch_size": 0}, "batch_size must be >= 1, got 0"),
+    ({"max_length": 0}, "max_length must be >= 1, got 0"),
+    ({"learning_rate": 0}, "learning_rate must be > 0, got 0"),
+    ({"learning_rate": "1e-5"}, "learning_rate must be float, got '1e-5'"),
+    ({"epochs": 0}, "epochs must be > 0, got 0"),
+    ({"max_steps": 0}, "max_steps must be >= 1, got 0"),
+    ({"max_texts": 1}, "max_texts must be >= 2, got 1"),
+    ({"warmup_ratio": 1.5}, "warmup_ratio must be in [0, 1), got 1.5"),
+    ({"seed": -1}, "seed must be in [0, 4294967295], got -1"),
+    ({"pooling": "max"}, "pooling must be one of"),
+])
+def test_python_callers_get_the_declared_one_line_errors(tmp_path, tiny_encoder_dir, corpus_txt, values, message):
+    """pretrain() checks its arguments against PretrainOptions' declarations, as the CLI does, before it
+    reads the corpus or writes anything."""
+    with pytest.raises(ConfigError) as err:
+        _pretrain(tiny_encoder_dir, corpus_txt, tmp_path / "out", **values)
+    assert str(err.value).startswith(message) and "\n" not in str(err.value)
+    assert not (tmp_path / "out").exists()
 
 
 def test_cli_pretrain_writes_an_encoder_that_train_loads(tmp_path, tiny_encoder_dir, sentiment_csv, capsys):

@@ -120,6 +120,7 @@ def test_every_choice_is_accepted(name, choice):
      "metric_for_best must be one of accuracy, f1, macro_f1, mcc, loss, mse, pearson, spearman, got 'acc'"),
     ({"method": "nope"}, "unknown method 'nope'"),
     ({"shots": 4, "train_size": 20}, "give either --shots (per class) or --train-size (total), not both"),
+    ({"label_separator": ";"}, "--label-separator splits the label sets of multi-label data: give --multi-label"),
     ({"fp16": True, "bf16": True}, "choose one of fp16 and bf16"),
     ({"batch_size": 1}, "the balanced sampler needs --batch-size >= 2 (or use --sampler random)"),
 ])

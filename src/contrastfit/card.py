@@ -5,7 +5,9 @@ the built-in alias mapped to its id; ``license``; ``language``; ``library_name``
 ``tags``; ``datasets``; ``metrics``; ``model-index`` with the evaluation results), then what the model is (method and paper),
 the data it was trained on (source, sampling, sizes, hashes), how it was trained (settings, steps,
 the validation-selected step), its validation and test metrics (with the probabilities' NLL and
-ECE, and the temperature when ``contrastfit calibrate`` fitted one), how to use it, what it cannot
+ECE, and the temperature when ``contrastfit calibrate`` fitted one; for a multi-label model micro-F1,
+macro-F1 and subset accuracy, the headline metrics also in the front matter, and each label's F1 and
+threshold), how to use it, what it cannot
 claim, and the library versions. No absolute local path is written (a local file appears by its
 name only). Everything comes from ``results.json`` and ``contrastfit.json``:
 the card states nothing the record does not hold. ``contrastfit train`` writes it with the model;
@@ -29,6 +31,11 @@ __all__ = ["CARD_NAME", "HUB_ID", "model_card", "multitask_card", "public_record
 CARD_NAME = "README.md"
 _CLASSIFICATION = ("accuracy", "f1", "macro_f1", "mcc", "nll", "ece")
 _REGRESSION = ("pearson", "spearman", "mse")
+#: A multi-label model's metrics in the card's table: the headline ones
+#: (:data:`contrastfit.evaluation.multilabel.MULTILABEL_HEADLINE`, also the front matter's and the
+#: model-index's), then the others of :func:`~contrastfit.evaluation.multilabel.multilabel_metrics`.
+_MULTILABEL_HEADLINE = ("micro_f1", "macro_f1", "subset_accuracy")
+_MULTILABEL = (*_MULTILABEL_HEADLINE, "samples_f1", "hamming_loss")
 
 #: A Hugging Face Hub model id, ``owner/name``.
 HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -170,19 +177,25 @@ def model_card(record: Record | dict[str, Any], config: dict[str, Any]) -> str:
     metrics = record.metrics
     task = data.get("task") or config.get("task", "classification")
     labels = data.get("label_names") or config.get("label_names")
-    names = _REGRESSION if task == "regression" else _CLASSIFICATION
+    multi_label = bool(data.get("multi_label") or config.get("multi_label"))
+    names = _REGRESSION if task == "regression" else _MULTILABEL if multi_label else _CLASSIFICATION
     base = record.model or config.get("base_model")
     shown_base = hub_base_model(base) or (Path(str(base)).name if base else "?")
 
-    out = [_front_matter(base, ["contrastfit", str(method), task], _hub_names(data),
-                         [m for m in names if m not in ("nll", "ece")],
-                         _model_index(f"{method} on {data.get('name', '?')}", data, metrics, names)),
+    tags = ["contrastfit", str(method), task, *(["multi-label"] if multi_label else [])]
+    indexed = _MULTILABEL_HEADLINE if multi_label else names  # the model-index's metrics; the front matter's less nll, ece
+    out = [_front_matter(base, tags, _hub_names(data), [m for m in indexed if m not in ("nll", "ece")],
+                         _model_index(f"{method} on {data.get('name', '?')}", data, metrics, indexed)),
            "", f"# {method} on {data.get('name', '?')}", ""]
     what = f"`{shown_base}` fine-tuned with contrastfit's `{method}` method"
     if spec is not None:
         what += f": {spec.description}. Paper: {spec.reference}"
     if task == "regression":
         what += ". It predicts one score per text."
+    elif multi_label:
+        what += f". It gives each {'text pair' if data.get('text_pair') else 'text'} a set of labels (none, one or " \
+                f"several) of {len(labels or [])}: " + ", ".join(f"`{n}`" for n in labels or []) + \
+                ". Each label has its own sigmoid probability and threshold."
     else:
         what += f". It classifies {'text pairs' if data.get('text_pair') else 'texts'} into {len(labels or [])} labels: " \
                 + ", ".join(f"`{n}`" for n in labels or []) + "."
@@ -201,6 +214,8 @@ def model_card(record: Record | dict[str, Any], config: dict[str, Any]) -> str:
         if any("ece" in metrics[s] for s in splits):
             out += ["`nll` is the mean cross-entropy of the predicted probabilities and `ece` their expected "
                     "calibration error (15 bins), both before any temperature scaling.", ""]
+        if multi_label:
+            out += _multilabel_results(metrics, splits, record.training.get("thresholds") or {})
     calibration = config.get("calibration")
     if calibration:
         out += ["## Calibration", "", _calibration_sentence(calibration), ""]
@@ -208,11 +223,30 @@ def model_card(record: Record | dict[str, Any], config: dict[str, Any]) -> str:
     example = "a fine film" + ("\\tgreat acting" if data.get("text_pair") else "")
     out += ["## Usage", "", "```python", "from contrastfit import ContrastiveClassifier", "",
             'model = ContrastiveClassifier.from_pretrained("path/to/this/folder")',
-            f'model.{"predict" if task == "regression" else "predict_proba"}(["a fine film"]'
+            f'model.{"predict" if task == "regression" or multi_label else "predict_proba"}(["a fine film"]'
             + (', ["great acting"]' if data.get("text_pair") else "") + ")", "```", "",
             f"or `echo -e \"{example}\" | contrastfit predict path/to/this/folder`.", ""]
     out += _loading(config)
     return "\n".join(out + _closing(record, data.get("train_size", "?")))
+
+
+def _multilabel_results(metrics: dict[str, Any], splits: list[str], thresholds: dict[str, Any]) -> list[str]:
+    """What the metric table of a multi-label model means, and each label's F1 and threshold."""
+    out = ["`micro_f1` pools every (text, label) decision, `macro_f1` is the mean of the labels' F1, "
+           "`subset_accuracy` the fraction of texts whose whole label set is right; `samples_f1` is F1 per text, "
+           "averaged, and `hamming_loss` the fraction of wrong (text, label) decisions (lower is better). Each label "
+           "is decided at its own threshold (the training table's `threshold_rule`).", ""]
+    per_label = {s: metrics[s].get("per_label") or {} for s in splits}
+    labels = list(thresholds) or list(next((p for p in per_label.values() if p), {}))
+    if labels:
+        out += ["| label | threshold | " + " | ".join(f"{s} F1 (support)" for s in splits) + " |",
+                "|---" * (len(splits) + 2) + "|"]
+        for label in labels:
+            cells = [f"{_fmt(per_label[s][label].get('f1'), metric=True)} ({per_label[s][label].get('support')})"
+                     if label in per_label[s] else "-" for s in splits]
+            out.append(f"| {label} | {_fmt(thresholds.get(label))} | " + " | ".join(cells) + " |")
+        out.append("")
+    return out
 
 
 def _loading(config: dict[str, Any]) -> list[str]:

@@ -276,7 +276,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a hyper-parameter of the method (repeatable), e.g. --param temperature=0.05")
 
     # -- datasets / methods --------------------------------------------------------------------
-    p = sub.add_parser("datasets", help="list the built-in data sets with sizes and labels")
+    p = sub.add_parser("datasets", help="list the built-in data sets (single- and multi-label) with sizes and labels")
     p.add_argument("--json", action="store_true", help="print JSON")
     p = sub.add_parser("methods", help="list the training methods and their default hyper-parameters")
     p.add_argument("--json", action="store_true", help="print JSON")
@@ -638,8 +638,9 @@ def _model_title(model) -> str:
 
 def cmd_datasets(args: argparse.Namespace) -> int:
     from .data import describe_builtin
+    from .data.multilabel import describe_multilabel_builtin
 
-    rows = describe_builtin()
+    rows = describe_builtin() + describe_multilabel_builtin()
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
@@ -647,7 +648,8 @@ def cmd_datasets(args: argparse.Namespace) -> int:
     print(f"{'name':<{w}} {'size':>6}  {'train/validation/test':<22} labels")
     for r in rows:
         split = "/".join(str(r["splits"][s]) for s in ("train", "validation", "test"))
-        labels = ", ".join(f"{k} {v}" for k, v in r["labels"].items())
+        labels = ("multi-label (texts per label): " if r["multi_label"] else "") + \
+            ", ".join(f"{k} {v}" for k, v in r["labels"].items())
         print(f"{r['name']:<{w}} {r['size']:>6}  {split:<22} {labels}")
         print(f"{'':<{w}} {'':>6}  {r['description']} (package {r['package']})")
     return 0
@@ -710,10 +712,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 def cmd_pretrain(args: argparse.Namespace) -> int:
     from .pretrain import PretrainOptions, pretrain
-    from .settings import check_fields
 
     options = {f.name: getattr(args, f.name) for f in config_option_fields(source=PretrainOptions)}
-    check_fields(PretrainOptions(**options))  # the declared bounds, worded as train words them
     result = pretrain(**options, hparams=_parse_params(args.param))
     print(f"encoder saved to {result.output}")
     return 0

@@ -53,7 +53,7 @@ from .experiments.identity import run_identity
 from .modeling import ContrastiveClassifier
 from .pipeline import CHECKPOINT_DIR, Clock, TrainResult, fit
 from .record import Record, read_record
-from .settings import same_as, setting
+from .settings import check_fields, same_as, setting
 from .training import SEED_MAX, TrainConfig
 from .versions import library_versions
 
@@ -75,7 +75,9 @@ class PretrainOptions:
     """The arguments of :func:`pretrain`, declared once (:func:`contrastfit.settings.setting`): its
     defaults are these, ``contrastfit pretrain``'s options are generated from them
     (:func:`contrastfit.cli.add_config_options`) and so is an experiment's ``pretrain:`` entry
-    (:class:`contrastfit.experiments.schema.PretrainEntry`), with the same bounds."""
+    (:class:`contrastfit.experiments.schema.PretrainEntry`), with the same bounds; :func:`pretrain` checks
+    its arguments against them first (:func:`contrastfit.settings.check_fields`), so a Python caller gets the
+    command line's one-line errors (``batch_size must be >= 1, got 0``)."""
 
     method: str = setting("simcse-unsup", "the encoder stage of this method", group="options",
                           choices=PRETRAIN_METHODS)
@@ -184,8 +186,13 @@ def pretrain(method: str = _O.method, data: str | None = _O.data, output: str | 
 
     from .training import TrainConfig, build_trainer, tokenize_dataset
 
-    if method not in PRETRAIN_METHODS:
-        raise ConfigError(f"pretrain method must be one of {', '.join(PRETRAIN_METHODS)}, got {method!r}")
+    # every argument against its declaration in PretrainOptions (type, choices, bounds): the CLI's one-line errors
+    check_fields(PretrainOptions(
+        method=method, data=data, output=output, model=model, pooling=pooling, text_column=text_column,
+        text_pair_column=text_pair_column, label_column=label_column, max_texts=max_texts, max_length=max_length,
+        batch_size=batch_size, learning_rate=learning_rate, weight_decay=weight_decay, warmup_ratio=warmup_ratio,
+        epochs=epochs, max_steps=max_steps, seed=seed, hparams=hparams, logging_steps=logging_steps, progress=progress,
+        fp16=fp16, bf16=bf16, use_cpu=use_cpu, trust_remote_code=trust_remote_code))
     if not data:
         raise ConfigError("pretrain needs a corpus: data=PATH (one text per line), a table or a data set name")
     if not output:
@@ -194,17 +201,9 @@ def pretrain(method: str = _O.method, data: str | None = _O.data, output: str | 
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise ConfigError(f"{out} already exists and is not an empty folder; choose another output")
     defaults = PRETRAIN_DEFAULTS[method]
-    settings = {"batch_size": batch_size or defaults["batch_size"],
+    settings = {"batch_size": batch_size if batch_size is not None else defaults["batch_size"],
                 "learning_rate": learning_rate if learning_rate is not None else defaults["learning_rate"],
-                "max_length": max_length or defaults["max_length"]}
-    for key in ("batch_size", "max_length"):
-        if not isinstance(settings[key], int) or settings[key] < 1:
-            raise ConfigError(f"{key} must be an integer >= 1, got {settings[key]!r}")
-    if not settings["learning_rate"] > 0 or not epochs > 0 or (max_steps is not None and max_steps < 1):
-        raise ConfigError(f"learning_rate and epochs must be > 0 and max_steps >= 1 (got {settings['learning_rate']}, "
-                          f"{epochs}, {max_steps})")
-    if max_texts is not None and max_texts < 2:
-        raise ConfigError(f"max_texts must be >= 2 (a contrastive batch needs two texts), got {max_texts}")
+                "max_length": max_length if max_length is not None else defaults["max_length"]}
 
     clock = Clock()
     set_seed(seed)

@@ -212,6 +212,9 @@ class TrainConfig:
         self._check_fields()
         if self.shots is not None and self.train_size is not None:
             raise ConfigError("give either --shots (per class) or --train-size (total), not both")
+        if self.label_separator is not None and not self.multi_label:
+            raise ConfigError("--label-separator splits the label sets of multi-label data: give --multi-label with it, "
+                              "or leave it out")
         if self.fp16 and self.bf16:
             raise ConfigError("choose one of fp16 and bf16")
         check_precision(self)

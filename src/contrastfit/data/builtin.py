@@ -351,9 +351,11 @@ def _load_builtin(name: str) -> TextData:
 
 
 def describe_builtin() -> list[dict]:
-    """One row per built-in data set: name, sizes, labels with counts (for ``contrastfit datasets``).
+    """One row per built-in single-label data set: name, sizes, labels with counts (for ``contrastfit
+    datasets``), ``multi_label`` false.
 
-    For a regression target ``labels`` holds the statistics of the ratings (min, mean, std, max).
+    For a regression target ``labels`` holds the statistics of the ratings (min, mean, std, max). The
+    multi-label built-ins are described by :func:`contrastfit.data.multilabel.describe_multilabel_builtin`.
     """
     rows = []
     for name, spec in BUILTIN_DATASETS.items():
@@ -373,6 +375,7 @@ def describe_builtin() -> list[dict]:
             "description": spec.description,
             "package": spec.package,
             "task": data.task,
+            "multi_label": False,
             "size": sum(counts.values()),
             "splits": counts,
             "labels": labels,

