@@ -12,7 +12,7 @@ them), ``test_texts``, ``model`` (a local model folder), ``recipe`` (``library-d
 ``cpu``, ``cuda``), ``workdir`` and ``overrides`` (extra FastFitTrainer arguments, e.g.
 ``{"max_steps": 2}`` to show that a recipe starts). The result: ``predictions`` (label names,
 one a test text), ``train_s`` (wall-clock from loading the encoder to a trained model),
-``steps``, ``recipe``, ``arguments``, ``device`` and the versions of FastFit, transformers,
+``steps``, ``recipe``, ``arguments`` (given), ``effective`` (the settings the trainer used), ``device`` and the versions of FastFit, transformers,
 datasets and torch.
 
 Three work-arounds for fast-fit 1.2.1 with transformers 4.57 and datasets 2.21: its
@@ -105,8 +105,14 @@ def run(job: dict) -> dict:
     scores = out.predictions[0] if isinstance(out.predictions, tuple) else out.predictions
     ids = np.asarray(scores).argmax(axis=-1)
     predictions = [trainer.labels[int(i)] for i in ids]
+    ta = trainer.training_args
+    effective = {"num_train_epochs": ta.num_train_epochs, "max_steps": ta.max_steps,
+                 "per_device_train_batch_size": ta.per_device_train_batch_size, "learning_rate": ta.learning_rate,
+                 "optim": str(getattr(ta.optim, "value", ta.optim)), "fp16": ta.fp16,
+                 "max_text_length": trainer.data_args.max_text_length, "num_repeats": trainer.config.num_repeats,
+                 "clf_loss_factor": trainer.config.clf_loss_factor}
     return {"predictions": predictions, "train_s": train_s, "steps": int(trainer.trainer.state.global_step),
-            "recipe": recipe, "arguments": args, "device": "cuda" if cuda else "cpu",
+            "recipe": recipe, "arguments": args, "effective": effective, "device": "cuda" if cuda else "cpu",
             "gpu": torch.cuda.get_device_name(0) if cuda else None,
             "versions": {d: _version(d) for d in ("fast-fit", "transformers", "datasets", "torch")}}
 

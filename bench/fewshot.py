@@ -170,6 +170,7 @@ def run_fastfit(data: TextData, seed: int, model: str, workdir: Path, python: st
     m = classification_metrics(data.test["label"], pred, names)
     return {"accuracy": m["accuracy"], "macro_f1": m["macro_f1"], "train_s": out["train_s"], "steps": out["steps"],
             "method": "fastfit (library)", "recipe": recipe, "fastfit_arguments": out["arguments"],
+            "fastfit_settings": out.get("effective"),
             "fastfit_version": out["versions"].get("fast-fit"), "fastfit_versions": out["versions"],
             "device": out["device"], **({"gpu": out["gpu"]} if out.get("gpu") else {})}
 
