@@ -18,6 +18,13 @@ Systems (``--systems``):
   ``bench`` extra); skipped with a note where it is not installed, or where its default pair count
   needs more than ``--setfit-max-steps`` steps (SetFit's pairs grow with the square of the
   training-set size; the ``setfit`` method takes the same steps and is skipped by the same rule);
+* ``fastfit`` and ``fastfit-defaults``: FastFit (Yehudai & Bandel, 2024) with its README's recipe
+  (40 epochs, batch 32, 4 repeats, Adafactor, length 128, fp16 on a GPU) and with its library
+  defaults (the HF Trainer's: 3 epochs, batch 8, length 32). FastFit does not install beside
+  contrastfit, so ``bench/fastfit_runner.py`` runs it in its own virtual environment, whose python
+  ``--fastfit-python`` names (default: ``$CONTRASTFIT_FASTFIT_PYTHON``); skipped with a note where
+  that is absent (such a record is redone once it is given) or where the texts are pairs. Each
+  record names the recipe, FastFit's version and the device FastFit trained on;
 * a variant ``NAME=METHOD:key=value,key=value`` where each key is a ``TrainConfig`` field
   (``min_steps``, ``learning_rate``, ``head_init``, ``refit_head``, ...) or ``hp.NAME`` for a
   method hyper-parameter, e.g. ``lpft=ce-scl:head_init=probe,refit_head=true``.
@@ -60,6 +67,8 @@ RESULTS = Path(__file__).resolve().parent / "results"
 TEST_SEED = 20211
 REFERENCE = "setfit-lib"
 PROBE = "linear-probe"
+FASTFIT = {"fastfit": "paper", "fastfit-defaults": "library-defaults"}  # system -> fastfit_runner.py recipe
+FASTFIT_RUNNER = Path(__file__).resolve().parent / "fastfit_runner.py"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -127,6 +136,43 @@ def run_setfit_lib(data: TextData, seed: int, model: str, workdir: Path, device:
     return {"accuracy": m["accuracy"], "macro_f1": m["macro_f1"], "train_s": train_s,
             "steps": trainer.state.global_step if hasattr(trainer, "state") else None,
             "method": "setfit (library)", "setfit_version": _version("setfit")}
+
+
+def fastfit_missing(python: str | None) -> str | None:
+    """Why FastFit's environment cannot run (None when it can)."""
+    if not python:
+        return "FastFit's environment is not given (--fastfit-python or CONTRASTFIT_FASTFIT_PYTHON; see docs/benchmarks.md)"
+    if not (Path(python).is_file() and os.access(python, os.X_OK)):
+        return f"FastFit's environment is absent: {python} is not an executable"
+    return None
+
+
+def run_fastfit(data: TextData, seed: int, model: str, workdir: Path, python: str, recipe: str,
+                device: str = "auto") -> dict[str, Any]:
+    """FastFit in its own environment: ``bench/fastfit_runner.py`` as a subprocess on the same
+    training sample and test set (the test labels stay here)."""
+    import subprocess
+
+    names = data.label_names
+    folder = workdir / f"fastfit-{time.time_ns()}"
+    folder.mkdir(parents=True)
+    job = {"train_texts": list(data.train["text"]), "train_labels": [names[i] for i in data.train["label"]],
+           "label_names": names, "test_texts": list(data.test["text"]), "model": resolve_model(model)[0],
+           "recipe": recipe, "seed": seed, "device": device, "output": str(folder / "result.json"),
+           "workdir": str(folder / "trainer")}
+    (folder / "job.json").write_text(json.dumps(job, ensure_ascii=False), encoding="utf-8")
+    proc = subprocess.run([python, str(FASTFIT_RUNNER), str(folder / "job.json")], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"FastFit ({recipe}) failed with exit status {proc.returncode}:\n{proc.stderr[-3000:]}")
+    out = json.loads((folder / "result.json").read_text(encoding="utf-8"))
+    index = {name: i for i, name in enumerate(names)}
+    pred = np.array([index[p] for p in out["predictions"]], dtype=int)
+    m = classification_metrics(data.test["label"], pred, names)
+    return {"accuracy": m["accuracy"], "macro_f1": m["macro_f1"], "train_s": out["train_s"], "steps": out["steps"],
+            "method": "fastfit (library)", "recipe": recipe, "fastfit_arguments": out["arguments"],
+            "fastfit_settings": out.get("effective"),
+            "fastfit_version": out["versions"].get("fast-fit"), "fastfit_versions": out["versions"],
+            "device": out["device"], **({"gpu": out["gpu"]} if out.get("gpu") else {})}
 
 
 def _version(dist: str) -> str | None:
@@ -272,6 +318,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--validation-size", type=int, default=64)
     p.add_argument("--seed", type=int, default=0, help="protocol seed of the training samples; also the training seed")
     p.add_argument("--setfit-max-steps", type=int, default=500)
+    p.add_argument("--fastfit-python", default=os.environ.get("CONTRASTFIT_FASTFIT_PYTHON"),
+                   help="python of FastFit's own environment, for the fastfit systems "
+                        "(default: $CONTRASTFIT_FASTFIT_PYTHON)")
     p.add_argument("--name", default="fewshot", help="files: bench/results/NAME.{json,md,png} and NAME_runs.jsonl")
     args = p.parse_args(argv)
 
@@ -285,7 +334,11 @@ def main(argv: list[str] | None = None) -> int:
     device = "cuda" if args.device != "cpu" and torch.cuda.is_available() else "cpu"
     if args.device == "cuda" and device == "cpu":
         p.error("--device cuda: no GPU is visible")
-    done = {(r["data"], r["shots"], r["sample"], r["system"]) for r in read_records(runs_path)}
+    records = read_records(runs_path)
+    # a record skipped for want of FastFit's environment is redone once that environment is given
+    done = {(r["data"], r["shots"], r["sample"], r["system"]) for r in records if not r.get("unavailable")}
+    unavailable = {(r["data"], r["shots"], r["sample"], r["system"]) for r in records if r.get("unavailable")}
+    fastfit_absent = fastfit_missing(args.fastfit_python) if any(s in FASTFIT for s in systems) else None
 
     def write_summary() -> None:
         summary = {"config": vars(args), "versions": {**library_versions(), "setfit": _version("setfit")},
@@ -311,7 +364,21 @@ def main(argv: list[str] | None = None) -> int:
                         record["skipped"] = f"SetFit's default would take {steps} steps (> --setfit-max-steps {args.setfit_max_steps})"
                         append_record(runs_path, record)
                         continue
-                if system == REFERENCE:
+                if system in FASTFIT:
+                    skip = ("FastFit takes single texts, not pairs" if run.data.has_pairs
+                            else "FastFit needs class labels" if run.data.label_names is None else None)
+                    if skip is None and fastfit_absent:
+                        if key in unavailable:  # already noted
+                            continue
+                        record["unavailable"] = True
+                        skip = fastfit_absent
+                    if skip is not None:
+                        record.update(skipped=skip, recipe=FASTFIT[system])
+                        append_record(runs_path, record)
+                        continue
+                    record.update(run_fastfit(run.data, args.seed, args.model, workdir, args.fastfit_python,
+                                              FASTFIT[system], args.device))
+                elif system == REFERENCE:
                     if not have_setfit:
                         print(f"skip {key}: setfit is not installed (pip install setfit)", file=sys.stderr)
                         continue
