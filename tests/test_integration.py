@@ -42,6 +42,7 @@ METHODS = {
     "linear-probe": ({}, 0.58),
     "setfit": ({}, 0.58),
     "ce-scl-lr": ({}, 0.58),
+    "zero-shot": ({}, 0.58),
 }
 SHORT = {"shots": 16, "min_steps": 60, "max_length": 64, "validation_size": 64}
 
