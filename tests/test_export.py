@@ -126,3 +126,36 @@ def test_an_int8_export_past_the_thresholds_writes_nothing(tmp_path, tiny_encode
     assert main(["export", str(run), "--output", str(tmp_path / "o4"), "--max-prob-diff", "0.1"]) == 2
     assert "--max-prob-diff checks an int8 export: add --quantize int8" in capsys.readouterr().err
     assert not (tmp_path / "o4").exists()
+
+
+def test_int8_quantisation_survives_stale_shape_annotations(tmp_path, tiny_encoder_dir, monkeypatch):
+    """Some exporter versions (torch 2.11's) annotate intermediate values with the example batch's
+    shapes; onnx's shape inference inside quantize_dynamic then fails ("[ShapeInferenceError] Inferred
+    shape and existing shape differ in dimension 0"). The quantiser drops the annotations and goes on."""
+    import onnx
+
+    from contrastfit.export import _quantize
+
+    run, _ = _saved(tmp_path, tiny_encoder_dir, "ce")
+    folder = tmp_path / "float"
+    export_onnx(run, folder)
+    proto = onnx.load(str(folder / "model.onnx"), load_external_data=False)
+    # an annotation that contradicts what inference finds: the first projection's output 99 wide (it is 32)
+    out = next(node.output[0] for node in proto.graph.node if node.op_type == "MatMul")
+    del proto.graph.value_info[:]
+    proto.graph.value_info.append(onnx.helper.make_tensor_value_info(out, onnx.TensorProto.FLOAT, ["b", "s", 99]))
+    onnx.save(proto, str(folder / "model.onnx"))
+    import onnxruntime.quantization as ortq
+
+    real = ortq.quantize_dynamic
+
+    def strict(model_input, model_output, **kwargs):  # as onnxruntime's quantiser does where it failed
+        onnx.shape_inference.infer_shapes_path(str(model_input), str(tmp_path / "checked.onnx"), strict_mode=True)
+        return real(model_input, model_output, **kwargs)
+
+    monkeypatch.setattr(ortq, "quantize_dynamic", strict)
+    with pytest.raises(Exception, match="ShapeInferenceError"):
+        strict(folder / "model.onnx", tmp_path / "plain.onnx")
+    q = _quantize(folder, "int8", per_channel=False, reduce_range=False, op_types=None)
+    assert q["type"] == "int8" and "MatMulInteger" in _ops(folder / "model.onnx")
+    assert sorted(p.name for p in folder.iterdir() if p.name.startswith("model.onnx")) == ["model.onnx"]

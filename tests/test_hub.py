@@ -216,6 +216,7 @@ def test_hub_failures_are_one_line_errors(tmp_path, tiny_encoder_dir, local_hub,
         ContrastiveClassifier.from_pretrained("me/missing")
     assert "\n" not in str(err.value)
     folder, _ = _run_folder(tmp_path, tiny_encoder_dir)
+    capsys.readouterr()  # what building the folder printed (transformers' loading bars, where its version shows them)
     assert main(["push", str(folder), "--repo", "not a repo id"]) == 2
     assert capsys.readouterr().err == "contrastfit: error: --repo 'not a repo id' is not a Hub repository id (owner/name)\n"
 

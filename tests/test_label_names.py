@@ -71,7 +71,7 @@ def _features(model, texts):
     model.eval()
     with torch.no_grad():
         pooled = model.encoder(**{k: torch.tensor(v, device=model.device) for k, v in enc.items()}).pooled
-    return F.normalize(pooled.float(), dim=-1)
+    return F.normalize(pooled.float(), dim=-1).cpu()
 
 
 def test_zero_shot_predicts_the_nearest_label_name(tiny_encoder_dir, word_labels_csv, tmp_path):

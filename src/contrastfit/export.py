@@ -219,6 +219,16 @@ def _parity(served: "OnnxClassifier", reference: np.ndarray, texts: list[str], p
     return check
 
 
+def _without_shape_annotations(graph: Path, target: Path) -> None:
+    """``graph`` saved as ``target`` (same folder, so that its external weights file still resolves)
+    without the intermediate values' shape annotations (``value_info``)."""
+    import onnx
+
+    proto = onnx.load(str(graph), load_external_data=False)
+    del proto.graph.value_info[:]
+    onnx.save(proto, str(target))
+
+
 def _quantize(folder: Path, kind: str, per_channel: bool, reduce_range: bool,
               op_types: Sequence[str] | None) -> dict[str, Any]:
     """Replace ``folder``'s float ``model.onnx`` (and its external weights file) by its dynamically
@@ -234,14 +244,26 @@ def _quantize(folder: Path, kind: str, per_channel: bool, reduce_range: bool,
     root = logging.getLogger()
     level = root.level
     root.setLevel(logging.ERROR)  # quantize_dynamic's advice to pre-process, on the root logger
+    options = dict(per_channel=per_channel, reduce_range=reduce_range,
+                   op_types_to_quantize=list(op_types) if op_types else None, weight_type=QuantType.QInt8)
+    bare = folder / f"{ONNX_NAME}.noshapes"
     try:
-        quantize_dynamic(graph, target, per_channel=per_channel, reduce_range=reduce_range,
-                         op_types_to_quantize=list(op_types) if op_types else None, weight_type=QuantType.QInt8)
+        try:
+            quantize_dynamic(graph, target, **options)
+        except Exception as exc:  # noqa: BLE001
+            if "ShapeInferenceError" not in str(exc):
+                raise
+            # Some exporter versions (torch 2.11's, seen on a GPU machine) annotate intermediate values with
+            # the example batch's shapes, which onnx's shape inference then contradicts. The annotations
+            # are optional: quantise a copy of the graph without them (same weights file).
+            _without_shape_annotations(graph, bare)
+            quantize_dynamic(bare, target, **options)
     except Exception as exc:  # onnxruntime's own errors, one line
         raise ModelError(f"export --quantize {kind}: onnxruntime.quantization failed: "
                          f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
     finally:
         root.setLevel(level)
+        bare.unlink(missing_ok=True)
     for p in floats:
         p.unlink()
     target.replace(graph)
