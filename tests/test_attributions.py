@@ -203,3 +203,38 @@ def test_separately_encoded_pairs_match_the_coalition_formula(tiny_encoder_dir):
     assert np.abs(want).max() > 1e-3
     with pytest.raises(Exception, match="give input_ids_b"):
         task(**{k: torch.tensor(v) for k, v in mt.tokenizer([first]).items()})
+
+
+def test_multi_label_values_explain_each_labels_own_probability(tiny_encoder_dir, tmp_path):
+    """A multi-label model: the value of a coalition is sigmoid(logit_j / T_j), predict_proba's
+    probability of label j, not a softmax across labels; exact values match the coalition formula."""
+    from contrastfit import train
+
+    rows = [("good fun", "good|fun"), ("bad dull", "bad"), ("fun film", "fun"), ("good film", "good"),
+            ("bad fun film", "bad|fun"), ("dull plot", "bad")] * 3
+    model = train(texts=[t for t, _ in rows], labels=[lab.split("|") for _, lab in rows],
+                  multi_label=True, method="ce", model=str(tiny_encoder_dir), epochs=1, validation_split=0,
+                  progress=False).model.eval()
+    model.info["calibration"] = {"temperatures": [0.5, 2.0, 1.0]}  # as `contrastfit calibrate` would set them
+    names = model.label_names
+    text = "good fun dull plot"
+    probs = model.predict_proba([text])[0]
+    got = token_attributions(model, text, exact=True)  # the most probable label by default
+    assert got.target == int(np.argmax(probs)) and got.probability == pytest.approx(float(probs.max()), abs=1e-5)
+    j = names.index("bad")
+    temps = torch.tensor([0.5, 2.0, 1.0])
+
+    def value(keep):
+        enc = model.tokenize([text])
+        att = torch.tensor(enc["attention_mask"])
+        for i in range(len(text.split())):
+            if i not in keep:
+                att[0, i + 1] = 0
+        with torch.no_grad():
+            logits = model(input_ids=torch.tensor(enc["input_ids"]), attention_mask=att).logits
+        return float((logits / temps).sigmoid()[0, j])
+
+    got = token_attributions(model, text, target="bad", exact=True)
+    np.testing.assert_allclose(got.values, _coalition_shapley(4, value), atol=1e-5)
+    assert got.probability == pytest.approx(float(probs[j]), abs=1e-5)
+    assert got.values.sum() == pytest.approx(got.probability - got.base_probability, abs=1e-5)

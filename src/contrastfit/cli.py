@@ -173,7 +173,8 @@ def build_parser() -> argparse.ArgumentParser:
                                    "probability of the target label. Texts come as for `predict`. Writes one JSON "
                                    "object per text (words, values, probability with all words removed).")
     _add_text_input_args(p, "explain")
-    p.add_argument("--target", help="label to explain (default: the predicted label of each text)")
+    p.add_argument("--target", help="label to explain (default: the predicted label of each text; "
+                                    "multi-label: the most probable one)")
     p.add_argument("--samples", type=int, default=25, help="random word orderings per text (default 25)")
     p.add_argument("--baseline", choices=["remove", "mask"], default="remove",
                    help="an absent word is masked out of attention (remove) or replaced by the mask token (mask)")
@@ -607,9 +608,6 @@ def cmd_explain(args: argparse.Namespace) -> int:
     if getattr(model, "session", None) is not None:
         raise ContrastfitError(f"{args.run} is an ONNX export; explain needs the PyTorch model: give the folder "
                                "`contrastfit train` wrote")
-    if getattr(model, "multi_label", False):  # its attributions would explain a softmax the model does not use
-        raise ContrastfitError(f"{args.run} is a multi-label model; explain supports single-label and regression "
-                               "models (docs: Multi-label)")
     if args.target is not None and model.task == "classification" and args.target not in model.label_names:
         raise ContrastfitError(f"--target {args.target!r} is not a label of {args.run} "
                                f"({', '.join(map(str, model.label_names))})")

@@ -18,7 +18,10 @@ Conventions
   multi-task task with a ``concat`` or cosine pair head) gets each text tokenised on its own, with
   its own special tokens, and reads the two encodings apart.
 * Values are in probability units for classification (softmax of the model's logits; for LaCon
-  the cosine-matching logits of Eq. 8), in output units for regression.
+  the cosine-matching logits of Eq. 8), in output units for regression. For a multi-label model
+  the value is the target label's own probability, ``sigmoid(logit_j / T_j)`` as ``predict_proba``
+  gives it (``T_j`` its calibration temperature, 1 without), and the default target is the most
+  probable label.
 * Efficiency holds exactly for every sampled ordering, hence for their mean:
   ``sum(values) == probability - base_probability`` up to float error, where
   ``base_probability`` is the value with every word absent.
@@ -128,8 +131,9 @@ def token_attributions(model, text: str, text_pair: str | None = None, target: i
     """Shapley values of the words of ``text`` (and ``text_pair``) for ``target``.
 
     ``model`` is a :class:`~contrastfit.ContrastiveClassifier`; ``target`` a label index or name
-    (default: the predicted label; ignored for regression). ``n_samples`` random word orderings
-    are drawn (seeded), each costing one forward pass per word, in batches of ``batch_size``;
+    (default: the predicted label, for a multi-label model the most probable one; ignored for
+    regression). ``n_samples`` random word orderings are drawn (seeded), each costing one forward
+    pass per word, in batches of ``batch_size``;
     ``exact=True`` averages over every ordering instead (captum's ``ShapleyValues``: n! orderings,
     for texts of a few words only).
     """
@@ -155,6 +159,11 @@ def token_attributions(model, text: str, text_pair: str | None = None, target: i
         if not 0 <= target_idx < len(names):
             raise ValueError(f"target index {target_idx} out of range for {len(names)} labels")
     extra = {k: v for k, v in batch.items() if k not in ("input_ids", "attention_mask")}
+    temps = None
+    if getattr(model, "multi_label", False):  # each label's own probability, as predict_proba gives it
+        from ..multilabel.model import temperatures
+
+        temps = torch.as_tensor(temperatures(model), dtype=torch.float32, device=batch["input_ids"].device)
 
     def forward(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         n = input_ids.shape[0]
@@ -163,7 +172,9 @@ def token_attributions(model, text: str, text_pair: str | None = None, target: i
         if split is not None:  # the two texts' encodings, one after the other: the model reads them apart
             inputs = {**{k: v[:, :split] for k, v in inputs.items()}, **{f"{k}_b": v[:, split:] for k, v in inputs.items()}}
         logits = model(**inputs).logits.float()
-        return logits if regression else logits.softmax(-1)
+        if regression:
+            return logits
+        return (logits / temps).sigmoid() if temps is not None else logits.softmax(-1)
 
     was_training = model.training
     model.eval()
