@@ -590,3 +590,24 @@ def test_a_damaged_store_is_named_in_one_line_and_rebuilt_from_the_results_json_
     assert after[ce] == before[ce]  # restored from its results.json, not trained again
     assert after[ce_scl]["timings"] != before[ce_scl]["timings"]  # trained again
     assert json.loads(written.read_text()) == after[ce_scl]
+
+
+def test_an_edited_label_descriptions_file_makes_new_runs(experiment_files, tmp_path, capsys):
+    """The identity holds the descriptions' content, not the file's path."""
+    descriptions = tmp_path / "labels.csv"
+    descriptions.write_text("label,description\nnegative,bad\npositive,good\n")
+    path = experiment_files(methods=["zero-shot"], training={"label_descriptions": str(descriptions)})
+    run_experiment(load_config(path), progress=False)
+    (first,) = _done_runs(tmp_path / "out").values()
+    assert first["tags"]["run_identity"]["spec"]["training"]["label_descriptions"] == {"negative": "bad",
+                                                                                     "positive": "good"}
+    assert first["data"]["label_descriptions"] == {"negative": "bad", "positive": "good"}
+    descriptions.write_text("label,description\nnegative,dull\npositive,good\n")
+    capsys.readouterr()
+    run_experiment(load_config(path), progress=False)
+    assert "1 runs (1 new, 0 done earlier)" in capsys.readouterr().out
+    # the same descriptions inline: the first run's identity again, reused
+    inline = experiment_files(methods=["zero-shot"], training={"label_descriptions": {"negative": "bad",
+                                                                                     "positive": "good"}})
+    run_experiment(load_config(inline), progress=False)
+    assert "1 runs (0 new, 1 done earlier)" in capsys.readouterr().out

@@ -44,7 +44,7 @@ METHODS = {
     "ce-scl-lr": ({}, 0.58),
     "zero-shot": ({}, 0.58),
 }
-SHORT = {"shots": 16, "min_steps": 60, "max_length": 64, "validation_size": 64}
+SHORT = {"shots": 16, "min_steps": 60, "batch_size": 8, "max_length": 48, "validation_size": 64}
 
 
 @pytest.fixture(scope="module")

@@ -143,3 +143,86 @@ def test_codes_as_label_names_are_ignored_with_a_warning_and_the_record_says_so(
         result = train(method="linear-probe", data=str(csv), label_column="sentiment", model=str(tiny_encoder_dir),
                        output=str(tmp_path / "lp"), progress=False, hparams={"label_prior": 1.0})
     assert result["training"]["head_stage"]["label_prior"].startswith("label names look like codes")
+
+
+# -- label descriptions (--label-descriptions) ---------------------------------------------------------
+
+def _codes_csv(tmp_path):
+    rows = [{**r, "sentiment": "1" if r["sentiment"] == "positive" else "0"} for r in sentiment_rows()]
+    return write_rows_csv(tmp_path / "codes.csv", rows)
+
+
+@pytest.mark.parametrize("name, content", [
+    ("d.json", '{"0": "bad", " 1 ": "good  film"}'),
+    ("d.yaml", '"0": bad\n"1": good  film\n'),
+    ("d.csv", 'label,description\n0,bad\n1,"good  film"\n'),
+    ("d.tsv", 'label\tdescription\n0\tbad\n1\tgood  film\n'),
+])
+def test_label_descriptions_read_from_each_format(tmp_path, name, content):
+    from contrastfit.data.descriptions import read_label_descriptions
+
+    (tmp_path / name).write_text(content)
+    assert read_label_descriptions(str(tmp_path / name)) == {"0": "bad", "1": "good film"}  # labels stripped, spaces one
+    assert read_label_descriptions({"0": "bad"}) == {"0": "bad"} and read_label_descriptions(None) is None
+
+
+@pytest.mark.parametrize("name, content, message", [
+    ("d.json", '{"0": ""}', r"d.json: label '0' has an empty description"),
+    ("d.json", '["bad", "good"]', r"d.json: give a mapping of label to description, not list"),
+    ("d.json", '{"0": "bad"', r"d.json: not valid JSON"),
+    ("d.csv", "label,text\n0,bad\n", r"d.csv: the first row must be the header label,description"),
+    ("d.csv", "label,description\n0,bad,worse\n", r"d.csv: row 2 has 3 cells, not 2"),
+    ("d.yaml", '"0": bad\n" 0": worse\n', r"d.yaml: label '0' is described twice"),
+    ("d.txt", "0 bad", r"d.txt: give a .json, .yaml, .yml, .csv, .tsv file"),
+])
+def test_bad_label_descriptions_are_one_line_errors_naming_the_file(tmp_path, name, content, message):
+    from contrastfit.data.descriptions import read_label_descriptions
+
+    (tmp_path / name).write_text(content)
+    with pytest.raises(ConfigError, match=message) as err:
+        read_label_descriptions(str(tmp_path / name))
+    assert "\n" not in str(err.value)
+
+
+def test_a_described_label_that_the_data_lacks_is_refused_before_training(tiny_encoder_dir, tmp_path):
+    (tmp_path / "d.json").write_text('{"0": "bad", "2": "neutral"}')
+    with pytest.raises(ConfigError, match=r"d.json: '2' is not a label of the data \(its labels: 0, 1\)"):
+        train(data=str(_codes_csv(tmp_path)), label_column="sentiment", model=str(tiny_encoder_dir),
+              label_descriptions=str(tmp_path / "d.json"), progress=False)
+    with pytest.raises(ConfigError, match="not used with --multi-label"):
+        train(data=str(_codes_csv(tmp_path)), label_column="sentiment", model=str(tiny_encoder_dir), multi_label=True,
+              label_descriptions={"0": "bad"}, progress=False)
+
+
+def test_descriptions_stand_in_for_codes(tiny_encoder_dir, word_labels_csv, tmp_path):
+    """Codes 0/1 described as bad/good give the zero-shot model of the names bad/good, and the record
+    (and the run's identity) carries the descriptions."""
+    named = train(method="zero-shot", data=str(word_labels_csv), label_column="sentiment",
+                  model=str(tiny_encoder_dir), progress=False)
+    (tmp_path / "d.csv").write_text("label,description\n0,bad\n1,good\n")
+    described = train(method="zero-shot", data=str(_codes_csv(tmp_path)), label_column="sentiment",
+                      model=str(tiny_encoder_dir), label_descriptions=str(tmp_path / "d.csv"), progress=False)
+    texts = ["good fun film", "bad dull plot", "the actor"]
+    np.testing.assert_allclose(described.model.predict_logits(texts), named.model.predict_logits(texts), atol=1e-6)
+    assert described["data"]["label_descriptions"] == {"0": "bad", "1": "good"}
+    assert described.model.info["label_descriptions"] == {"0": "bad", "1": "good"}
+    assert described.record.identity["spec"]["data"]["label_descriptions"] == {"0": "bad", "1": "good"}
+    (tmp_path / "d.csv").write_text("label,description\n0,dull\n1,good\n")  # the same file, edited
+    again = train(method="zero-shot", data=str(_codes_csv(tmp_path)), label_column="sentiment",
+                  model=str(tiny_encoder_dir), label_descriptions=str(tmp_path / "d.csv"), progress=False)
+    assert again.record.identity["sha256"] != described.record.identity["sha256"]
+
+
+def test_the_default_recipe_anchors_on_the_descriptions(tiny_encoder_dir, tmp_path):
+    from contrastfit import ContrastiveClassifier
+    from datasets import Dataset
+
+    model = ContrastiveClassifier.from_encoder(str(tiny_encoder_dir), "ce-scl-lr", ["0", "1"])
+    model.info["label_descriptions"] = {"0": "bad plot", "1": "good"}
+    model.method.prepare(model, Dataset.from_dict({"input_ids": [[1, 2]]}))
+    want = model.tokenizer(["bad plot", "good"], padding=True, return_tensors="pt")
+    assert model.method.anchor_note is None
+    torch.testing.assert_close(model.method.label_inputs["input_ids"], want["input_ids"])
+    with pytest.warns(UserWarning, match="ce does not use label names; the label descriptions are not used"):
+        train(method="ce", data=str(_codes_csv(tmp_path)), label_column="sentiment", model=str(tiny_encoder_dir),
+              label_descriptions={"0": "bad", "1": "good"}, epochs=1, progress=False)

@@ -69,10 +69,13 @@ def hparam_options() -> dict[str, dict[str, Any]]:
 
 
 def _option_type(annotation: Any, name: str) -> type:
-    """``int``, ``float``, ``str`` or ``bool`` from a field's annotation (``X | None`` -> ``X``)."""
+    """``int``, ``float``, ``str`` or ``bool`` from a field's annotation (``X | None`` -> ``X``; a
+    ``str | dict`` field, a file or the mapping it holds, takes the file on the command line)."""
     import typing
 
     kinds = [k for k in (typing.get_args(annotation) or (annotation,)) if k is not type(None)]
+    if str in kinds and all(k is str or typing.get_origin(k) is dict for k in kinds):
+        kinds = [str]
     if len(kinds) != 1 or kinds[0] not in (int, float, str, bool):
         raise TypeError(f"{name}: a command-line option needs an int, float, str or bool field, "
                         f"not {annotation}")

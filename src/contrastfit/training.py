@@ -28,6 +28,7 @@ from transformers import TrainerCallback
 
 from .data import TextData, data_hash, load_data, sample_per_class, sample_stratified
 from .data.sampling import derive_seed
+from .data.descriptions import check_label_descriptions, label_descriptions_for
 from .data.loading import in_memory
 from .data.overlap import row_sketch
 from .encoders import DEFAULT_MODEL, default_pooling
@@ -130,6 +131,11 @@ class TrainConfig:
     label_separator: str | None = setting(None, "with --multi-label: the separator of several labels in one text "
                                           "cell (default: |)", group="data", metavar="SEP",
                                           check=_check_label_separator)
+    label_descriptions: str | dict[str, str] | None = setting(
+        None, "a text per class that the methods using label names (the default recipe's anchors and prior, "
+        "zero-shot) encode instead of the name, e.g. ABBR -> 'an abbreviation': a .json or .yaml mapping, or a "
+        ".csv/.tsv with the header label,description; docs: Methods", group="data", metavar="FILE",
+        check=check_label_descriptions)
     # -- sampling (every draw has its own seed: derive_seed(sample_seed, "train", sample_index))
     shots: int | None = setting(None, "sample K training examples per class", group="sampling", metavar="K", ge=1)
     train_size: int | None = setting(None, "sample N training examples in total, stratified by class",
@@ -215,6 +221,8 @@ class TrainConfig:
         if self.label_separator is not None and not self.multi_label:
             raise ConfigError("--label-separator splits the label sets of multi-label data: give --multi-label with it, "
                               "or leave it out")
+        if self.label_descriptions is not None and self.multi_label:
+            raise ConfigError("--label-descriptions: the label names are not used with --multi-label yet; leave it out")
         if self.fp16 and self.bf16:
             raise ConfigError("choose one of fp16 and bf16")
         check_precision(self)
@@ -640,6 +648,12 @@ def _train(config: TrainConfig, text_data: TextData | None, callbacks: list[Trai
         warnings.warn(f"{config.method} contrasts in-batch positives; random batches of a small training set "
                       "often have none (the default --sampler balanced guarantees them)", stacklevel=2)
     train_ds = tokenize_dataset(prepared.train, model.tokenizer, model.max_length)
+    descriptions = label_descriptions_for(config.label_descriptions, prepared.data.label_names)
+    if descriptions:  # what the label-name methods encode instead of the names; saved with the model
+        model.info["label_descriptions"] = descriptions
+        if not getattr(model.method, "uses_label_names", lambda: False)():
+            warnings.warn(f"{config.method} does not use label names; the label descriptions are not used",
+                          stacklevel=2)
     model.method.prepare(model, train_ds)
     epochs, max_steps = resolve_schedule(config, train_ds["labels"])
     # model selection on validation, for methods whose head trains with the encoder (two-stage
@@ -693,12 +707,15 @@ def _train(config: TrainConfig, text_data: TextData | None, callbacks: list[Trai
                     head_init=head_init, head_stage=head_stage, world_size=trainer.args.world_size,
                     warmup_steps=getattr(trainer, "scheduled_warmup_steps", None))
     data = prepared.description(config)
+    if descriptions:
+        data["label_descriptions"] = descriptions
     record = Record(
         kind="train", method=config.method, hparams=model.method.hparams, model=config.model, seed=config.seed,
         data=data, training=training, metrics=metrics, timings=clock.timings, versions=library_versions(),
         tags=config.tags, log_history=trainer.state.log_history,
         identity=run_identity("train", method=config.method, hparams=model.method.hparams, seed=config.seed,
-                              model=config.model, settings={f.name: getattr(config, f.name) for f in fields(config)},
+                              model=config.model, settings={f.name: getattr(config, f.name) for f in fields(config)
+                                                            if f.name != "label_descriptions"},  # in `data`
                               data=data, tags=config.tags))
     # the folder (not results.json) keeps digests of the training rows: calibrate and evaluate check for them
     model.info.update(model=config.model, seed=config.seed, data={**data, "train_rows": row_sketch(prepared.train)},

@@ -33,6 +33,7 @@ import torch
 
 from ..atomic import atomic_open, write_json_atomic, write_text_atomic
 from ..data import load_data
+from ..data.descriptions import read_label_descriptions
 from ..distributed import launched_processes
 from ..errors import ConfigError, ContrastfitError
 from ..methods.base import resolve_hparams
@@ -238,11 +239,17 @@ def job_identity(config: ExperimentConfig, job: Job, data: dict[str, Any], run: 
     tc = TrainConfig(method=method, data=config.data, model=job.model, hparams=given, seed=job.seed,
                      **variant_training(config, job.variant))
     fixed = {"method", "hparams", "seed", "model", "data"}
+    training = {f.name: getattr(tc, f.name) for f in fields(TrainConfig) if f.name not in NOT_IDENTITY | fixed}
+    # a file's content, not its path: an edited descriptions file makes new runs (and none: the
+    # identities of runs made before the setting existed)
+    descriptions = read_label_descriptions(training.pop("label_descriptions"))
+    if descriptions is not None:
+        training["label_descriptions"] = descriptions
     spec = {
         "kind": "experiment run", "method": method,
         "hparams": resolve_hparams(method, given), "seed": job.seed,
         "model": {"name": job.model, "sha256": model_sha256},
-        "training": {f.name: getattr(tc, f.name) for f in fields(TrainConfig) if f.name not in NOT_IDENTITY | fixed},
+        "training": training,
         "data": {"name": config.data, "options": config.data_options.settings(), **data},
         "run": {"setting": job.run.setting, "sample": job.run.sample, "params": job.run.params,
                 "sampling": job.run.sampling, **{k: v for k, v in run.items() if k.endswith("_hash")}},

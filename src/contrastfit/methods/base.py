@@ -266,13 +266,14 @@ class NormalizedFeaturesMethod(Method):
     def prepare(self, model, train_dataset) -> None:
         super().prepare(model, train_dataset)
         self.label_inputs = None
-        self.anchor_note = label_anchor_problem(model.label_names, train_dataset)
+        descriptions = getattr(model, "info", {}).get("label_descriptions") or {}  # --label-descriptions
+        self.anchor_note = label_anchor_problem(model.label_names, train_dataset, descriptions)
         if not self.uses_label_names():
             return
         if self.anchor_note is not None:
             warnings.warn(f"{self.name}: the label names are not used ({self.anchor_note})", stacklevel=2)
             return
-        texts = [label_text(n) for n in model.label_names]
+        texts = [descriptions.get(str(n)) or label_text(n) for n in model.label_names]
         self.label_inputs = dict(model.tokenizer(texts, padding=True, return_tensors="pt"))
 
     def uses_label_names(self) -> bool:
@@ -296,13 +297,16 @@ def label_text(name: str) -> str:
     return re.sub(r"[_\s]+", " ", str(name)).strip().lower()
 
 
-def label_anchor_problem(label_names, train_dataset) -> str | None:
-    """Why the label names cannot serve as anchors, or None: every name must be a word (not a code such
-    as ``ABBR`` or ``0``), and the texts single (a pair's label, e.g. BoolQ's yes/no, says nothing a
+def label_anchor_problem(label_names, train_dataset, descriptions: Mapping[str, str] | None = None) -> str | None:
+    """Why the label names cannot serve as anchors, or None: most names must be words (not codes such
+    as ``ABBR`` or ``0``) or have a description (``descriptions``: label -> text, from
+    ``--label-descriptions``), and the texts single (a pair's label, e.g. BoolQ's yes/no, says nothing a
     text alone is like)."""
     if not label_names:
         return "no label names"
-    codes = [n for n in label_names if _CODE.match(str(n)) or len(label_text(n)) < 2]
+    described = set(descriptions or ())
+    codes = [n for n in label_names
+             if str(n) not in described and (_CODE.match(str(n)) or len(label_text(n)) < 2)]
     if len(codes) * 2 > len(label_names):
         return f"label names look like codes ({', '.join(map(str, codes[:3]))})"
     if "token_type_ids" in train_dataset.column_names and any(1 in row for row in train_dataset["token_type_ids"][:50]):
