@@ -231,7 +231,8 @@ def test_multi_label_values_explain_each_labels_own_probability(tiny_encoder_dir
             if i not in keep:
                 att[0, i + 1] = 0
         with torch.no_grad():
-            logits = model(input_ids=torch.tensor(enc["input_ids"]), attention_mask=att).logits
+            logits = model(input_ids=torch.tensor(enc["input_ids"], device=model.device),
+                           attention_mask=att.to(model.device)).logits.cpu()
         return float((logits / temps).sigmoid()[0, j])
 
     got = token_attributions(model, text, target="bad", exact=True)
