@@ -611,3 +611,18 @@ def test_an_edited_label_descriptions_file_makes_new_runs(experiment_files, tmp_
                                                                                      "positive": "good"}})
     run_experiment(load_config(inline), progress=False)
     assert "1 runs (0 new, 1 done earlier)" in capsys.readouterr().out
+
+
+def test_a_changed_method_training_default_makes_new_runs(experiment_files, tmp_path, capsys, monkeypatch):
+    """The identity holds the learning rate and minimum steps the run fills in from the method, so a
+    release that changes them does not reuse runs made with the old ones."""
+    from contrastfit.methods import get_method
+
+    path = experiment_files(methods=["ce"], training={"epochs": 1, "batch_size": 4})
+    run_experiment(load_config(path), progress=False)
+    (first,) = _done_runs(tmp_path / "out").values()
+    assert first["tags"]["run_identity"]["spec"]["training"]["learning_rate"] == 5e-5
+    monkeypatch.setattr(get_method("ce").cls, "training_defaults", {"learning_rate": 1e-4})
+    capsys.readouterr()
+    run_experiment(load_config(path), progress=False)
+    assert "1 runs (1 new, 0 done earlier)" in capsys.readouterr().out

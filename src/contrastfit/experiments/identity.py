@@ -2,7 +2,8 @@
 
 A run's *identity spec* is a JSON mapping of what decides its result: the method and its resolved
 hyper-parameters, the training settings (every ``TrainConfig`` field but the bookkeeping ones in
-:data:`NOT_IDENTITY`), the data (its name, options, the label names and the hashes of the rows of
+:data:`NOT_IDENTITY`, those left unset as the run fills them: the method's learning rate and minimum
+steps; a label descriptions file as its content), the data (its name, options, the label names and the hashes of the rows of
 every split of the loaded data), the run's own rows (setting, sample and the hashes of the training,
 validation and test rows it used), the seed and the encoder (its name and, for a local folder, the
 hash of its files); a transfer run adds its source model's spec, a multi-task variant its tasks,

@@ -39,6 +39,7 @@ from ..errors import ConfigError, ContrastfitError
 from ..methods.base import resolve_hparams
 from ..pipeline import CHECKPOINT_DIR
 from ..record import RESULTS_NAME, read_record
+from ..trainer import with_method_defaults
 from ..training import TrainConfig, train
 from .config import ExperimentConfig, MethodVariant, MultiTaskExperimentConfig
 from .identity import (IDENTITY_TAG, NOT_IDENTITY, base_run_id, changed_keys, content_hash, make_identity, path_digest,
@@ -236,8 +237,10 @@ def job_identity(config: ExperimentConfig, job: Job, data: dict[str, Any], run: 
     result, the data (``data``: the loaded data's row hashes, :func:`~.identity.text_data_digest`), the run's
     own rows (``run``: the same for its protocol run) and setting, and a transfer run's source spec."""
     method, given = job.variant.method, dict(job.variant.hparams)
-    tc = TrainConfig(method=method, data=config.data, model=job.model, hparams=given, seed=job.seed,
-                     **variant_training(config, job.variant))
+    # the settings left at None as the run will fill them (the method's learning rate and minimum steps):
+    # a release that changes those defaults makes new runs, as one that changes a hyper-parameter's does
+    tc = with_method_defaults(TrainConfig(method=method, data=config.data, model=job.model, hparams=given,
+                                          seed=job.seed, **variant_training(config, job.variant)))
     fixed = {"method", "hparams", "seed", "model", "data"}
     training = {f.name: getattr(tc, f.name) for f in fields(TrainConfig) if f.name not in NOT_IDENTITY | fixed}
     # a file's content, not its path: an edited descriptions file makes new runs (and none: the
