@@ -659,15 +659,29 @@ def cmd_datasets(args: argparse.Namespace) -> int:
 def cmd_methods(args: argparse.Namespace) -> int:
     from .methods import available_methods
 
+    from .methods.base import Method
+    from .trainer import DEFAULT_LEARNING_RATE, DEFAULT_MIN_STEPS
+
     specs = available_methods()
+    # the schedule each method trains on when --learning-rate and --min-steps are left out; a method with a
+    # step rule of its own (SetFit: one epoch over its pairs) takes no minimum
+    schedule = {}
+    for n, s in specs.items():
+        own_steps = s.cls.training_steps.__func__ is not Method.training_steps.__func__
+        schedule[n] = {"learning_rate": DEFAULT_LEARNING_RATE, **({} if own_steps else {"min_steps": DEFAULT_MIN_STEPS}),
+                       **{k: v for k, v in s.cls.training_defaults.items() if not (own_steps and k == "min_steps")}}
     if args.json:
-        print(json.dumps({n: {"description": s.description, "reference": s.reference, "defaults": s.defaults}
-                          for n, s in specs.items()}, indent=2))
+        print(json.dumps({n: {"description": s.description, "reference": s.reference, "defaults": s.defaults,
+                              "training_defaults": schedule[n]} for n, s in specs.items()}, indent=2))
         return 0
     width = max(map(len, specs)) + 2
     for name, spec in specs.items():
         defaults = ", ".join(f"{k}={v}" for k, v in spec.defaults.items()) or "-"
-        print(f"{name:<{width}}{spec.description}\n{'':<{width}}{spec.reference}\n{'':<{width}}defaults: {defaults}")
+        training = ", ".join(f"{k}={v:g}" for k, v in schedule[name].items())
+        if "min_steps" not in schedule[name]:
+            training += ", steps: the method's own rule"
+        print(f"{name:<{width}}{spec.description}\n{'':<{width}}{spec.reference}\n{'':<{width}}defaults: {defaults}"
+              f"\n{'':<{width}}training: {training}")
     return 0
 
 
