@@ -43,7 +43,7 @@ METHODS = {
     "ce-projection": ({}, 0.58),
     "linear-probe": ({}, 0.58),
     "setfit": ({"batch_size": 16}, 0.58),
-    "ce-scl-lr": ({}, 0.58),
+    "ce-scl-lr": ({"min_steps": None, "batch_size": 16}, 0.58),  # the default recipe's own schedule
     "zero-shot": ({}, 0.58),
 }
 SHORT = {"shots": 16, "min_steps": 60, "batch_size": 8, "max_length": 48, "validation_size": 64}
