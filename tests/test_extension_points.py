@@ -122,7 +122,8 @@ def test_the_new_files_are_unknown_without_them():
 
 def test_a_new_method_file_is_listed_and_accepted(extended):
     assert extended["methods"]["toy-method"] == {"description": "a method from a file of its own",
-                                                 "reference": "nobody (2026)", "defaults": {"weight": 0.5}}
+                                                 "reference": "nobody (2026)", "defaults": {"weight": 0.5},
+                                                 "training_defaults": {"learning_rate": 5e-5, "min_steps": 60}}
     assert {"ce", "ce-scl", "lacon"} <= set(extended["methods"])  # the others are still there
     assert extended["flag"] == 0.2  # its hyper-parameter declared with a flag is a `train` option
     assert extended["variants"] == ["toy-method[weight=0.1]"]
