@@ -658,18 +658,10 @@ def cmd_datasets(args: argparse.Namespace) -> int:
 
 def cmd_methods(args: argparse.Namespace) -> int:
     from .methods import available_methods
-
-    from .methods.base import Method
-    from .trainer import DEFAULT_LEARNING_RATE, DEFAULT_MIN_STEPS
+    from .trainer import method_schedule
 
     specs = available_methods()
-    # the schedule each method trains on when --learning-rate and --min-steps are left out; a method with a
-    # step rule of its own (SetFit: one epoch over its pairs) takes no minimum
-    schedule = {}
-    for n, s in specs.items():
-        own_steps = s.cls.training_steps.__func__ is not Method.training_steps.__func__
-        schedule[n] = {"learning_rate": DEFAULT_LEARNING_RATE, **({} if own_steps else {"min_steps": DEFAULT_MIN_STEPS}),
-                       **{k: v for k, v in s.cls.training_defaults.items() if not (own_steps and k == "min_steps")}}
+    schedule = {n: method_schedule(s.cls) for n, s in specs.items()}  # with --learning-rate / --min-steps left out
     if args.json:
         print(json.dumps({n: {"description": s.description, "reference": s.reference, "defaults": s.defaults,
                               "training_defaults": schedule[n]} for n, s in specs.items()}, indent=2))

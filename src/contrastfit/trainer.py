@@ -264,12 +264,25 @@ def tokenize_dataset(ds: datasets.Dataset, tokenizer, max_length: int) -> datase
     return out.select_columns([c for c in MODEL_INPUTS if c in out.column_names])
 
 
-def with_method_defaults(config: Any) -> Any:
-    """``config`` with the settings left at None filled in: the method's ``training_defaults``
-    (e.g. SetFit's learning rate), else the global defaults."""
+def method_schedule(cls: Any) -> dict[str, Any]:
+    """The learning rate and minimum steps a method of class ``cls`` trains with where they are left
+    unset: its ``training_defaults`` over the global ones (no minimum for a method with a step rule of
+    its own, :meth:`~contrastfit.methods.base.Method.training_steps`: SetFit's pairs)."""
+    from .methods.base import Method
+
+    schedule = {"learning_rate": DEFAULT_LEARNING_RATE, "min_steps": DEFAULT_MIN_STEPS, **cls.training_defaults}
+    if cls.training_steps.__func__ is not Method.training_steps.__func__:
+        schedule.pop("min_steps")
+    return schedule
+
+
+def with_method_defaults(config: Any, cls: Any = None) -> Any:
+    """``config`` with the settings left at None filled in from the schedule of its method's class
+    (``cls``, default: the registered method's; :func:`method_schedule`), else the global defaults."""
     from dataclasses import replace
 
-    own = get_method(config.method).cls.training_defaults if config.method else {}
+    cls = cls or (get_method(config.method).cls if config.method else None)
+    own = method_schedule(cls) if cls is not None else {}
     fill = {"learning_rate": own.get("learning_rate", DEFAULT_LEARNING_RATE),
             "min_steps": own.get("min_steps", DEFAULT_MIN_STEPS)}
     return replace(config, **{k: v for k, v in fill.items() if getattr(config, k) is None})

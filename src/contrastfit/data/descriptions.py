@@ -69,11 +69,16 @@ def _pairs_from_file(path: Path) -> list[tuple[Any, Any]]:
     return list(data.items())
 
 
+def _where(value: Any) -> str:
+    """How an error names the descriptions: with the file, where they come from one."""
+    return f"label descriptions {value}" if isinstance(value, (str, Path)) else "label descriptions"
+
+
 def read_label_descriptions(value: str | Mapping[str, str] | None) -> dict[str, str] | None:
     """The descriptions ``value`` gives (a file path or a mapping), checked; None for None."""
     if value is None:
         return None
-    where = f"label descriptions {value}" if isinstance(value, (str, Path)) else "label descriptions"
+    where = _where(value)
     pairs = _pairs_from_file(Path(value)) if isinstance(value, (str, Path)) else list(value.items())
     out: dict[str, str] = {}
     for label, description in pairs:
@@ -104,8 +109,7 @@ def label_descriptions_for(value: str | Mapping[str, str] | None, label_names: S
     names = [str(n) for n in label_names]
     unknown = [k for k in descriptions if k not in names]
     if unknown:
-        where = f"label descriptions {value}" if isinstance(value, (str, Path)) else "label descriptions"
-        raise ConfigError(f"{where}: {', '.join(map(repr, unknown[:3]))} "
+        raise ConfigError(f"{_where(value)}: {', '.join(map(repr, unknown[:3]))} "
                           f"{'is not a label' if len(unknown) == 1 else 'are not labels'} of the data "
                           f"(its labels: {', '.join(names[:10])}{', ...' if len(names) > 10 else ''})")
     return {n: descriptions[n] for n in names if n in descriptions}

@@ -51,10 +51,9 @@ from ..modeling import ContrastiveClassifier
 from ..pipeline import (SELECTION_KEY, Clock, TrainResult, fit, resume_checkpoint, selection_record, tie_broken,
                         write_outputs)
 from ..record import Record
-from ..trainer import (DEFAULT_LEARNING_RATE, DEFAULT_MIN_STEPS, build_trainer, resolve_schedule, tokenize_dataset,
-                       with_method_defaults)
+from ..trainer import build_trainer, resolve_schedule, tokenize_dataset, with_method_defaults
 from ..versions import library_versions
-from .methods import check_multilabel_method, create_multilabel_method, fit_ovr_logistic
+from .methods import MULTILABEL_METHODS, check_multilabel_method, create_multilabel_method, fit_ovr_logistic
 
 #: --metric-for-best -> the multi-label metric it selects on
 SELECTION = {None: "micro_f1", "f1": "micro_f1", "accuracy": "subset_accuracy", "macro_f1": "macro_f1", "loss": "loss"}
@@ -168,12 +167,8 @@ def train_multilabel(config, data: TextData, callbacks: list[TrainerCallback] | 
         raise DataError(f"data set '{data.name}' is not multi-label data (load it with "
                         "contrastfit.data.multilabel.load_multilabel)")
     metric = selection_metric(config)
-    # the schedule bench/multilabel.py measured: 60 steps at 5e-5 for every multi-label form (the
-    # single-label default recipe's shorter one was chosen on single-label sets only)
-    config = replace(config, method=check_multilabel_method(config.method),
-                     learning_rate=DEFAULT_LEARNING_RATE if config.learning_rate is None else config.learning_rate,
-                     min_steps=DEFAULT_MIN_STEPS if config.min_steps is None else config.min_steps)
-    config = with_method_defaults(config)
+    config = replace(config, method=check_multilabel_method(config.method))
+    config = with_method_defaults(config, MULTILABEL_METHODS[config.method])  # the multi-label form's schedule
     output = Path(config.output)
     clock = Clock()
     set_seed(config.seed)
