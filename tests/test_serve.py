@@ -629,3 +629,32 @@ def test_workers_share_the_model_weights_and_predict_like_it(saved, capsys):
     capsys.readouterr()
     assert main(["serve", str(run), "--workers", "0", "--port", "0"]) == 2  # before the model loads
     assert capsys.readouterr().err == "contrastfit: error: --workers 0: give 1 or more\n"
+
+
+def test_a_stop_signal_during_a_thread_start_stops_the_server(saved, monkeypatch):
+    """SIGTERM's KeyboardInterrupt landing in Thread.start() after the request's thread runs (what hung a
+    loaded CI machine): it propagates out of process_request, and the slot is released once, by the thread."""
+    _, model = saved
+    srv = make_server(model, port=0, max_connections=2)
+    srv.quiet = True
+    real_start = threading.Thread.start
+
+    def start_then_interrupt(self):
+        real_start(self)
+        self.join(timeout=20)  # as under load: the request's thread is done before start() returns
+        raise KeyboardInterrupt
+
+    a, b = socket.socketpair()
+    b.close()  # the handler reads nothing and ends
+    monkeypatch.setattr(threading.Thread, "start", start_then_interrupt)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            srv.process_request(a, ("127.0.0.1", 0))
+        monkeypatch.setattr(threading.Thread, "start", real_start)
+        deadline = time.monotonic() + 20
+        while srv._slots._value < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert srv._slots._value == 2
+    finally:
+        monkeypatch.setattr(threading.Thread, "start", real_start)
+        srv.server_close()

@@ -331,9 +331,12 @@ class ModelServer(ThreadingHTTPServer):
             return
         try:
             super().process_request(request, client_address)
-        except BaseException:
+        except Exception:  # the thread did not start (RuntimeError): it will not release the slot
             self._slots.release()
             raise
+        # not BaseException: a Ctrl-C/SIGTERM (KeyboardInterrupt) that lands while Thread.start() waits for a
+        # thread already running must stop the server; releasing here too raised "Semaphore released too many
+        # times", which replaced the KeyboardInterrupt, and serve_forever went on (a loaded CI machine hung)
 
     def process_request_thread(self, request, client_address):
         try:
