@@ -15,7 +15,8 @@ Systems (``--systems``):
 * ``zero-shot``: no training example, the nearest label name (the floor every system should clear;
   skipped where the label names are codes or the texts are pairs);
 * ``setfit-lib``: the real SetFit library with its defaults (``pip install setfit``: the
-  ``bench`` extra); skipped with a note where it is not installed, or where its default pair count
+  ``bench`` extra; a text pair is joined into one text by the tokenizer's separator token, as
+  SetFit takes one text an example); skipped with a note where it is not installed, or where its default pair count
   needs more than ``--setfit-max-steps`` steps (SetFit's pairs grow with the square of the
   training-set size; the ``setfit`` method takes the same steps and is skipped by the same rule);
 * ``fastfit`` and ``fastfit-defaults``: FastFit (Yehudai & Bandel, 2024) with its README's recipe
@@ -118,6 +119,16 @@ def setfit_steps(labels: list[int], batch_size: int = 16) -> int:
     return -(-setfit_pair_count(labels) // batch_size)
 
 
+def setfit_texts(split, sf) -> list[str]:
+    """SetFit takes one text per example: a pair (BoolQ's question and passage) is joined by the
+    tokenizer's separator token, which the tokenizer reads back as that special token, as a SetFit
+    user would feed it."""
+    if "text_pair" not in split.column_names:
+        return list(split["text"])
+    sep = sf.model_body.tokenizer.sep_token or "\n"
+    return [f"{a} {sep} {b}" for a, b in zip(split["text"], split["text_pair"])]
+
+
 def run_setfit_lib(data: TextData, seed: int, model: str, workdir: Path, device: str = "auto") -> dict[str, Any]:
     """The SetFit library with its default TrainingArguments (output folder aside)."""
     import datasets
@@ -126,12 +137,12 @@ def run_setfit_lib(data: TextData, seed: int, model: str, workdir: Path, device:
     path = resolve_model(model)[0]
     t0 = time.perf_counter()
     sf = SetFitModel.from_pretrained(path, **({} if device == "auto" else {"device": device}))
-    train_ds = datasets.Dataset.from_dict({"text": data.train["text"], "label": data.train["label"]})
+    train_ds = datasets.Dataset.from_dict({"text": setfit_texts(data.train, sf), "label": data.train["label"]})
     args = TrainingArguments(output_dir=str(workdir / f"setfit-{time.time_ns()}"), seed=seed)
     trainer = Trainer(model=sf, args=args, train_dataset=train_ds)
     trainer.train()
     train_s = time.perf_counter() - t0
-    pred = np.asarray(sf.predict(list(data.test["text"]), batch_size=64))
+    pred = np.asarray(sf.predict(setfit_texts(data.test, sf), batch_size=64))
     m = classification_metrics(data.test["label"], pred.astype(int), data.label_names)
     return {"accuracy": m["accuracy"], "macro_f1": m["macro_f1"], "train_s": train_s,
             "steps": trainer.state.global_step if hasattr(trainer, "state") else None,
