@@ -4,7 +4,7 @@ For each data set the default recipe is trained on K examples per class (sample 
 ``--run DATA=FOLDER`` reuses a trained folder), exported to ONNX (float, verified) and to int8 with
 the export's defaults (per-channel, 7-bit weights: ``reduce_range``); the other quantisation settings
 (per-tensor, 8-bit, MatMul only: the word embeddings stay float; each layer's feed-forward output
-MatMul left float, via ``nodes_to_exclude``) quantise copies of the float graph with the same function
+MatMul left float, via ``nodes_to_exclude``; 8-bit weights only, ``MatMulNBits``, float activations) quantise copies of the float graph with the same function
 the export uses (the last with ``quantize_dynamic`` itself, as the export has no such option). On the first
 ``--texts`` test sentences every model's labels are compared with PyTorch's (agreement, largest
 probability difference, accuracy); on the first ``--speed-texts`` of them, PyTorch, the float ONNX
@@ -45,6 +45,7 @@ VARIANTS = {
     "int8 per-tensor 7-bit": {"per_channel": False, "reduce_range": True},
     "int8 MatMul only": {"per_channel": True, "reduce_range": True, "op_types": ["MatMul"]},
     "int8 FFN outputs float": {"per_channel": True, "reduce_range": True, "exclude": "ffn-out"},
+    "8-bit weights only": {"weight_only": True},
 }
 
 
@@ -70,6 +71,20 @@ def _quantize_excluding(folder: Path, nodes: list[str]) -> None:
     for f in floats:
         f.unlink()
     (folder / "int8.onnx").replace(graph)
+
+
+def _quantize_weights_only(folder: Path, block_size: int = 32) -> None:
+    """Weight-only 8-bit (ONNX Runtime's ``MatMulNBits``, symmetric blocks of ``block_size``): the
+    activations stay float, so it is the closest int8 can get to the float model's outputs."""
+    import onnx
+    from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
+
+    graph = folder / "model.onnx"
+    quantizer = MatMulNBitsQuantizer(onnx.load(str(graph)), bits=8, block_size=block_size, is_symmetric=True)
+    quantizer.process()
+    for f in [p for p in folder.iterdir() if p.name.startswith("model.onnx")]:
+        f.unlink()
+    quantizer.model.save_model_to_file(str(graph), use_external_data_format=False)
 
 
 def _session(folder: Path, threads: int = 0, level: str = "all"):
@@ -124,7 +139,9 @@ def main(argv: list[str] | None = None) -> int:
                 if label != "int8":
                     folders[label] = tmp / f"{name}-{label.replace(' ', '-')}"
                     shutil.copytree(folders["float"], folders[label])
-                    if options.get("exclude") == "ffn-out":
+                    if options.get("weight_only"):
+                        _quantize_weights_only(folders[label])
+                    elif options.get("exclude") == "ffn-out":
                         _quantize_excluding(folders[label], _ffn_outputs(folders[label]))
                     else:
                         _quantize(folders[label], "int8", options["per_channel"], options["reduce_range"],
