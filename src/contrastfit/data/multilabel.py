@@ -365,6 +365,15 @@ def sample_per_label(ds: datasets.Dataset, shots: int, seed: int, label_names: S
     return ds.select(sorted(chosen))
 
 
+def random_subset(ds: datasets.Dataset, n: int, seed: int) -> datasets.Dataset:
+    """``n`` rows of ``ds`` drawn at random with ``seed``, in their order (all of ``ds`` when ``n`` >= its
+    length): ``--train-size`` and ``--validation-size`` of label sets, where a class-stratified draw has
+    no meaning."""
+    if n >= len(ds):
+        return ds
+    return ds.select(sorted(np.random.default_rng(seed).permutation(len(ds))[:n].tolist()))
+
+
 def label_counts(ds: datasets.Dataset) -> np.ndarray:
     return (np.asarray(ds[LABEL], dtype=np.float32) > 0.5).sum(axis=0)
 

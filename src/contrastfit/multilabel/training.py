@@ -36,7 +36,7 @@ import torch
 from torch.utils.data import DataLoader
 from transformers import TrainerCallback
 
-from ..data.multilabel import is_multilabel, label_counts, sample_per_label
+from ..data.multilabel import is_multilabel, label_counts, random_subset, sample_per_label
 from ..data.loading import data_hash
 from ..data.overlap import row_sketch
 from ..data.sampling import derive_seed
@@ -53,7 +53,8 @@ from ..pipeline import (SELECTION_KEY, Clock, TrainResult, fit, resume_checkpoin
 from ..record import Record
 from ..trainer import build_trainer, resolve_schedule, tokenize_dataset, with_method_defaults
 from ..versions import library_versions
-from .methods import MULTILABEL_METHODS, check_multilabel_method, create_multilabel_method, fit_ovr_logistic
+from .methods import (MULTILABEL_METHODS, check_multilabel_hparams, check_multilabel_method, create_multilabel_method,
+                      fit_ovr_logistic)
 
 #: --metric-for-best -> the multi-label metric it selects on
 SELECTION = {None: "micro_f1", "f1": "micro_f1", "accuracy": "subset_accuracy", "macro_f1": "macro_f1", "loss": "loss"}
@@ -64,6 +65,18 @@ def selection_metric(config) -> str:
         raise ConfigError(f"--metric-for-best {config.metric_for_best} does not apply to multi-label data; use f1 "
                           "(micro-F1, the default), macro_f1, accuracy (subset accuracy) or loss")
     return SELECTION[config.metric_for_best]
+
+
+def check_multilabel_config(config) -> str:
+    """What a multi-label run refuses before it loads anything (each a one-line ConfigError): a method
+    without a multi-label form, hyper-parameters that use the label names, ``--memory-size`` and a
+    ``--metric-for-best`` without a multi-label meaning. Returns the metric that selects the kept step.
+    An experiment config calls it for every variant when it is read (:mod:`contrastfit.experiments.config`)."""
+    if config.memory_size is not None:
+        raise ConfigError("--memory-size is not available with --multi-label (the memory holds one label per row)")
+    name = check_multilabel_method(config.method)
+    check_multilabel_hparams(name, config.hparams)
+    return selection_metric(config)
 
 
 def compute_metrics(label_names: list[str], metric: str):
@@ -83,12 +96,6 @@ def compute_metrics(label_names: list[str], metric: str):
     return compute
 
 
-def _random_subset(ds: datasets.Dataset, n: int, seed: int) -> datasets.Dataset:
-    if n >= len(ds):
-        return ds
-    return ds.select(sorted(np.random.default_rng(seed).permutation(len(ds))[:n].tolist()))
-
-
 def prepare(config, data: TextData) -> tuple[datasets.Dataset, datasets.Dataset | None]:
     """The seed's training sample (``--shots``: at least K per label; ``--train-size``) and validation subset."""
     seed = config.seed if config.sample_seed is None else config.sample_seed
@@ -97,10 +104,10 @@ def prepare(config, data: TextData) -> tuple[datasets.Dataset, datasets.Dataset 
     if config.shots is not None:
         train = sample_per_label(train, config.shots, train_seed, data.label_names)
     elif config.train_size is not None:
-        train = _random_subset(train, config.train_size, train_seed)
+        train = random_subset(train, config.train_size, train_seed)
     validation = data.validation
     if validation is not None and config.validation_size is not None:
-        validation = _random_subset(validation, config.validation_size, derive_seed(seed, "validation"))
+        validation = random_subset(validation, config.validation_size, derive_seed(seed, "validation"))
     return train, validation
 
 
@@ -161,12 +168,10 @@ def train_multilabel(config, data: TextData, callbacks: list[TrainerCallback] | 
     (see the module docstring); with ``keep`` False (a temporary folder) nothing is saved there."""
     from transformers import set_seed
 
-    if config.memory_size is not None:
-        raise ConfigError("--memory-size is not available with --multi-label (the memory holds one label per row)")
+    metric = check_multilabel_config(config)
     if not is_multilabel(data):
         raise DataError(f"data set '{data.name}' is not multi-label data (load it with "
                         "contrastfit.data.multilabel.load_multilabel)")
-    metric = selection_metric(config)
     config = replace(config, method=check_multilabel_method(config.method))
     config = with_method_defaults(config, MULTILABEL_METHODS[config.method])  # the multi-label form's schedule
     output = Path(config.output)
