@@ -10,6 +10,9 @@ from .calibration import probability_metrics
 
 #: The headline metrics printed by ``contrastfit evaluate`` and the experiment tables.
 HEADLINE = ("accuracy", "f1", "macro_f1", "mcc")
+#: ... of a regression target, and of label sets (:mod:`contrastfit.evaluation.multilabel`).
+REGRESSION_HEADLINE = ("pearson", "spearman", "mse")
+MULTILABEL_HEADLINE = ("micro_f1", "macro_f1", "subset_accuracy")
 
 
 def classification_metrics(y_true: Sequence[int], y_pred: Sequence[int], label_names: Sequence[str]) -> dict:
@@ -69,8 +72,13 @@ def evaluate_model(model, dataset, batch_size: int = 64, progress: bool = False)
     return out
 
 
+def headline_names(names) -> tuple[str, ...]:
+    """The headline metrics of the kind of run whose metrics are named ``names`` (a dict or a set):
+    label sets' (micro-F1 first), a regression target's (Pearson's r first) or a class's (accuracy first)."""
+    if "micro_f1" in names:  # multi-label (contrastfit.evaluation.multilabel)
+        return MULTILABEL_HEADLINE
+    return REGRESSION_HEADLINE if "pearson" in names else HEADLINE
+
+
 def headline(metrics: dict) -> dict:
-    keys = ("pearson", "spearman", "mse") if "pearson" in metrics else HEADLINE
-    if "micro_f1" in metrics:  # multi-label (contrastfit.evaluation.multilabel)
-        keys = ("micro_f1", "macro_f1", "subset_accuracy")
-    return {k: metrics[k] for k in keys if k in metrics}
+    return {k: metrics[k] for k in headline_names(metrics) if k in metrics}

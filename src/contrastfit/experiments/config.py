@@ -62,8 +62,8 @@ from ..training import TrainConfig
 from .schema import (TRAINING_KEYS, Experiment, MultiTaskExperiment, MultiTaskVariant, as_list, model_label,
                      parse_experiment)
 
-__all__ = ["TRAINING_KEYS", "ExperimentConfig", "MethodVariant", "MultiTaskExperimentConfig", "apply_overrides",
-           "load_config", "multitask_settings", "parse_config"]
+__all__ = ["RUN_DATA_OPTIONS", "TRAINING_KEYS", "ExperimentConfig", "MethodVariant", "MultiTaskExperimentConfig",
+           "apply_overrides", "load_config", "load_experiment_data", "multitask_settings", "parse_config", "run_config"]
 
 
 @dataclass(frozen=True)
@@ -137,6 +137,30 @@ def _parse_multitask(experiment: MultiTaskExperiment, raw: dict[str, Any], where
     return MultiTaskExperimentConfig.model_construct(_fields_set=set(experiment.model_fields_set), **values, raw=raw)
 
 
+#: The data options a run's TrainConfig carries: the runs of label sets are multi-label runs.
+RUN_DATA_OPTIONS = ("multi_label", "label_separator")
+
+
+def run_config(experiment: Experiment, variant: MethodVariant, **run: Any) -> TrainConfig:
+    """The TrainConfig of ``variant``'s runs (``run``: what the runner sets for each one, e.g. output and
+    seed): its method and hyper-parameters, the experiment's ``training:`` with the variant's own on top,
+    and of ``data_options`` the keys in :data:`RUN_DATA_OPTIONS` (the rest only read the data, which the
+    runner loads once and hands each run)."""
+    data = experiment.data_options.settings()
+    return TrainConfig(method=variant.method, hparams=dict(variant.hparams),
+                       **{k: data[k] for k in RUN_DATA_OPTIONS if k in data},
+                       **{**experiment.training.settings(), **dict(variant.training)}, **run)
+
+
+def load_experiment_data(experiment: Experiment):
+    """The experiment's data, read once for all its runs as ``contrastfit train`` reads it
+    (:func:`contrastfit.training.load_config_data`): ``data`` with ``data_options``; label sets with
+    ``multi_label`` (:func:`contrastfit.data.multilabel.load_multilabel`)."""
+    from ..training import load_config_data
+
+    return load_config_data(TrainConfig(data=experiment.data, **experiment.data_options.settings()))
+
+
 def _variants(experiment: Experiment, where: str) -> tuple[MethodVariant, ...]:
     """Every variant of every ``methods`` entry: each combination of its list-valued hyper-parameters
     and list-valued training settings. Hyper-parameters are checked by the method's own schema
@@ -158,9 +182,17 @@ def _variants(experiment: Experiment, where: str) -> tuple[MethodVariant, ...]:
                      for tcombo in itertools.product(*(training[k] for k in tkeys))]
     for v in variants:
         try:
-            TrainConfig(method=v.method, **{**experiment.training.settings(), **dict(v.training)}).validate()
+            run_config(experiment, v).validate()
         except ConfigError as exc:
             raise ConfigError(f"{where}: {v.label}: {exc}") from None
+    if experiment.data_options.multi_label:  # each run trains the multi-label form of its method
+        from ..multilabel.training import check_multilabel_config
+
+        for v in variants:
+            try:
+                check_multilabel_config(run_config(experiment, v))
+            except ConfigError as exc:
+                raise ConfigError(f"{where}: {v.label}: {exc}") from None
     labels = [v.label for v in variants]
     if len(set(labels)) != len(labels):
         dup = sorted({x for x in labels if labels.count(x) > 1})

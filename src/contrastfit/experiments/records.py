@@ -239,6 +239,11 @@ class RunRecord:
         return self.record.seed
 
     @property
+    def multi_label(self) -> bool:
+        """Whether the run is of label sets (``data.multi_label``: a multi-label run's record)."""
+        return bool(self.record.data_entry("multi_label"))
+
+    @property
     def hparams(self) -> dict[str, Any]:
         return self.record.hparams or {}
 
@@ -435,6 +440,11 @@ class ExperimentRuns:
     @property
     def regression(self) -> bool:
         return self.task == "regression"
+
+    @property
+    def multi_label(self) -> bool:
+        """Whether the runs are of label sets (``data.multi_label`` of their records)."""
+        return bool(self.records) and self.records[0].multi_label
 
     def of(self, setting: str, variant: str) -> list[RunRecord]:
         """The runs of one cell, in (sample, seed) order."""

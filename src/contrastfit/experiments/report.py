@@ -37,6 +37,7 @@ from pydantic import PositiveInt, field_validator
 
 from ..atomic import write_text_atomic
 from ..errors import ConfigError, ContrastfitError
+from ..evaluation.metrics import headline_names
 from ..evaluation.statistics import compare_to_baseline
 from ..schema import Schema, parse
 from .analyses import FigureWriter, Skip, available_analyses, get_analysis, parse_options, registered_analyses
@@ -86,7 +87,8 @@ class ReportOptions(Schema):
     """The keys of ``experiment.json`` the report reads (the rest of the file is the runner's)."""
 
     #: table metrics, the headline first (default: accuracy, f1, macro_f1, mcc; Pearson, Spearman,
-    #: MSE for regression); names the runs lack are left out with a note
+    #: MSE for regression; micro_f1, macro_f1, subset_accuracy for label sets); names the runs lack
+    #: are left out with a note
     metrics: list[str] | None = None
     #: also the mean ± std of the k best runs by validation per cell
     top_k: PositiveInt | None = None
@@ -138,8 +140,8 @@ def report_options(folder: str | os.PathLike, records: Sequence[RunRecord],
     where = str(folder / EXPERIMENT_FILE)
     opts = parse(ReportOptions, {k: raw[k] for k in ReportOptions.model_fields if k in raw}, where=where)
     present = {m for r in records for m in r.metrics.get("test", {})}
-    regression = bool(records) and records[0].task == "regression"
-    fallback = REGRESSION_METRICS if regression else DEFAULT_METRICS
+    # the headline metrics of the runs' kind: a class, a regression target or label sets
+    fallback = REGRESSION_METRICS if bool(records) and records[0].task == "regression" else headline_names(present)
     metrics = [m for m in (opts.metrics or fallback) if m in present]
     if not metrics:
         metrics = [m for m in fallback if m in present] or sorted(present)

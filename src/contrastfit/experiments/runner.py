@@ -32,7 +32,6 @@ import numpy as np
 import torch
 
 from ..atomic import atomic_open, write_json_atomic, write_text_atomic
-from ..data import load_data
 from ..data.descriptions import read_label_descriptions
 from ..distributed import launched_processes
 from ..errors import ConfigError, ContrastfitError
@@ -41,7 +40,8 @@ from ..pipeline import CHECKPOINT_DIR
 from ..record import RESULTS_NAME, read_record
 from ..trainer import with_method_defaults
 from ..training import TrainConfig, train
-from .config import ExperimentConfig, MethodVariant, MultiTaskExperimentConfig
+from ..multilabel.methods import MULTILABEL_METHODS
+from .config import ExperimentConfig, MethodVariant, MultiTaskExperimentConfig, load_experiment_data, run_config
 from .identity import (IDENTITY_TAG, NOT_IDENTITY, base_run_id, changed_keys, content_hash, make_identity, path_digest,
                        record_identity, text_data_digest, with_identity)
 from .plan import Job, jobs, protocol_runs
@@ -75,11 +75,8 @@ def _train_config(config: ExperimentConfig, job: Job, folder: Path, progress: bo
         tags["training_overrides"] = dict(job.variant.training)
     if source is not None:
         tags["transfer_source"] = source
-    return TrainConfig(
-        method=job.variant.method, data=config.data, output=str(folder), model=model,
-        hparams=dict(job.variant.hparams), seed=job.seed, save_model=config.save_models or keep,
-        resume=True, progress=progress, tags=tags, **variant_training(config, job.variant),
-    )
+    return run_config(config, job.variant, data=config.data, output=str(folder), model=model, seed=job.seed,
+                      save_model=config.save_models or keep, resume=True, progress=progress, tags=tags)
 
 
 def save_analysis(model, test, folder: Path, max_rows: int = 2000) -> None:
@@ -88,8 +85,8 @@ def save_analysis(model, test, folder: Path, max_rows: int = 2000) -> None:
     ``embeddings_raw`` are the model's un-normalised sentence embeddings (``model.embed(...,
     normalize=False)``: what Sosnowski et al.'s Fig. 2 measures Euclidean distances to the mean
     in); ``embeddings`` are the same rows L2-normalised (t-SNE, alignment and uniformity)."""
-    if test is None or len(test) == 0 or model.task != "classification":
-        return
+    if test is None or len(test) == 0 or model.task != "classification" or model.multi_label:
+        return  # the embedding analyses read one class per text
     test = test.select(range(min(len(test), max_rows)))
     texts = list(test["text"])
     pairs = list(test["text_pair"]) if "text_pair" in test.column_names else None
@@ -127,8 +124,8 @@ def save_attributions(model, test, folder: Path, options: dict[str, Any]) -> Non
     :func:`~contrastfit.evaluation.attributions.token_attributions`)."""
     from ..evaluation.attributions import token_attributions
 
-    if test is None or len(test) == 0 or model.task != "classification":
-        return
+    if test is None or len(test) == 0 or model.task != "classification" or model.multi_label:
+        return  # the target is the gold class
     seconds = test["text_pair"] if "text_pair" in test.column_names else [None] * len(test)
     words = [len(t.split()) + (len(p.split()) if p else 0) for t, p in zip(test["text"], seconds)]
     indices = pick_examples(words, options["examples"], int(options.get("max_words", 50)))
@@ -239,8 +236,9 @@ def job_identity(config: ExperimentConfig, job: Job, data: dict[str, Any], run: 
     method, given = job.variant.method, dict(job.variant.hparams)
     # the settings left at None as the run will fill them (the method's learning rate and minimum steps):
     # a release that changes those defaults makes new runs, as one that changes a hyper-parameter's does
-    tc = with_method_defaults(TrainConfig(method=method, data=config.data, model=job.model, hparams=given,
-                                          seed=job.seed, **variant_training(config, job.variant)))
+    # (of a multi-label run, its method's multi-label form's: the schedule it trains with)
+    tc = run_config(config, job.variant, data=config.data, model=job.model, seed=job.seed)
+    tc = with_method_defaults(tc, MULTILABEL_METHODS[method] if tc.multi_label else None)
     fixed = {"method", "hparams", "seed", "model", "data"}
     training = {f.name: getattr(tc, f.name) for f in fields(TrainConfig) if f.name not in NOT_IDENTITY | fixed}
     # a file's content, not its path: an edited descriptions file makes new runs (and none: the
@@ -265,7 +263,7 @@ def job_identity(config: ExperimentConfig, job: Job, data: dict[str, Any], run: 
 def _job_units(config: ExperimentConfig, out: Path, progress: bool) -> list[Unit]:
     """The single-task experiment's plan (:func:`~.plan.jobs`) as units of work for the store, each run's
     id ended by its identity (:func:`job_identity`)."""
-    data = load_data(config.data, **config.data_options.settings())
+    data = load_experiment_data(config)
     sources = TransferSources(config, out, progress) if config.protocol_kind == "transfer" else None
     plan = jobs(config, protocol_runs(config, data))
     kept = kept_run(config, [j.label for j in plan])

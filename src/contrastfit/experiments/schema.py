@@ -43,6 +43,7 @@ and defaults agree.
 
 from __future__ import annotations
 
+import dataclasses
 import types
 import typing
 from pathlib import PurePosixPath
@@ -66,7 +67,7 @@ from .fields import (Number, PositiveNumber, as_list, asked, explained, hparams_
 from .protocols import ProtocolOptions, registered_protocols
 
 __all__ = [
-    "MULTITASK_RUN_FIELDS", "PROTOCOLS", "RUN_FIELDS", "TRAINING_KEYS", "Attributions", "DataOptions", "Experiment",
+    "DATA_OPTIONS", "MULTITASK_RUN_FIELDS", "PROTOCOLS", "RUN_FIELDS", "TRAINING_KEYS", "Attributions", "DataOptions", "Experiment",
     "MethodEntry", "MultiTaskExperiment", "MultiTaskTraining", "MultiTaskVariant", "PretrainEntry", "Protocol",
     "Search", "SearchDimension", "TaskEntry", "Training", "TrainingGrid", "as_list", "model_label",
     "parse_experiment",
@@ -82,10 +83,13 @@ __all__ = [
 #: ``save_models``, ...) or from the data the protocol drew (``data``, ``data_options``, the sample),
 #: and its tables need every run's test metrics (``evaluate_test``). Every other TrainConfig field
 #: is a ``training:`` key.
+#: TrainConfig's data settings that are ``data_options:`` keys (:data:`DataOptions`): how the experiment
+#: reads ``data`` once for all its runs, so no method entry may set them.
+DATA_OPTIONS = ("text_column", "text_pair_column", "label_column", "validation_data", "test_data", "validation_split",
+                "task", "multi_label", "label_separator")
 RUN_FIELDS = frozenset({
     "method", "hparams", "data", "model", "output", "seed", "tags", "save_model", "resume", "progress",
-    "evaluate_test",
-    "text_column", "text_pair_column", "label_column", "validation_data", "test_data", "validation_split", "task",
+    "evaluate_test", *DATA_OPTIONS,
     "shots", "train_size", "validation_size", "sample_seed", "sample_index",
 })
 #: Where an experiment's default differs from TrainConfig's: its runs keep no Trainer checkpoints
@@ -143,16 +147,19 @@ class MethodEntry(Schema):
     _name = field_validator("name")(method_name)
 
 
-class DataOptions(_Settings):
-    """``data_options:``: how to read a local file or Hub data set (``load_data``'s keyword arguments)."""
+class _DataOptionsBase(_Settings):
+    @model_validator(mode="after")
+    def _train_config_checks(self):
+        asked(TrainConfig(**self.settings()).validate)  # e.g. label_separator without multi_label
+        return self
 
-    text_column: str | None = None
-    text_pair_column: str | None = None
-    label_column: str | None = None
-    validation_data: str | None = None
-    test_data: str | None = None
-    validation_split: Annotated[float, Field(ge=0, lt=1)] = 0.1
-    task: Literal["classification", "regression"] | None = None
+
+DataOptions = declared_model(
+    TrainConfig, exclude={f.name for f in dataclasses.fields(TrainConfig)} - set(DATA_OPTIONS), number=Number,
+    base=_DataOptionsBase, name="DataOptions",
+    doc="``data_options:``: how to read a local file or Hub data set, TrainConfig's declarations of "
+        ":data:`DATA_OPTIONS` (``load_data``'s keyword arguments; ``multi_label``: label sets, read by "
+        "``load_multilabel``, with ``label_separator``), checked by ``TrainConfig.validate``.")
 
 
 class Attributions(Schema):
@@ -300,6 +307,21 @@ class Experiment(Schema):
                            f"their path); rename one folder")
         if self.search is not None:
             raise invalid("search: runs on one encoder: give model, not models")
+        return self
+
+    @model_validator(mode="after")
+    def _multi_label_protocol(self):
+        """Label sets (``data_options.multi_label``) run only through the protocols written for them, and
+        not through a ``search:`` (the methods' forms, the training settings: :mod:`.config`)."""
+        if not self.data_options.multi_label:
+            return self
+        reason = self.protocol.no_multi_label
+        if reason is not None:
+            raise invalid(f"protocol '{self.protocol.kind}' does not run on multi-label data "
+                          f"(data_options.multi_label): {reason}")
+        if self.search is not None:
+            raise invalid("search: does not run on multi-label data (data_options.multi_label) yet; "
+                          "list the grid under methods instead")
         return self
 
     @model_validator(mode="after")

@@ -50,9 +50,9 @@ def run_search(config, progress: bool = True) -> dict[str, Any]:
         import optuna
     except ImportError:
         raise ConfigError("--search optuna needs optuna: pip install 'contrastfit[search]'") from None
-    from ..data import load_data
     from ..atomic import write_json_atomic
     from ..training import TrainConfig, train
+    from .config import load_experiment_data
     from .plan import protocol_runs
 
     search = getattr(config, "search", None)  # a multi-task config has none
@@ -63,7 +63,7 @@ def run_search(config, progress: bool = True) -> dict[str, Any]:
     storage = search.storage or f"sqlite:///{(out / 'optuna.sqlite3').resolve()}"
     metric = search.metric
     spec = get_method(search.method)
-    data = load_data(config.data, **config.data_options.settings())
+    data = load_experiment_data(config)
     first = protocol_runs(config, data)[0]
     study = optuna.create_study(study_name=search.study or config.name, storage=storage, load_if_exists=True,
                                 direction=search.direction)

@@ -6,7 +6,7 @@ The report (``report.md``), the runner's printed table, ``summary.json`` / ``sum
 
 Conventions: std is the sample std (``ddof = 1``, :func:`~contrastfit.evaluation.statistics.summarize`);
 runs are paired by ``(sample, seed)`` for the Wilcoxon test; the top-k runs and the best grid point
-are chosen by the *validation* score (accuracy; Pearson's r for regression), never by test (Gunel
+are chosen by the *validation* score (accuracy; Pearson's r for regression; micro-F1 for label sets), never by test (Gunel
 et al.'s "top 3 of 10"); fractions (accuracy, F1, MCC, r) are shown in percent with one decimal,
 MSE and losses as raw numbers (4 significant digits). Statistics come from
 :mod:`contrastfit.evaluation.statistics`; nothing here re-implements a test.
@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ConfigError
+from ..evaluation.metrics import HEADLINE, REGRESSION_HEADLINE, headline_names
 from ..evaluation.statistics import best_by_validation, compare_to_baseline, summarize
 from ..evaluation.statistics import top_k as select_top_k
 from .page import Section, Table, Text
@@ -31,10 +32,11 @@ __all__ = [
     "main_table", "runs_table", "selection_metric", "summary_sections", "summary_table", "value_stat",
 ]
 
-#: Metrics reported when the experiment does not name any (classification).
-DEFAULT_METRICS = ("accuracy", "f1", "macro_f1", "mcc")
-#: Metrics reported for a regression task (STS-B style).
-REGRESSION_METRICS = ("pearson", "spearman", "mse")
+#: Metrics reported when the experiment does not name any: the headline metrics of the runs' kind
+#: (:func:`contrastfit.evaluation.metrics.headline_names`): a class (these), a regression target (STS-B
+#: style: ``REGRESSION_METRICS``) or label sets (micro-F1, macro-F1, subset accuracy).
+DEFAULT_METRICS = HEADLINE
+REGRESSION_METRICS = REGRESSION_HEADLINE
 #: Metrics shown as raw numbers; all others are fractions shown in percent.
 NOT_PERCENT = frozenset({"mse", "loss", "eval_loss"})
 SIGNIFICANCE = 0.05
@@ -45,8 +47,13 @@ def is_percent(metric: str) -> bool:
 
 
 def selection_metric(records: Sequence[RunRecord]) -> str:
-    """The validation metric that ranks runs: accuracy, or Pearson's r for regression."""
-    return "pearson" if records and records[0].task == "regression" else "accuracy"
+    """The validation metric that ranks runs: the first headline metric of their kind (accuracy;
+    Pearson's r for regression; micro-F1 for label sets)."""
+    if not records:
+        return "accuracy"
+    if records[0].task == "regression":
+        return "pearson"
+    return headline_names({m for values in records[0].metrics.values() for m in values})[0]
 
 
 def value_stat(values: Iterable[float]) -> dict[str, Any]:

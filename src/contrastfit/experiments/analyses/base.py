@@ -25,7 +25,8 @@ experiment asks for (``configurable`` ones, named in ``analyses:``; the others a
 ``order``; a section is left out when :meth:`Analysis.compute` returns None.
 
 ``needs`` names what the analysis reads from the runs; when no run has it the report skips the
-analysis with a note saying so, without calling it: ``"classification"`` (not a regression task),
+analysis with a note saying so, without calling it: ``"classification"`` (one class per text: not a
+regression target, not label sets),
 ``analysis.npz`` (test embeddings and predictions), ``attributions.json`` (word attributions),
 ``"log_history"`` (logged losses), ``"confusion_matrix"`` (a test confusion matrix).
 """
@@ -91,7 +92,8 @@ class Analysis:
 
 #: What an analysis may need from the runs: ``{need: (is it there?, what the note says otherwise)}``.
 NEEDS: dict[str, tuple[Callable[[ExperimentRuns], bool], str]] = {
-    "classification": (lambda runs: not runs.regression, "needs a classification task"),
+    "classification": (lambda runs: not (runs.regression or runs.multi_label),
+                       "needs a classification task with one class per text"),
     ANALYSIS_FILE: (lambda runs: any(r.analysis_path is not None for r in runs.records),
                     f"no run has {RUNS_DIR}/<run_id>/{ANALYSIS_FILE}"),
     ATTRIBUTIONS_FILE: (lambda runs: any(r.attributions_path is not None for r in runs.records),

@@ -29,6 +29,7 @@ class Augmentation(Sampled):
     rate: one_or_more(Rate) = [0.1]
     temperature: PositiveNumber | None = None
     order = 80
+    no_multi_label = None  # the copies keep their row's label set
 
     _augmenter = field_validator("augmenter")(lambda v: asked(check_augmenter, v))
 

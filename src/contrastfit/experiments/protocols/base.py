@@ -16,6 +16,13 @@ the schema of those options (its ``protocol:`` mapping in a config), registered 
 The runner calls ``function(data, **protocol.options())`` (``validation_size``, the experiment's own
 key, is passed where the function takes it); ``tests/test_experiment_schema.py`` checks that every
 registered options model declares its function's keyword arguments and defaults.
+
+Multi-label data (``data_options: {multi_label: true}``): a protocol that runs on label sets says so
+with ``no_multi_label = None``; every other one (the default, so a new protocol is refused until it
+is written for label sets) names why not, and the config is refused in one line when it is read. The
+shared helpers draw from label sets themselves: :func:`draw_train` takes at least K texts per label
+(:func:`~contrastfit.data.multilabel.sample_per_label`) or a plain random subset, and
+:func:`validation_subset` a plain random subset, with the single-label draws' seeds.
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ import numpy as np
 from pydantic import NonNegativeInt, PositiveInt, model_validator
 
 from ...data.loading import LABEL, TextData
+from ...data.multilabel import is_multilabel, random_subset, sample_per_label
 from ...data.noise import check_rate
 from ...data.sampling import derive_seed, sample_per_class, sample_stratified
 from ...errors import ConfigError, DataError
@@ -60,6 +68,9 @@ class ProtocolOptions(Schema):
     seed: NonNegativeInt = 0
     #: where the kind is listed (smaller first)
     order: ClassVar[int] = 1000
+    #: why the protocol does not run on multi-label data (``data_options.multi_label``), in a few words
+    #: for the one-line refusal; None where it does (its function draws with the helpers below)
+    no_multi_label: ClassVar[str | None] = "it was not written for label sets"
     #: the function that draws the runs (set by :func:`register_protocol`)
     function: ClassVar[Callable[..., list[ProtocolRun]]]
 
@@ -161,7 +172,8 @@ def derived(data: TextData, train: datasets.Dataset, validation: datasets.Datase
 
 
 def validation_subset(data: TextData, validation_size: int | None, seed: int) -> tuple[datasets.Dataset | None, dict[str, Any]]:
-    """The validation split, or a stratified subset of it drawn once from ``seed``."""
+    """The validation split, or a stratified subset of it drawn once from ``seed`` (of label sets: a
+    plain random subset, as ``train --multi-label --validation-size`` draws it)."""
     validation = data.validation
     if validation_size is None:
         return validation, {"validation": "split", "validation_rows": None if validation is None else len(validation)}
@@ -169,6 +181,10 @@ def validation_subset(data: TextData, validation_size: int | None, seed: int) ->
     if validation is None:
         raise DataError(f"data set '{data.name}' has no validation split to take validation_size={validation_size} from")
     vseed = derive_seed(seed, "validation")
+    if is_multilabel(data):
+        subset = random_subset(validation, int(validation_size), vseed)
+        return subset, {"validation": "random subset", "validation_size": int(validation_size),
+                        "validation_seed": vseed, "validation_rows": len(subset)}
     subset = sample_stratified(validation, int(validation_size), vseed)
     return subset, {"validation": "stratified subset", "validation_size": int(validation_size),
                     "validation_seed": vseed, "validation_rows": len(subset)}
@@ -188,6 +204,18 @@ def few_shot_settings(shots: Any, train_size: Any, data: TextData) -> list[tuple
 
 
 def draw_train(data: TextData, train: datasets.Dataset, params: dict[str, Any], sample_seed: int) -> tuple[datasets.Dataset, dict]:
+    """The training sample of one run: ``shots`` per class (of label sets: at least K texts per label),
+    ``train_size`` in total (stratified; of label sets: a plain random subset), or all of ``train``."""
+    if is_multilabel(data) and "shots" in params:
+        return (sample_per_label(train, params["shots"], sample_seed, data.label_names),
+                {"method": "per-label", "shots": params["shots"], "shots_rule": "at least K texts per label",
+                 "sample_seed": sample_seed})
+    if is_multilabel(data) and "train_size" in params:
+        if params["train_size"] > len(train):
+            raise DataError(f"train_size {params['train_size']} is larger than the training split of "
+                            f"'{data.name}' ({len(train)} rows)")
+        return (random_subset(train, params["train_size"], sample_seed),
+                {"method": "random", "train_size": params["train_size"], "sample_seed": sample_seed})
     if "shots" in params:
         return (sample_per_class(train, params["shots"], sample_seed, data.label_names),
                 {"method": "per-class", "shots": params["shots"], "sample_seed": sample_seed})

@@ -27,6 +27,7 @@ class Classes(Sampled):
     kind: Literal["classes"]
     num_classes: one_or_more(Annotated[int, Field(ge=2)]) = [2, 3, 4, 5]
     order = 60
+    no_multi_label = "it keeps the texts of a class subset and renumbers their one class"
 
 
 def _select_classes(ds: datasets.Dataset | None, labels: np.ndarray | None, classes: list[int]) -> datasets.Dataset | None:

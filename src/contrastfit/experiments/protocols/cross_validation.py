@@ -30,6 +30,7 @@ class CrossValidation(ProtocolOptions):
     test: Literal["fold", "split"] = "fold"
     fold_train_size: PositiveInt | None = None
     order = 30
+    no_multi_label = "its folds are stratified by each text's one class (StratifiedKFold)"
 
 
 @register_protocol(CrossValidation)

@@ -17,6 +17,7 @@ from .base import (ProtocolRun, Sampled, check_samples, check_seed, derived, dra
 class FewShot(Sampled):
     kind: Literal["few-shot"]
     order = 10
+    no_multi_label = None  # label sets: at least K texts per label, or a random N
 
 
 @register_protocol(FewShot)

@@ -12,6 +12,7 @@ from .few_shot import few_shot
 class Full(ProtocolOptions):
     kind: Literal["full"]
     order = 20
+    no_multi_label = None
 
 
 @register_protocol(Full)

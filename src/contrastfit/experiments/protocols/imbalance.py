@@ -27,6 +27,7 @@ class Imbalance(ProtocolOptions):
                                 explained("must be class names or class ids (integers >= 0)")] = None
     samples: PositiveInt = 1
     order = 40
+    no_multi_label = "it sizes minority and majority classes by each text's one class, and a text with a label set is in several"
 
 
 def _class_ids(data: TextData, classes: Iterable[str | int], what: str) -> list[int]:

@@ -22,6 +22,7 @@ class Noise(Sampled):
     text_noise: one_or_more(Rate) | None = None
     text_noise_kind: Literal[TEXT_NOISE_KINDS] = "deletion"  # type: ignore[valid-type]
     order = 50
+    no_multi_label = "its label noise flips each text's one class to another"
 
 
 @register_protocol(Noise)

@@ -49,6 +49,7 @@ class Transfer(Sampled):
     kind: Literal["transfer"]
     source: TransferSource
     order = 70
+    no_multi_label = "its source models are single-label runs"
 
 
 @register_protocol(Transfer)
