@@ -1,0 +1,73 @@
+"""The few-shot bench's summary and its goal table (bench/fewshot.py), on hand-made records: the
+README's table comes from this code, so its arithmetic and its verdicts are tested here."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[1] / "bench" / "fewshot.py"
+
+
+@pytest.fixture(scope="module")
+def fewshot():
+    spec = importlib.util.spec_from_file_location("bench_fewshot", BENCH)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _records(data: str, shots: int, accuracies: dict[str, list[float]], seconds: dict[str, float]) -> list[dict]:
+    return [{"data": data, "shots": shots, "sample": s, "system": system, "accuracy": a, "macro_f1": a,
+             "train_s": seconds[system]}
+            for system, accs in accuracies.items() for s, a in enumerate(accs)]
+
+
+def _row(table: str, data: str, shots: int) -> list[str]:
+    (line,) = [ln for ln in table.splitlines() if ln.startswith(f"| {data} | {shots} |")]
+    return [c.strip() for c in line.strip("|").split("|")]
+
+
+def test_a_cell_that_meets_every_goal(fewshot):
+    recs = _records("mr", 16, {"zero-shot": [0.6] * 3, "linear-probe": [0.60, 0.62, 0.64],
+                               "setfit-lib": [0.64, 0.66, 0.68], "default": [0.70, 0.71, 0.72]},
+                    {"zero-shot": 0, "linear-probe": 1, "setfit-lib": 40, "default": 10})
+    summary = fewshot.summarise(recs)
+    row = {r["system"]: r for r in summary["rows"]}["default"]
+    assert row["vs_setfit"]["mean_diff"] == pytest.approx(5.0)
+    assert row["vs_probe"]["mean_diff"] == pytest.approx(9.0)
+    cells = _row(fewshot.goal_markdown(summary), "mr", 16)
+    assert cells[5] == "**71.0 ± 1.0 (10 s)**"
+    assert cells[6].startswith("+5.0") and cells[7].startswith("+9.0")
+    assert cells[8] == "0.25x"
+    assert cells[9] == "met"
+
+
+def test_each_missed_goal_is_named_with_its_number(fewshot):
+    recs = _records("mr", 4, {"linear-probe": [0.60, 0.60, 0.60], "setfit-lib": [0.60, 0.61, 0.62],
+                              "default": [0.58, 0.62, 0.66]},
+                    {"linear-probe": 1, "setfit-lib": 6, "default": 9})
+    goal = _row(fewshot.goal_markdown(fewshot.summarise(recs)), "mr", 4)[9]
+    assert "SetFit +2: +1.0" in goal
+    assert "std 4.0 > 1.0" in goal
+    assert "time 1.50x" in goal
+    assert "probe +5: +2.0" in goal
+
+
+def test_a_skipped_setfit_and_the_ceiling_are_stated(fewshot):
+    recs = _records("bbc-news", 16, {"linear-probe": [0.94, 0.95, 0.96], "default": [0.96, 0.96, 0.96]},
+                    {"linear-probe": 1, "default": 30})
+    recs.append({"data": "bbc-news", "shots": 16, "sample": 0, "system": "setfit-lib",
+                 "skipped": "SetFit's default would take 320 steps (> --setfit-max-steps 100)"})
+    recs.append({"data": "bbc-news", "shots": None, "sample": 0, "system": "ceiling", "accuracy": 0.975,
+                 "macro_f1": 0.97, "train_s": 500, "train_size": 1699, "steps": 319})
+    summary = fewshot.summarise(recs)
+    assert summary["ceilings"]["bbc-news"]["accuracy"] == 0.975
+    assert not any(r["system"] == "ceiling" for r in summary["rows"])  # not a few-shot cell
+    table = fewshot.goal_markdown(summary)
+    cells = _row(table, "bbc-news", 16)
+    assert cells[4] == "not run: SetFit's default would take 320 steps (> --setfit-max-steps 100)"
+    assert cells[9] == "probe +5: +1.0 (ceiling 97.5)"  # the probe is within 5 points of the ceiling
+    assert "Ceiling, bbc-news: the default recipe on the whole training split (1699 examples, 319 steps): 97.5%" in table
