@@ -155,7 +155,6 @@ def test_the_flag_and_the_separator_are_part_of_the_run_identity(ml_files, tmp_p
     ({"kind": "imbalance", "ratios": [2]}, "minority and majority classes"),
     ({"kind": "noise", "label_noise": [0.2], "shots": 2}, "label noise flips"),
     ({"kind": "classes", "num_classes": [2]}, "class subset"),
-    ({"kind": "cross-validation", "folds": 2}, "stratified"),
     ({"kind": "transfer", "shots": 2, "source": {"data": "mr", "shots": 4}}, "single-label runs"),
 ])
 def test_protocols_without_a_multilabel_meaning_are_refused_in_one_line(ml_files, protocol, reason):
@@ -202,7 +201,8 @@ def test_augmentation_and_train_size_draw_from_label_sets(ml_files):
     train = run.data.train
     assert len(train) == 2 * len(sample)
     assert _sets(train) == _sets(sample) * 2  # each copy keeps its row's label set
-    assert train["text"][:len(sample)] == sample["text"] and train["text"][len(sample):] != sample["text"]
+    texts, originals = list(train["text"]), list(sample["text"])
+    assert texts[:len(sample)] == originals and texts[len(sample):] != originals  # originals, then noised copies
     config = load_config(ml_files(protocol={"kind": "few-shot", "train_size": 7, "samples": 2}))
     runs = protocol_runs(config, data)
     assert [len(r.data.train) for r in runs] == [7, 7]
@@ -210,6 +210,27 @@ def test_augmentation_and_train_size_draw_from_label_sets(ml_files):
         assert data_hash(r.data.train) == data_hash(random_subset(data.train, 7, derive_seed(0, "train", s)))
     with pytest.raises(Exception, match="train_size 500 is larger than the training split"):
         protocol_runs(load_config(ml_files(protocol={"kind": "few-shot", "train_size": 500})), data)
+
+
+def test_cross_validation_of_label_sets_is_plain_k_fold(ml_files):
+    config = load_config(ml_files(protocol={"kind": "cross-validation", "folds": 3, "train_size": 30,
+                                            "fold_train_size": 12}))
+    data = load_experiment_data(config)
+    runs = protocol_runs(config, data)
+    pool = random_subset(data.train, 30, derive_seed(0, "pool"))
+    assert [r.sample for r in runs] == [0, 1, 2] and {r.setting for r in runs} == {"folds=3,N=12"}
+    held = [r.data.test for r in runs]
+    assert sorted(sum((list(h["text"]) for h in held), [])) == sorted(pool["text"])  # the folds partition the pool
+    assert [len(h) for h in held] == [10, 10, 10]
+    for j, r in enumerate(runs):
+        assert r.sampling["splitter"] == "RepeatedKFold" and len(r.data.train) == 12
+        assert not set(r.data.train["text"]) & set(held[j]["text"])
+        assert r.data.source["multi_label"] and np.asarray(r.data.train["label"]).shape == (12, 3)
+    # the same rows are the folds of sklearn's KFold with the protocol's seed
+    from sklearn.model_selection import RepeatedKFold
+
+    first = next(iter(RepeatedKFold(n_splits=3, n_repeats=1, random_state=0).split(np.zeros(30))))[1]
+    assert list(held[0]["text"]) == list(pool.select(np.sort(first))["text"])
 
 
 def test_the_example_config_reads_the_builtin_label_sets():

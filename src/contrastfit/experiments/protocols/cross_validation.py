@@ -6,7 +6,9 @@ data's own test split (the held-out fold is then unused). ``fold_train_size`` tr
 stratified sample of that size from the other folds (few-shot training, full-pool testing). All folds
 share one setting label ``folds=k`` (``folds=k,N=n`` with ``fold_train_size``), so tables average over
 folds; the fold is the run's ``sample`` (``repeat * folds + fold_index``) and ``params`` also has
-``fold`` and ``repeat``."""
+``fold`` and ``repeat``. Label sets (multi-label data) have no one class per row to stratify by: they
+are split by plain (Repeated)KFold, as a regression target is, and their pool and fold samples are
+random draws."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ import numpy as np
 from pydantic import Field, PositiveInt
 
 from ...data.loading import TextData
+from ...data.multilabel import is_multilabel, random_subset
 from ...data.sampling import derive_seed, sample_stratified
 from ...errors import ConfigError, DataError
 from .base import (ProtocolOptions, ProtocolRun, check_seed, derived, int_values, labels_of, register_protocol,
@@ -30,7 +33,7 @@ class CrossValidation(ProtocolOptions):
     test: Literal["fold", "split"] = "fold"
     fold_train_size: PositiveInt | None = None
     order = 30
-    no_multi_label = "its folds are stratified by each text's one class (StratifiedKFold)"
+    no_multi_label = None  # label sets: plain k-fold and random draws, as for a regression target
 
 
 @register_protocol(CrossValidation)
@@ -58,6 +61,7 @@ def cross_validation(
     from sklearn.model_selection import RepeatedKFold, RepeatedStratifiedKFold
 
     seed = check_seed(seed)
+    multi_label = is_multilabel(data)
     folds = int_values(folds, "folds", minimum=2)[0]
     repeats = int_values(repeats, "repeats")[0]
     if test not in ("fold", "split"):
@@ -72,12 +76,16 @@ def cross_validation(
         if n > len(data.train):
             raise DataError(f"train_size {n} is larger than the training split of '{data.name}' ({len(data.train)} rows)")
         pseed = derive_seed(seed, "pool")
-        pool = sample_stratified(data.train, n, pseed)
-        pool_info = {"pool": "stratified sample of the train split", "train_size": n, "pool_seed": pseed}
+        if multi_label:
+            pool = random_subset(data.train, n, pseed)
+            pool_info = {"pool": "random sample of the train split", "train_size": n, "pool_seed": pseed}
+        else:
+            pool = sample_stratified(data.train, n, pseed)
+            pool_info = {"pool": "stratified sample of the train split", "train_size": n, "pool_seed": pseed}
     if folds > len(pool):
         raise DataError(f"{folds} folds need at least {folds} rows; the pool has {len(pool)}")
     validation, vinfo = validation_subset(data, validation_size, seed)
-    if data.label_names is None:
+    if data.label_names is None or multi_label:  # no one class per row to stratify by
         splitter = RepeatedKFold(n_splits=folds, n_repeats=repeats, random_state=seed)
         y = None
     else:
@@ -95,7 +103,7 @@ def cross_validation(
             fseed = derive_seed(seed, "train", j)
             if fold_train_size > len(train):
                 raise DataError(f"fold_train_size {fold_train_size} is larger than the {len(train)} training rows of a fold")
-            train = sample_stratified(train, fold_train_size, fseed)
+            train = (random_subset if multi_label else sample_stratified)(train, fold_train_size, fseed)
             fold_info = {"fold_train_size": fold_train_size, "sample_seed": fseed}
         params = {"folds": folds, "fold": i + 1, "repeat": r + 1, "train_size": len(pool) if train_size is not None else None}
         if fold_train_size is not None:
