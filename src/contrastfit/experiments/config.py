@@ -146,6 +146,9 @@ def run_config(experiment: Experiment, variant: MethodVariant, **run: Any) -> Tr
     seed): its method and hyper-parameters, the experiment's ``training:`` with the variant's own on top,
     and of ``data_options`` the keys in :data:`RUN_DATA_OPTIONS` (the rest only read the data, which the
     runner loads once and hands each run)."""
+    # Trainer checkpoints inside a run are off by default (schema.EXPERIMENT_TRAINING_DEFAULTS: a
+    # killed few-shot run is simply redone); `training: {save_checkpoints: true, save_steps: N}` turns
+    # them on, and a restarted runner then resumes the interrupted run from its last checkpoint.
     data = experiment.data_options.settings()
     return TrainConfig(method=variant.method, hparams=dict(variant.hparams),
                        **{k: data[k] for k in RUN_DATA_OPTIONS if k in data},

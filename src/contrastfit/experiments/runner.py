@@ -36,11 +36,11 @@ from ..data.descriptions import read_label_descriptions
 from ..distributed import launched_processes
 from ..errors import ConfigError, ContrastfitError
 from ..methods.base import resolve_hparams
+from ..multilabel.methods import MULTILABEL_METHODS
 from ..pipeline import CHECKPOINT_DIR
 from ..record import RESULTS_NAME, read_record
 from ..trainer import with_method_defaults
 from ..training import TrainConfig, train
-from ..multilabel.methods import MULTILABEL_METHODS
 from .config import ExperimentConfig, MethodVariant, MultiTaskExperimentConfig, load_experiment_data, run_config
 from .identity import (IDENTITY_TAG, NOT_IDENTITY, base_run_id, changed_keys, content_hash, make_identity, path_digest,
                        record_identity, text_data_digest, with_identity)
@@ -50,15 +50,6 @@ from .records import ATTRIBUTIONS_FILE as ATTRIBUTIONS_NAME
 from .records import EXPERIMENT_FILE, PLAN_FILE
 from .report import format_summary, summarise, write_report
 from .store import STORE_NAME, ResultsStore, Unit, file_lock, run_pending
-
-
-def variant_training(config: ExperimentConfig, variant: MethodVariant) -> dict[str, Any]:
-    """The training settings of ``variant``'s runs: the experiment's ``training:``, then the
-    variant's own (its method entry's ``training:``) on top."""
-    # Trainer checkpoints inside a run are off by default (schema.EXPERIMENT_TRAINING_DEFAULTS: a
-    # killed few-shot run is simply redone); `training: {save_checkpoints: true, save_steps: N}` turns
-    # them on, and a restarted runner then resumes the interrupted run from its last checkpoint.
-    return {**config.training.settings(), **dict(variant.training)}
 
 
 def _train_config(config: ExperimentConfig, job: Job, folder: Path, progress: bool, model: str,
