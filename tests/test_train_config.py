@@ -121,6 +121,7 @@ def test_every_choice_is_accepted(name, choice):
     ({"method": "nope"}, "unknown method 'nope'"),
     ({"shots": 4, "train_size": 20}, "give either --shots (per class) or --train-size (total), not both"),
     ({"label_separator": ";"}, "--label-separator splits the label sets of multi-label data: give --multi-label"),
+    ({"multi_label": True, "task": "regression"}, "--multi-label is classification into label sets: it does not go"),
     ({"fp16": True, "bf16": True}, "choose one of fp16 and bf16"),
     ({"batch_size": 1}, "the balanced sampler needs --batch-size >= 2 (or use --sampler random)"),
 ])

@@ -221,6 +221,8 @@ class TrainConfig:
         if self.label_separator is not None and not self.multi_label:
             raise ConfigError("--label-separator splits the label sets of multi-label data: give --multi-label with it, "
                               "or leave it out")
+        if self.multi_label and self.task == "regression":
+            raise ConfigError("--multi-label is classification into label sets: it does not go with --task regression")
         if self.label_descriptions is not None and self.multi_label:
             raise ConfigError("--label-descriptions: the label names are not used with --multi-label yet; leave it out")
         if self.fp16 and self.bf16:
