@@ -97,8 +97,37 @@ def test_an_int8_export_is_quantised_checked_and_served(tmp_path, tiny_encoder_d
     assert check["max_prob_diff"] >= float(np.abs(probs - want).max()) - 1e-6  # the all-in-one batch is one it checks
     assert check["max_prob_diff"] > 1e-3  # int8, not the float graph
     assert check["max_prob_diff"] <= check["max_prob_diff_allowed"] == 0.25
-    assert check["label_agreement"] >= check["min_label_agreement"] == 0.99
+    assert check["decisive_agreement"] >= check["min_label_agreement"] == 0.99
     assert served.predict(TEXTS) == model.predict(TEXTS)
+
+
+class _Shifted:
+    """A served model whose logits are PyTorch's plus a fixed shift (an int8 graph's error, made exact)."""
+
+    multi_label = False
+
+    def __init__(self, reference, shift):
+        self.reference, self.shift = reference, shift
+
+    def predict_logits(self, texts, pairs=None):
+        rows = [int(t) for t in texts]
+        return self.reference[rows] + self.shift
+
+
+def test_int8_label_agreement_leaves_out_only_the_near_ties():
+    from contrastfit.export import TIE_BAND, _parity
+
+    # probabilities of class 1: 0.52 (a near tie: margin 0.04 < 2 * 0.05), 0.6, 0.9 and 0.1
+    p1 = np.array([0.52, 0.6, 0.9, 0.1])
+    reference = np.stack([np.zeros(4), np.log(p1 / (1 - p1))], axis=1)
+    texts = ["0", "1", "2", "3"]
+    # a shift that moves every probability by about 0.05 flips the near tie only
+    check = _parity(_Shifted(reference, np.array([0.0, -0.2])), reference, texts, None, 1.0, "classification")
+    assert TIE_BAND == 0.05 and check["near_ties"] == 1
+    assert check["label_agreement"] == 0.75 and check["decisive_agreement"] == 1.0
+    # a larger shift also flips the decisive 0.6: it counts against the agreement
+    check = _parity(_Shifted(reference, np.array([0.0, -0.6])), reference, texts, None, 1.0, "classification")
+    assert check["label_agreement"] == 0.5 and check["decisive_agreement"] == pytest.approx(2 / 3)
 
 
 def test_an_int8_export_past_the_thresholds_writes_nothing(tmp_path, tiny_encoder_dir, capsys):
@@ -107,7 +136,8 @@ def test_an_int8_export_past_the_thresholds_writes_nothing(tmp_path, tiny_encode
     run, _ = _saved(tmp_path, tiny_encoder_dir, "ce")
     out = tmp_path / "int8"
     with pytest.raises(ModelError, match=r"^export --quantize int8: the int8 model's labels agree with PyTorch's on "
-                                         r"\d+\.\d% of 8 texts \(at least 99\.0% required\) and its probabilities "
+                                         r"\d+\.\d% of the \d texts PyTorch does not call within 0\.05 of a tie "
+                                         r"\(at least 99\.0% required\) and its probabilities "
                                          r"differ by up to 0\.\d{3} \(at most 0 allowed\); nothing written"):
         export_onnx(run, out, quantize="int8", max_prob_diff=0.0)
     assert not out.exists() and not [p for p in tmp_path.iterdir() if p.name.startswith(".int8")]

@@ -218,8 +218,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="write an int8 model (ONNX Runtime dynamic quantisation, about 4x smaller), checked against "
                         "PyTorch's labels and probabilities on the same texts after the float graph passed")
     p.add_argument("--min-agreement", type=float, default=None,
-                   help="with --quantize: refuse (write nothing) when fewer of the texts get PyTorch's label "
-                        "(default 0.99)")
+                   help="with --quantize: refuse (write nothing) when fewer of the texts get PyTorch's label, "
+                        "near ties (PyTorch within 0.05 of another label) left out (default 0.99)")
     p.add_argument("--max-prob-diff", type=float, default=None,
                    help="with --quantize: refuse when a probability differs from PyTorch's by more (default 0.05)")
     _add_task_arg(p, "export")
@@ -494,7 +494,9 @@ def cmd_export(args: argparse.Namespace) -> int:
         print(f"wrote {args.output} (opset {meta['opset']}, {q['type']}, {q['bytes'] / 1e6:.1f} MB from "
               f"{q['float_bytes'] / 1e6:.1f} MB): ONNX Runtime's labels agree with PyTorch's on "
               f"{check['label_agreement']:.1%} of {check['texts']} texts in batches of "
-              f"{', '.join(map(str, check['batch_sizes']))}, largest probability difference {check['max_prob_diff']:.3f}")
+              f"{', '.join(map(str, check['batch_sizes']))}, largest probability difference {check['max_prob_diff']:.3f}"
+              + (f" ({check['near_ties']} near ties: {check['decisive_agreement']:.1%} of the others)"
+                 if check.get("near_ties") else ""))
         return 0
     print(f"wrote {args.output} (opset {meta['opset']}): ONNX Runtime matches PyTorch on {check['texts']} texts in "
           f"batches of {', '.join(map(str, check['batch_sizes']))}, largest logit difference {check['max_abs_diff']:.1e}")

@@ -17,8 +17,12 @@
 ``quantize="int8"`` (``contrastfit export --quantize int8``) then quantises the verified graph with ONNX
 Runtime's dynamic quantisation (int8 weights, per channel and 7-bit by default; activations quantised
 at run time) into one ``model.onnx`` about a quarter of the size, and checks it as above against the
-same PyTorch logits; as int8 cannot match to ``atol``, the check is the fraction of texts whose label
-agrees (``min_agreement``) and the largest probability difference (``max_prob_diff``).
+same PyTorch logits; as int8 cannot match to ``atol``, the check is the largest probability
+difference (``max_prob_diff``) and the fraction of texts whose label agrees (``min_agreement``),
+counted over the texts PyTorch does not put within :data:`TIE_BAND` of another decision (the top two
+classes' probabilities within ``2 * TIE_BAND`` of each other; for label sets, a label's probability
+within ``TIE_BAND`` of its threshold): int8's small shifts flip such near ties, which says nothing
+about the export (the verification records ``near_ties`` and the raw ``label_agreement`` too).
 ``export.json`` then has ``quantization`` (the settings, both sizes, and the float graph's
 verification) and ``verification`` is the int8 graph's. :class:`OnnxClassifier` serves either.
 
@@ -47,6 +51,9 @@ __all__ = ["EXPORT_NAME", "ONNX_NAME", "OnnxClassifier", "QUANTIZE_TYPES", "expo
 
 #: what ``export_onnx(..., quantize=...)`` accepts
 QUANTIZE_TYPES = ("int8",)
+#: a text whose PyTorch probabilities are this close to another decision is a near tie, whose label
+#: an int8 graph may flip without counting against its label agreement
+TIE_BAND = 0.05
 #: texts the export is checked on by default: short and long, so padding and truncation take part
 VERIFY_TEXTS = (
     "good", "a fine film", "the plot was dull and the actors were weak", "not bad at all",
@@ -158,12 +165,13 @@ def export_onnx(run: str | os.PathLike, output: str | os.PathLike, *, task: str 
             check, float_check = _parity(OnnxClassifier(staging, _meta=serving), reference, texts, pairs, temperature,
                                          model.task), check
             check.update(max_prob_diff_allowed=max_prob_diff, min_label_agreement=min_agreement, runtime="onnxruntime")
-            if check["max_prob_diff"] > max_prob_diff or check["label_agreement"] < min_agreement:
+            if check["max_prob_diff"] > max_prob_diff or check["decisive_agreement"] < min_agreement:
+                decisive = len(texts) - check["near_ties"]
                 raise ModelError(
                     f"export --quantize {quantize}: the {quantize} model's labels agree with PyTorch's on "
-                    f"{check['label_agreement']:.1%} of {len(texts)} texts (at least {min_agreement:.1%} required) and "
-                    f"its probabilities differ by up to {check['max_prob_diff']:.3f} (at most {max_prob_diff:g} allowed); "
-                    f"nothing written to {output}")
+                    f"{check['decisive_agreement']:.1%} of the {decisive} texts PyTorch does not call within "
+                    f"{TIE_BAND:g} of a tie (at least {min_agreement:.1%} required) and its probabilities differ by up "
+                    f"to {check['max_prob_diff']:.3f} (at most {max_prob_diff:g} allowed); nothing written to {output}")
             quantization["float_verification"] = float_check
         meta = {"format": "onnx", "onnx": ONNX_NAME, "inputs": names, "output": "logits",
                 "opset": int(program.model.opset_imports.get("", 0)) if hasattr(program, "model") else opset,
@@ -198,23 +206,34 @@ def _parity(served: "OnnxClassifier", reference: np.ndarray, texts: list[str], p
         def decide(logits):
             return logits.argmax(1)
     sizes = sorted({1, min(3, len(texts)), len(texts)})
-    worst, worst_p, agreement = 0.0, 0.0, 1.0
+    tie = np.zeros(len(texts), dtype=bool)
+    if task != "regression":  # where PyTorch itself is within TIE_BAND of another decision
+        p = probs(reference)
+        if getattr(served, "multi_label", False):
+            tie = (np.abs(p - np.asarray(served.thresholds)) < TIE_BAND).any(axis=1)
+        elif p.shape[1] > 1:
+            top2 = np.sort(p, axis=1)[:, -2:]
+            tie = top2[:, 1] - top2[:, 0] < 2 * TIE_BAND
+    worst, worst_p, agreement, decisive = 0.0, 0.0, 1.0, 1.0
     for size in sizes:
-        agree = 0
+        agree = np.zeros(len(texts), dtype=bool)
         for start in range(0, len(texts), size):
             got = served.predict_logits(texts[start:start + size], pairs[start:start + size] if pairs is not None else None)
             want = reference[start:start + size]
             worst = max(worst, float(np.abs(got - want).max()))
             same = decide(got) == decide(want)
-            agree += int((same.all(axis=1) if same.ndim == 2 else same).sum())
+            agree[start:start + size] = same.all(axis=1) if same.ndim == 2 else same
             if task != "regression":
                 prob = probs(got) - probs(want)
                 worst_p = max(worst_p, float(np.abs(prob).max()))
-        agreement = min(agreement, agree / len(texts))
+        agreement = min(agreement, float(agree.mean()))
+        decisive = min(decisive, float(agree[~tie].mean()) if (~tie).any() else 1.0)
     check: dict[str, Any] = {"texts": len(texts), "batch_sizes": sizes, "max_abs_diff": worst}
     if task != "regression":
         check["max_prob_diff"] = worst_p
         check["label_agreement"] = agreement
+        check["near_ties"] = int(tie.sum())
+        check["decisive_agreement"] = decisive
     check["same_predictions"] = agreement == 1.0
     return check
 
