@@ -295,17 +295,19 @@ def goal_markdown(summary: dict[str, Any]) -> str:
             sf_cell = acc(sf)
             ratio = d["train_s"] / sf["train_s"] if sf["train_s"] else float("inf")
             time_cell = f"{ratio:.2f}x"
-            if d.get("vs_setfit", {}).get("mean_diff", -99) < GOAL["vs_setfit"]:
+            if "vs_setfit" in d and d["vs_setfit"]["mean_diff"] < GOAL["vs_setfit"]:
                 misses.append(f"SetFit +{GOAL['vs_setfit']:.0f}: {d['vs_setfit']['mean_diff']:+.1f}")
             if d["accuracy_std"] > sf["accuracy_std"]:
                 misses.append(f"std {d['accuracy_std']:.1f} > {sf['accuracy_std']:.1f}")
             if ratio > GOAL["time_ratio"]:
                 misses.append(f"time {ratio:.2f}x")
-        if pr is not None and d.get("vs_probe", {}).get("mean_diff", -99) < GOAL["vs_probe"]:
+        if "vs_probe" in d and d["vs_probe"]["mean_diff"] < GOAL["vs_probe"]:
             near = ceiling is not None and 100 * ceiling["accuracy"] - pr["accuracy_mean"] < GOAL["vs_probe"]
             misses.append(f"probe +{GOAL['vs_probe']:.0f}: {d['vs_probe']['mean_diff']:+.1f}"
                           + (f" (ceiling {100 * ceiling['accuracy']:.1f})" if near else ""))
-        goal = "met" if not misses else "; ".join(misses)
+        paired = min(d.get("vs_setfit", {}).get("samples", 0) if sf is not None else 99,
+                     d.get("vs_probe", {}).get("samples", 0) if pr is not None else 99)
+        goal = "; ".join(misses) if misses else "met" if paired >= 2 else "–"  # no verdict on fewer than 2 pairs
         lines.append(f"| {data} | {shots} | {acc(systems.get('zero-shot'))} | {acc(pr)} | {sf_cell} | **{acc(d)}** "
                      f"| {diff(d.get('vs_setfit'))} | {diff(d.get('vs_probe'))} | {time_cell} | {goal} |")
     for data, c in sorted(summary.get("ceilings", {}).items()):

@@ -71,3 +71,11 @@ def test_a_skipped_setfit_and_the_ceiling_are_stated(fewshot):
     assert cells[4] == "not run: SetFit's default would take 320 steps (> --setfit-max-steps 100)"
     assert cells[9] == "probe +5: +1.0 (ceiling 97.5)"  # the probe is within 5 points of the ceiling
     assert "Ceiling, bbc-news: the default recipe on the whole training split (1699 examples, 319 steps): 97.5%" in table
+
+
+def test_no_verdict_before_two_paired_samples(fewshot):
+    recs = _records("mr", 8, {"linear-probe": [0.6, 0.6], "setfit-lib": [0.6], "default": [0.7, 0.7]},
+                    {"linear-probe": 1, "setfit-lib": 20, "default": 5})
+    cells = _row(fewshot.goal_markdown(fewshot.summarise(recs)), "mr", 8)
+    assert cells[6] == "–" and cells[7].startswith("+10.0")
+    assert cells[9] == "–"  # one sample against SetFit: no verdict yet
