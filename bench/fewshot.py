@@ -289,8 +289,8 @@ def goal_markdown(summary: dict[str, Any]) -> str:
         misses = []
         ceiling = summary.get("ceilings", {}).get(data)
         if sf is None:
-            why = summary.get("skipped", {}).get(f"{data}|{shots}|{REFERENCE}", "not run")
-            sf_cell, time_cell = f"not run: {why}", "–"
+            why = summary.get("skipped", {}).get(f"{data}|{shots}|{REFERENCE}")
+            sf_cell, time_cell = f"not run: {why}" if why else "–", "–"
         else:
             sf_cell = acc(sf)
             ratio = d["train_s"] / sf["train_s"] if sf["train_s"] else float("inf")
