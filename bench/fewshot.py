@@ -269,12 +269,15 @@ def goal_markdown(summary: dict[str, Any]) -> str:
     cells: dict[tuple, dict[str, dict]] = {}
     for r in summary["rows"]:
         cells.setdefault((r["data"], r["shots"]), {})[r["system"]] = r
-    lines = ["| data | K | zero-shot | probe | SetFit library | default | vs SetFit | vs probe | time vs SetFit | goal |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| data | K | n | zero-shot | probe | SetFit library | default | vs SetFit | vs probe | time vs SetFit | goal |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
 
-    def acc(r: dict | None) -> str:
-        return "–" if r is None else f"{r['accuracy_mean']:.1f} ± {r['accuracy_std']:.1f}" + (
-            "" if r["system"] == "zero-shot" else f" ({r['train_s']:.0f} s)")
+    def acc(r: dict | None, n: int = 0) -> str:  # the sample count where it is not the default's n
+        if r is None:
+            return "–"
+        more = [] if r["system"] == "zero-shot" else [f"{r['train_s']:.0f} s"]
+        more += [f"n={r['n']}"] if n and r["n"] != n else []
+        return f"{r['accuracy_mean']:.1f} ± {r['accuracy_std']:.1f}" + (f" ({', '.join(more)})" if more else "")
 
     def diff(vs: dict | None) -> str:
         if not vs:
@@ -292,7 +295,7 @@ def goal_markdown(summary: dict[str, Any]) -> str:
             why = summary.get("skipped", {}).get(f"{data}|{shots}|{REFERENCE}")
             sf_cell, time_cell = f"not run: {why}" if why else "–", "–"
         else:
-            sf_cell = acc(sf)
+            sf_cell = acc(sf, d["n"])
             ratio = d["train_s"] / sf["train_s"] if sf["train_s"] else float("inf")
             time_cell = f"{ratio:.2f}x"
             if "vs_setfit" in d and d["vs_setfit"]["mean_diff"] < GOAL["vs_setfit"]:
@@ -308,7 +311,8 @@ def goal_markdown(summary: dict[str, Any]) -> str:
         paired = min(d.get("vs_setfit", {}).get("samples", 0) if sf is not None else 99,
                      d.get("vs_probe", {}).get("samples", 0) if pr is not None else 99)
         goal = "; ".join(misses) if misses else "met" if paired >= 2 else "–"  # no verdict on fewer than 2 pairs
-        lines.append(f"| {data} | {shots} | {acc(systems.get('zero-shot'))} | {acc(pr)} | {sf_cell} | **{acc(d)}** "
+        lines.append(f"| {data} | {shots} | {d['n']} | {acc(systems.get('zero-shot'))} | {acc(pr, d['n'])} | {sf_cell} "
+                     f"| **{acc(d)}** "
                      f"| {diff(d.get('vs_setfit'))} | {diff(d.get('vs_probe'))} | {time_cell} | {goal} |")
     for data, c in sorted(summary.get("ceilings", {}).items()):
         lines.append(f"\nCeiling, {data}: the default recipe on the whole training split ({c['train_size']} examples, "

@@ -39,17 +39,17 @@ def test_a_cell_that_meets_every_goal(fewshot):
     assert row["vs_setfit"]["mean_diff"] == pytest.approx(5.0)
     assert row["vs_probe"]["mean_diff"] == pytest.approx(9.0)
     cells = _row(fewshot.goal_markdown(summary), "mr", 16)
-    assert cells[5] == "**71.0 ± 1.0 (10 s)**"
-    assert cells[6].startswith("+5.0") and cells[7].startswith("+9.0")
-    assert cells[8] == "0.25x"
-    assert cells[9] == "met"
+    assert cells[2] == "3" and cells[6] == "**71.0 ± 1.0 (10 s)**"
+    assert cells[7].startswith("+5.0") and cells[8].startswith("+9.0")
+    assert cells[9] == "0.25x"
+    assert cells[10] == "met"
 
 
 def test_each_missed_goal_is_named_with_its_number(fewshot):
     recs = _records("mr", 4, {"linear-probe": [0.60, 0.60, 0.60], "setfit-lib": [0.60, 0.61, 0.62],
                               "default": [0.58, 0.62, 0.66]},
                     {"linear-probe": 1, "setfit-lib": 6, "default": 9})
-    goal = _row(fewshot.goal_markdown(fewshot.summarise(recs)), "mr", 4)[9]
+    goal = _row(fewshot.goal_markdown(fewshot.summarise(recs)), "mr", 4)[10]
     assert "SetFit +2: +1.0" in goal
     assert "std 4.0 > 1.0" in goal
     assert "time 1.50x" in goal
@@ -68,8 +68,8 @@ def test_a_skipped_setfit_and_the_ceiling_are_stated(fewshot):
     assert not any(r["system"] == "ceiling" for r in summary["rows"])  # not a few-shot cell
     table = fewshot.goal_markdown(summary)
     cells = _row(table, "bbc-news", 16)
-    assert cells[4] == "not run: SetFit's default would take 320 steps (> --setfit-max-steps 100)"
-    assert cells[9] == "probe +5: +1.0 (ceiling 97.5)"  # the probe is within 5 points of the ceiling
+    assert cells[5] == "not run: SetFit's default would take 320 steps (> --setfit-max-steps 100)"
+    assert cells[10] == "probe +5: +1.0 (ceiling 97.5)"  # the probe is within 5 points of the ceiling
     assert "Ceiling, bbc-news: the default recipe on the whole training split (1699 examples, 319 steps): 97.5%" in table
 
 
@@ -77,5 +77,6 @@ def test_no_verdict_before_two_paired_samples(fewshot):
     recs = _records("mr", 8, {"linear-probe": [0.6, 0.6], "setfit-lib": [0.6], "default": [0.7, 0.7]},
                     {"linear-probe": 1, "setfit-lib": 20, "default": 5})
     cells = _row(fewshot.goal_markdown(fewshot.summarise(recs)), "mr", 8)
-    assert cells[6] == "–" and cells[7].startswith("+10.0")
-    assert cells[9] == "–"  # one sample against SetFit: no verdict yet
+    assert cells[5] == "60.0 ± 0.0 (20 s, n=1)"  # fewer samples than the default's: said
+    assert cells[7] == "–" and cells[8].startswith("+10.0")
+    assert cells[10] == "–"  # one sample against SetFit: no verdict yet
