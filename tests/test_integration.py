@@ -3,6 +3,13 @@
 Every method trains briefly on 16 examples per class and must be clearly above chance (0.5) on
 256 MR test sentences. The thresholds are below what each run reaches with seed 0 on this data (see
 the README's table) and well above what an untrained head or a broken loss gives.
+
+The default suite trains one method of each kind of pipeline (the default recipe, a one-stage loss,
+label fusion, a two-stage method with dropout views, supervised SimCSE pairs, DiffCSE's generator,
+SetFit's pairs, the probe, zero-shot). The methods that share a pipeline with one of those and differ
+only in their loss (whose equations the unit tests check against hand-written loops on the tiny
+encoder) are marked ``slow``: ``make test-all`` (``pytest --run-slow``) runs them too, about 2.5
+minutes more.
 """
 
 from __future__ import annotations
@@ -56,7 +63,12 @@ def mr_small():
     return data
 
 
-@pytest.mark.parametrize("method", sorted(METHODS))
+#: Same pipeline as a method above, another loss: run by ``--run-slow`` (``make test-all``).
+SLOW = {"ce-supcon", "ce-softtriple", "dropout-augmented-ce", "lacon", "ce-projection", "self-supervised-cl",
+        "simcse-unsup"}
+
+
+@pytest.mark.parametrize("method", [pytest.param(m, marks=pytest.mark.slow) if m in SLOW else m for m in sorted(METHODS)])
 def test_short_real_run_beats_chance(method, mr_small, tmp_path):
     options, minimum = METHODS[method]
     result = train(method=method, data="mr", output=str(tmp_path / method), seed=0, progress=False,
