@@ -186,10 +186,42 @@ def test_what_a_multilabel_run_refuses_is_refused_when_the_config_is_read(ml_fil
     assert "\n" not in str(exc.value)
 
 
-def test_search_is_refused_on_label_sets(ml_files):
-    raw = {**yaml.safe_load(ml_files().read_text()),
-           "search": {"method": "ce-scl", "space": {"temperature": [0.1, 0.3]}, "trials": 1}}
-    with pytest.raises(ConfigError, match=r"^exp\.yaml: search: does not run on multi-label data"):
+def test_a_search_on_label_sets_trains_the_multilabel_form_and_maximises_micro_f1(ml_files, tmp_path, monkeypatch):
+    import optuna  # noqa: F401  (in the test extra)
+    from contrastfit.experiments import search as search_module
+    from contrastfit.multilabel.methods import MULTILABEL_METHODS
+
+    import contrastfit.training as training
+
+    seen, real_train = [], training.train
+
+    def spy(config, **kwargs):  # run_search imports train from contrastfit.training when it runs
+        result = real_train(config, **kwargs)
+        seen.append((config, result))
+        return result
+
+    monkeypatch.setattr(training, "train", spy)
+    config = load_config(ml_files(search={"method": "ce-scl", "trials": 2,
+                                          "space": {"temperature": {"low": 0.1, "high": 0.5}}}))
+    best = search_module.run_search(config, progress=False)
+    assert best["metric"] == "validation micro_f1" and best["trials"] == 2 and len(seen) == 2
+    for trial_config, result in seen:
+        assert trial_config.multi_label and trial_config.evaluate_test is False
+        assert type(result.model.method) is MULTILABEL_METHODS["ce-scl"]  # the multi-label form trained
+        assert 0.1 <= result.model.method.hparams["temperature"] <= 0.5
+    scores = [result.metrics["validation"]["micro_f1"] for _, result in seen]
+    assert best["value"] == pytest.approx(max(scores))
+    assert json.loads((tmp_path / "out" / "search.json").read_text())["value"] == best["value"]
+
+
+@pytest.mark.parametrize("search, match", [
+    ({"method": "setfit", "space": {"head_C": [0.5, 2.0]}}, r"^exp\.yaml: search: method 'setfit' has no multi-label form"),
+    ({"method": "ce-scl-lr", "space": {"label_prior": [0.0, 1.0]}},
+     r"^exp\.yaml: search: space: ce-scl-lr: the label names are not used with --multi-label yet, so label_prior has nothing to search"),
+])
+def test_a_search_on_label_sets_refuses_what_the_multilabel_forms_lack(ml_files, search, match):
+    raw = {**yaml.safe_load(ml_files().read_text()), "search": {**search, "trials": 1}}
+    with pytest.raises(ConfigError, match=match):
         parse_config(raw, "exp.yaml")
 
 

@@ -12,7 +12,8 @@ an Optuna study instead:
         temperature: {low: 0.05, high: 1.0, log: true}   # float range
         lambda: [0.1, 0.5, 0.9]                           # categorical
       trials: 20
-      metric: accuracy            # validation metric to maximise (never a test metric)
+      metric: null                # validation metric to maximise (never a test metric); default: the
+                                  # data's headline (accuracy; Pearson's r; micro-F1 on label sets)
       storage: null               # default: sqlite:///<output>/optuna.sqlite3; a database URL shares the study
       study: null                 # default: the experiment's name
 
@@ -20,8 +21,10 @@ Each trial trains the method with the sampled hyper-parameters on the first run 
 (its first setting and training sample) for every seed, and its value is the mean validation
 metric. Trials are stored by Optuna in its own storage (SQLite by default), so an interrupted
 search continues where it stopped and several machines can share one study through a database URL.
-The block's schema is :class:`contrastfit.experiments.schema.Search`; trials train with the
-experiment's ``training:`` settings, as its runs do.
+The block's schema is :class:`contrastfit.experiments.schema.Search`; a trial's TrainConfig is
+assembled by :func:`~contrastfit.experiments.config.run_config`, as the grid's runs are: the
+experiment's ``training:`` settings and its run data options, so on label sets
+(``data_options.multi_label``) every trial trains the method's multi-label form.
 """
 
 from __future__ import annotations
@@ -51,8 +54,9 @@ def run_search(config, progress: bool = True) -> dict[str, Any]:
     except ImportError:
         raise ConfigError("--search optuna needs optuna: pip install 'contrastfit[search]'") from None
     from ..atomic import write_json_atomic
-    from ..training import TrainConfig, train
-    from .config import load_experiment_data
+    from ..evaluation.metrics import headline_names
+    from ..training import train
+    from .config import MethodVariant, load_experiment_data, run_config
     from .plan import protocol_runs
 
     search = getattr(config, "search", None)  # a multi-task config has none
@@ -61,7 +65,7 @@ def run_search(config, progress: bool = True) -> dict[str, Any]:
     out = Path(config.output)
     out.mkdir(parents=True, exist_ok=True)
     storage = search.storage or f"sqlite:///{(out / 'optuna.sqlite3').resolve()}"
-    metric = search.metric
+    metric = search.metric  # None: the first validation metrics' headline, once they are known
     spec = get_method(search.method)
     data = load_experiment_data(config)
     first = protocol_runs(config, data)[0]
@@ -70,17 +74,22 @@ def run_search(config, progress: bool = True) -> dict[str, Any]:
     done = len([t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE])
 
     def objective(trial) -> float:
+        nonlocal metric
         hparams = {n: _suggest(trial, n, d, spec.defaults[n]) for n, d in search.space.items()}
         scores = []
         for seed in config.seeds:
             folder = out / "search" / f"trial{trial.number}-seed{seed}"
-            result = train(TrainConfig(method=search.method, data=config.data, output=str(folder), model=config.model,
-                                       hparams=hparams, seed=seed, save_model=False, resume=True, progress=progress,
-                                       evaluate_test=False, tags={"experiment": config.name, "trial": trial.number},
-                                       **config.training.settings()), text_data=first.data)
-            if "validation" not in result.metrics or metric not in result.metrics["validation"]:
-                raise ConfigError(f"search: no validation {metric} (the data need a validation split)")
-            scores.append(result.metrics["validation"][metric])
+            trial_config = run_config(config, MethodVariant(search.method, tuple(hparams.items())),
+                                      data=config.data, output=str(folder), model=config.model, seed=seed,
+                                      save_model=False, resume=True, progress=progress, evaluate_test=False,
+                                      tags={"experiment": config.name, "trial": trial.number})
+            validation = train(trial_config, text_data=first.data).metrics.get("validation")
+            if validation is None:
+                raise ConfigError("search: no validation metrics (the data need a validation split)")
+            metric = metric or headline_names(validation)[0]
+            if metric not in validation:
+                raise ConfigError(f"search: no validation {metric} (this run's are {', '.join(sorted(validation))})")
+            scores.append(validation[metric])
         return float(sum(scores) / len(scores))
 
     remaining = max(0, search.trials - done)

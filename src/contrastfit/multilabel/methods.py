@@ -94,7 +94,7 @@ def check_multilabel_method(name: str | None) -> str:
     return name
 
 
-def _label_name_hparams(name: str) -> dict[str, Any]:
+def label_name_hparams(name: str) -> dict[str, Any]:
     """The hyper-parameters of method ``name`` that use the label names, at the value that turns them off."""
     defaults = get_method(name).defaults
     return {k: v for k, v in (("label_prior", 0.0), ("label_anchors", False)) if k in defaults}
@@ -103,7 +103,7 @@ def _label_name_hparams(name: str) -> dict[str, Any]:
 def check_multilabel_hparams(name: str, hparams: dict[str, Any]) -> None:
     """Refuse (one line) the hyper-parameters that use the label names (``label_prior``,
     ``label_anchors``) given at a value that turns them on: the multi-label forms do not use them yet."""
-    defaults, off = get_method(name).defaults, _label_name_hparams(name)
+    defaults, off = get_method(name).defaults, label_name_hparams(name)
     asked = [k for k in off if hparams.get(k) is not None and hparams[k] not in (off[k], defaults[k])]
     if asked:
         raise ConfigError(f"{name}: the label names are not used with --multi-label yet (leave out {', '.join(asked)})")
@@ -115,7 +115,7 @@ def create_multilabel_method(name: str, num_labels: int, hidden_size: int, **hpa
     spec = get_method(name)
     given = {k: v for k, v in hparams.items() if v is not None}
     check_multilabel_hparams(name, given)
-    off = _label_name_hparams(name)
+    off = label_name_hparams(name)
     merged = {**spec.defaults, **given, **off}
     cls = MULTILABEL_METHODS[name]
     method = cls(num_labels, hidden_size, "classification", **merged)
