@@ -16,6 +16,8 @@ Systems (``--systems``):
   multi_target_strategy="one-vs-rest")`` with its default ``TrainingArguments`` (seeded);
 * ``contrastfit``: ``train(multi_label=True)`` with no method: the default multi-label recipe
   (``ce-scl-lr``: BCE + Jaccard-weighted SupCon fine-tuning, then one-vs-rest logistic heads);
+* ``contrastfit-names``: the default multi-label recipe with the label names on (``label_anchors``
+  and ``label_prior = 1``: each name a Jaccard-SupCon row and a weighted positive of its own label);
 * ``contrastfit-METHOD``: the multi-label form of METHOD (``ce``, ``ce-scl``, ``linear-probe``);
 * ``prior``: no model: every text gets each label's frequency in the training sample as its
   probability (so at 0.5 it predicts the labels most of the sample has): the floor the others must
@@ -111,12 +113,12 @@ def run_setfit(data: TextData, train, seed: int, model: str, workdir: Path) -> d
 
 
 def run_contrastfit(data: TextData, train, seed: int, model: str, method: str | None, sample: int,
-                    shots: int, workdir: Path) -> dict[str, Any]:
+                    shots: int, workdir: Path, hparams: dict[str, Any] | None = None) -> dict[str, Any]:
     from contrastfit.training import train as cf_train
 
     t0 = time.perf_counter()
     # the same draw as here: --shots K --sample-index s with sample seed 0 (checked by the train hash)
-    result = cf_train(data=data.name, multi_label=True, method=method, model=model, seed=seed, sample_seed=0,
+    result = cf_train(data=data.name, multi_label=True, method=method, hparams=hparams, model=model, seed=seed, sample_seed=0,
                       sample_index=sample, shots=shots, output=str(workdir / f"cf-{time.time_ns()}"),
                       save_model=False, save_checkpoints=False, progress=False, evaluate_test=False)
     assert result["data"]["train_hash"] == data_hash(train), "contrastfit trained on another sample"
@@ -191,6 +193,9 @@ def main(argv: list[str] | None = None) -> int:
                     out = run_probe(data, train, seed, args.model)
                 elif system == "setfit-ovr":
                     out = run_setfit(data, train, seed, args.model, workdir)
+                elif system == "contrastfit-names":
+                    out = run_contrastfit(data, train, seed, args.model, None, sample, shots, workdir,
+                                          hparams={"label_anchors": True, "label_prior": 1.0})
                 elif system == "contrastfit" or system.startswith("contrastfit-"):
                     method = None if system == "contrastfit" else system.removeprefix("contrastfit-")
                     out = run_contrastfit(data, train, seed, args.model, method, sample, shots, workdir)

@@ -189,9 +189,9 @@ def test_a_described_label_that_the_data_lacks_is_refused_before_training(tiny_e
     with pytest.raises(ConfigError, match=r"d.json: '2' is not a label of the data \(its labels: 0, 1\)"):
         train(data=str(_codes_csv(tmp_path)), label_column="sentiment", model=str(tiny_encoder_dir),
               label_descriptions=str(tmp_path / "d.json"), progress=False)
-    with pytest.raises(ConfigError, match="not used with --multi-label"):
+    with pytest.raises(ConfigError, match=r"'2' is not a label of the data \(its labels: 0, 1\)"):  # label sets too
         train(data=str(_codes_csv(tmp_path)), label_column="sentiment", model=str(tiny_encoder_dir), multi_label=True,
-              label_descriptions={"0": "bad"}, progress=False)
+              label_descriptions={"0": "bad", "2": "neutral"}, progress=False)
 
 
 def test_descriptions_stand_in_for_codes(tiny_encoder_dir, word_labels_csv, tmp_path):

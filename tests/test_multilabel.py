@@ -202,7 +202,7 @@ def test_default_recipe_trains_saves_and_reloads(tmp_path, tiny_encoder_dir, top
     logged = [h for h in result["log_history"] if "loss" in h]
     assert logged and all("loss_bce" in h and "loss_scl" in h for h in logged)
     assert result["training"]["head_stage"]["solver"] == "one-vs-rest logistic"
-    assert result["hparams"]["label_prior"] == 0.0 and result["hparams"]["label_anchors"] is False  # not multi-label yet
+    assert result["hparams"]["label_prior"] == 0.0 and result["hparams"]["label_anchors"] is False  # off unless given
     val = result["metrics"]["validation"]
     assert set(val["per_label"]) == {"bad", "film", "good"} and 0 <= val["micro_f1"] <= 1
     card = (tmp_path / "run" / "README.md").read_text(encoding="utf-8")  # the card has the multi-label metrics
@@ -370,8 +370,96 @@ def test_gradient_cache_gives_the_full_batch_gradients(tiny_encoder_dir, chunk):
     assert any(g is not None and bool(g.abs().sum() > 0) for n, g in got.items() if n.startswith("encoder."))
 
 
-def test_label_names_are_refused_with_multi_label():
-    from contrastfit.multilabel.methods import create_multilabel_method
+def _tiny_multilabel_model(tiny_encoder_dir, method="ce-scl-lr", **hparams):
+    from contrastfit.encoders import TextEncoder, load_backbone
+    from contrastfit.multilabel import create_multilabel_method
 
-    with pytest.raises(ConfigError, match="label names are not used with --multi-label"):
-        create_multilabel_method("ce-scl-lr", 3, 32, label_prior=2.0)
+    torch.manual_seed(0)
+    backbone, tokenizer = load_backbone(str(tiny_encoder_dir))
+    encoder = TextEncoder(backbone, "cls")
+    return ContrastiveClassifier(encoder, tokenizer, create_multilabel_method(method, 3, encoder.hidden_size, **hparams),
+                                 ["bad", "film", "good"], info={"multi_label": True})
+
+
+def test_the_label_names_are_off_unless_given_and_are_saved_as_given(tiny_encoder_dir):
+    model = _tiny_multilabel_model(tiny_encoder_dir)
+    assert model.method.hparams["label_prior"] == 0.0 and model.method.hparams["label_anchors"] is False
+    on = _tiny_multilabel_model(tiny_encoder_dir, label_prior=2.0, label_anchors=True)
+    assert on.method.hparams["label_prior"] == 2.0 and on.method.hparams["label_anchors"] is True
+
+
+def test_label_anchors_join_jaccard_supcon_as_rows_whose_set_is_their_label(tiny_encoder_dir):
+    """The anchored loss is Jaccard-SupCon on the batch's rows and one row per label name, whose label set
+    is that label alone: (1 - lambda) BCE + lambda L_JSupCon(rows + names, sets + identity)."""
+    import torch.nn.functional as F
+
+    from contrastfit.data.types import LABEL, TEXT
+    from contrastfit.losses import jaccard_supcon
+
+    model = _tiny_multilabel_model(tiny_encoder_dir, label_anchors=True)
+    model.double().eval()  # every dropout off (attention's too): the hand-made loss below sees the same embeddings
+    rows = topic_rows(9, seed=4)
+    names = ["bad", "film", "good"]
+    sets = torch.tensor([[float(n in r["label"].split("|")) for n in names] for r in rows], dtype=torch.float64)
+    train_ds = datasets.Dataset.from_dict({TEXT: [r["text"] for r in rows], LABEL: sets.tolist()})
+    from contrastfit.trainer import tokenize_dataset
+
+    model.method.prepare(model, tokenize_dataset(train_ds, model.tokenizer, model.max_length))
+    assert model.method.label_inputs is not None
+    enc = model.tokenize([r["text"] for r in rows], padding=True)
+    inputs = {k: torch.tensor(v) for k, v in enc.items()}
+    out = model.method.training_loss(model, inputs, sets)
+
+    pooled = model.encoder(**inputs).pooled
+    named = model.encoder(**model.method.label_inputs).pooled
+    bce = F.binary_cross_entropy_with_logits(model.head(pooled).float(), sets.float())  # the task loss is float32
+    scl = jaccard_supcon(torch.cat([pooled, named]), torch.cat([sets, torch.eye(3, dtype=sets.dtype)]), 0.3)
+    assert float(out.parts["scl"]) == pytest.approx(float(scl), rel=1e-12)
+    assert float(out.loss) == pytest.approx(float((1 - 0.9) * bce + 0.9 * scl), rel=1e-7)
+    plain = jaccard_supcon(pooled, sets, 0.3)
+    assert abs(float(scl) - float(plain)) > 1e-6  # the names change the term
+    # gradients reach the encoder through the name rows too
+    model.zero_grad()
+    out.loss.backward()
+    assert model.encoder.backbone.embeddings.word_embeddings.weight.grad[
+        model.method.label_inputs["input_ids"].unique()].abs().sum() > 0
+
+
+def test_label_prior_adds_each_name_as_a_weighted_positive_of_its_own_label_only():
+    from sklearn.linear_model import LogisticRegression
+
+    from contrastfit.heads import LinearHead
+    from contrastfit.multilabel.methods import fit_ovr_logistic
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(12, 5))
+    y = (rng.random((12, 3)) < 0.4).astype(float)
+    y[:, 2] = 0.0  # a label no training text carries: its name is its only positive
+    names = rng.normal(size=(3, 5))
+    head = LinearHead(5, 3)
+    fit_ovr_logistic(head, torch.tensor(x), torch.tensor(y), C=0.7, seed=0, anchors=torch.tensor(names), prior=2.0)
+    for j in range(3):
+        weight = np.append(np.ones(12), 2.0 * max(y[:, j].sum(), 1))
+        ref = LogisticRegression(C=0.7, max_iter=1000, random_state=0).fit(
+            np.vstack([x, names[j:j + 1]]), np.append(y[:, j], 1), sample_weight=weight)
+        np.testing.assert_allclose(head.linear.weight[j].detach().numpy(), ref.coef_[0], rtol=1e-5, atol=1e-6)
+        assert float(head.linear.bias[j]) == pytest.approx(ref.intercept_[0], rel=1e-5, abs=1e-6)
+    plain = LinearHead(5, 3)
+    fit_ovr_logistic(plain, torch.tensor(x), torch.tensor(y), C=0.7, seed=0)
+    assert float(plain.linear.bias[2]) == -10.0  # without the name: never on
+
+
+def test_a_run_with_the_label_names_uses_them_and_records_it(tmp_path, tiny_encoder_dir, topics_csv):
+    result = _train(tmp_path, tiny_encoder_dir, topics_csv, hparams={"label_anchors": True, "label_prior": 1.0},
+                    label_descriptions={"bad": "a bad film", "good": "a good film"})
+    assert result["hparams"]["label_prior"] == 1.0 and result["hparams"]["label_anchors"] is True
+    assert result["training"]["head_stage"]["label_prior"] == "used"
+    assert result["data"]["label_descriptions"] == {"bad": "a bad film", "good": "a good film"}
+    cfg = json.loads((tmp_path / "run" / "contrastfit.json").read_text())
+    assert cfg["hparams"]["label_anchors"] is True
+    reloaded = ContrastiveClassifier.from_pretrained(tmp_path / "run", device=result.model.device)
+    assert reloaded.method.hparams["label_prior"] == 1.0
+    np.testing.assert_array_equal(result.model.predict_logits(["good film"]), reloaded.predict_logits(["good film"]))
+    # the same run without them is another run
+    off = _train(tmp_path, tiny_encoder_dir, topics_csv, name="off")
+    assert off["identity"] != result["identity"]

@@ -170,11 +170,8 @@ def test_protocols_without_a_multilabel_meaning_are_refused_in_one_line(ml_files
 
 @pytest.mark.parametrize("change, match", [
     ({"methods": ["ce", "setfit"]}, r"^exp\.yaml: setfit: method 'setfit' has no multi-label form"),
-    ({"methods": [{"name": "ce-scl-lr", "label_prior": 0.5}]},
-     r"^exp\.yaml: ce-scl-lr\[label_prior=0\.5\]: ce-scl-lr: the label names are not used with --multi-label"),
     ({"methods": ["ce-scl-lr"], "training": {"memory_size": 8}}, r"^exp\.yaml: ce-scl-lr: --memory-size is not available with --multi-label"),
     ({"training": {"metric_for_best": "mcc"}}, r"^exp\.yaml: ce-scl-lr: --metric-for-best mcc does not apply"),
-    ({"training": {"label_descriptions": {"bad": "x"}}}, r"^exp\.yaml: ce-scl-lr: --label-descriptions"),
     ({"training": {"multi_label": True}}, r"^exp\.yaml: training: unknown key 'multi_label'"),
     ({"data_options": {"label_separator": ";"}},
      r"^exp\.yaml: data_options: .*--label-separator splits the label sets of multi-label data"),
@@ -216,13 +213,18 @@ def test_a_search_on_label_sets_trains_the_multilabel_form_and_maximises_micro_f
 
 @pytest.mark.parametrize("search, match", [
     ({"method": "setfit", "space": {"head_C": [0.5, 2.0]}}, r"^exp\.yaml: search: method 'setfit' has no multi-label form"),
-    ({"method": "ce-scl-lr", "space": {"label_prior": [0.0, 1.0]}},
-     r"^exp\.yaml: search: space: ce-scl-lr: the label names are not used with --multi-label yet, so label_prior has nothing to search"),
 ])
 def test_a_search_on_label_sets_refuses_what_the_multilabel_forms_lack(ml_files, search, match):
     raw = {**yaml.safe_load(ml_files().read_text()), "search": {**search, "trials": 1}}
     with pytest.raises(ConfigError, match=match):
         parse_config(raw, "exp.yaml")
+
+
+def test_the_label_names_are_a_grid_dimension_on_label_sets(ml_files):
+    config = load_config(ml_files(methods=[{"name": "ce-scl-lr", "label_prior": [0.0, 1.0], "label_anchors": True}],
+                                  training={"epochs": 1, "batch_size": 4, "label_descriptions": {"bad": "a bad film"}}))
+    assert [v.label for v in config.methods] == ["ce-scl-lr[label_anchors=True,label_prior=0.0]",
+                                                 "ce-scl-lr[label_anchors=True,label_prior=1.0]"]
 
 
 def test_augmentation_and_train_size_draw_from_label_sets(ml_files):

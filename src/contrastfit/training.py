@@ -223,8 +223,6 @@ class TrainConfig:
                               "or leave it out")
         if self.multi_label and self.task == "regression":
             raise ConfigError("--multi-label is classification into label sets: it does not go with --task regression")
-        if self.label_descriptions is not None and self.multi_label:
-            raise ConfigError("--label-descriptions: the label names are not used with --multi-label yet; leave it out")
         if self.fp16 and self.bf16:
             raise ConfigError("choose one of fp16 and bf16")
         check_precision(self)
@@ -476,6 +474,20 @@ def train_head(model: ContrastiveClassifier, train_ds: datasets.Dataset, collato
 DATA_FIELDS = ("data", "validation_data", "test_data")
 
 
+
+def attach_label_descriptions(model, config) -> dict[str, str] | None:
+    """``--label-descriptions`` read for ``model``'s labels and kept in ``model.info`` (saved with the
+    model): what the label-name methods encode instead of the names (:meth:`Method.prepare`). Warns where
+    the method uses no label names. Returns the descriptions (None without them)."""
+    descriptions = label_descriptions_for(config.label_descriptions, model.label_names)
+    if descriptions:
+        model.info["label_descriptions"] = descriptions
+        if not getattr(model.method, "uses_label_names", lambda: False)():
+            hint = " (the multi-label forms use them with --param label_anchors=true or label_prior=1)"
+            warnings.warn(f"{config.method} does not use label names; the label descriptions are not used"
+                          f"{hint if config.multi_label else ''}", stacklevel=2)
+    return descriptions or None
+
 def train(config: TrainConfig | None = None, *, texts: Any = None, labels: Any = None,
           text_data: TextData | None = None, callbacks: list[TrainerCallback] | None = None,
           **overrides: Any) -> "TrainResult":
@@ -650,12 +662,7 @@ def _train(config: TrainConfig, text_data: TextData | None, callbacks: list[Trai
         warnings.warn(f"{config.method} contrasts in-batch positives; random batches of a small training set "
                       "often have none (the default --sampler balanced guarantees them)", stacklevel=2)
     train_ds = tokenize_dataset(prepared.train, model.tokenizer, model.max_length)
-    descriptions = label_descriptions_for(config.label_descriptions, prepared.data.label_names)
-    if descriptions:  # what the label-name methods encode instead of the names; saved with the model
-        model.info["label_descriptions"] = descriptions
-        if not getattr(model.method, "uses_label_names", lambda: False)():
-            warnings.warn(f"{config.method} does not use label names; the label descriptions are not used",
-                          stacklevel=2)
+    descriptions = attach_label_descriptions(model, config)
     model.method.prepare(model, train_ds)
     epochs, max_steps = resolve_schedule(config, train_ds["labels"])
     # model selection on validation, for methods whose head trains with the encoder (two-stage

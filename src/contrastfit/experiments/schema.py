@@ -312,8 +312,8 @@ class Experiment(Schema):
     @model_validator(mode="after")
     def _multi_label_protocol(self):
         """Label sets (``data_options.multi_label``) run only through the protocols written for them; a
-        ``search:`` on them searches a method with a multi-label form, over hyper-parameters that form
-        takes (the methods' grid is checked the same way in :mod:`.config`)."""
+        ``search:`` on them searches a method with a multi-label form (the methods' grid is checked the
+        same way in :mod:`.config`)."""
         if not self.data_options.multi_label:
             return self
         reason = self.protocol.no_multi_label
@@ -321,16 +321,12 @@ class Experiment(Schema):
             raise invalid(f"protocol '{self.protocol.kind}' does not run on multi-label data "
                           f"(data_options.multi_label): {reason}")
         if self.search is not None:
-            from ..multilabel.methods import check_multilabel_method, label_name_hparams
+            from ..multilabel.methods import check_multilabel_method
 
             try:
-                name = check_multilabel_method(self.search.method)
+                check_multilabel_method(self.search.method)
             except ConfigError as exc:
                 raise invalid(f"search: {exc}") from None
-            unused = sorted(set(self.search.space) & set(label_name_hparams(name)))
-            if unused:
-                raise invalid(f"search: space: {name}: the label names are not used with --multi-label yet, so "
-                              f"{', '.join(unused)} has nothing to search")
         return self
 
     @model_validator(mode="after")

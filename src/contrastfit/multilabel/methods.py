@@ -15,8 +15,16 @@ They are not in the method registry (``contrastfit methods`` lists single-label 
 registered method is trained on single-label data by the tests): ``--multi-label --method NAME``
 picks NAME's multi-label form from :data:`MULTILABEL_METHODS`, and a saved model's folder records
 ``"multi_label": true`` next to the method's name. Cross-batch memory (``--memory-size``) is not
-supported for multi-label training (its queue holds one label per row), nor are the label names
-(``label_prior``, ``label_anchors``: off in the multi-label forms, refused when given).
+supported for multi-label training (its queue holds one label per row).
+
+Label names (``ce-scl-lr``; off by default in the multi-label form, ``--param label_anchors=true
+--param label_prior=1`` turns them on; the names are guarded as in the single-label recipe: codes and
+text pairs are not used): with ``label_anchors`` each label's name (or ``--label-descriptions`` text)
+joins every batch's Jaccard-SupCon term as one more row whose label set is that label alone, so it is a
+positive of every text carrying the label with weight :math:`|\{c\} \cap S_i| / |\{c\} \cup S_i| = 1/|S_i|`;
+with ``label_prior`` the name joins label ``c``'s one-vs-rest regression as one positive example weighing
+``label_prior`` times the label's positive texts together (it is not a negative of the other labels:
+labels co-occur).
 """
 
 from __future__ import annotations
@@ -60,7 +68,12 @@ class MultiLabelSupCon(MultiLabelMixin, CrossEntropySupCon):
         logits = model.head(pooled)
         bce = self.task_loss(logits, labels)
         batch = gather(pooled, labels)  # the global batch under DDP
-        scl = jaccard_supcon(batch.embeddings, batch.labels, self.hparams["temperature"])
+        rows, sets = batch.embeddings, batch.labels
+        anchors = self.anchor_rows(model)
+        if anchors is not None:  # one more row per label, whose set is that label alone
+            rows = torch.cat([rows, anchors.to(rows.dtype)])
+            sets = torch.cat([sets, torch.eye(len(anchors), dtype=sets.dtype, device=sets.device)])
+        scl = jaccard_supcon(rows, sets, self.hparams["temperature"])
         lam = self.contrastive_weight()
         return LossOutput(loss=(1 - lam) * bce + lam * scl, logits=logits, parts={"bce": bce, "scl": scl})
 
@@ -95,28 +108,19 @@ def check_multilabel_method(name: str | None) -> str:
 
 
 def label_name_hparams(name: str) -> dict[str, Any]:
-    """The hyper-parameters of method ``name`` that use the label names, at the value that turns them off."""
+    """The hyper-parameters of method ``name`` that use the label names, at the value that turns them
+    off: the multi-label forms' defaults (turned on only when given)."""
     defaults = get_method(name).defaults
     return {k: v for k, v in (("label_prior", 0.0), ("label_anchors", False)) if k in defaults}
 
 
-def check_multilabel_hparams(name: str, hparams: dict[str, Any]) -> None:
-    """Refuse (one line) the hyper-parameters that use the label names (``label_prior``,
-    ``label_anchors``) given at a value that turns them on: the multi-label forms do not use them yet."""
-    defaults, off = get_method(name).defaults, label_name_hparams(name)
-    asked = [k for k in off if hparams.get(k) is not None and hparams[k] not in (off[k], defaults[k])]
-    if asked:
-        raise ConfigError(f"{name}: the label names are not used with --multi-label yet (leave out {', '.join(asked)})")
-
-
 def create_multilabel_method(name: str, num_labels: int, hidden_size: int, **hparams: Any) -> Method:
-    """The multi-label form of method ``name`` with the single-label method's defaults under ``hparams``."""
+    """The multi-label form of method ``name``: the single-label method's defaults with the label names
+    off (:func:`label_name_hparams`), under ``hparams``."""
     name = check_multilabel_method(name)
     spec = get_method(name)
     given = {k: v for k, v in hparams.items() if v is not None}
-    check_multilabel_hparams(name, given)
-    off = label_name_hparams(name)
-    merged = {**spec.defaults, **given, **off}
+    merged = {**spec.defaults, **label_name_hparams(name), **given}
     cls = MULTILABEL_METHODS[name]
     method = cls(num_labels, hidden_size, "classification", **merged)
     method.registered_name = name
@@ -125,22 +129,30 @@ def create_multilabel_method(name: str, num_labels: int, hidden_size: int, **hpa
 
 @torch.no_grad()
 def fit_ovr_logistic(head: torch.nn.Module, features: torch.Tensor, label_sets: torch.Tensor, C: float = 1.0,
-                     seed: int = 0) -> None:
+                     seed: int = 0, anchors: torch.Tensor | None = None, prior: float = 0.0) -> None:
     """One-vs-rest: for each label, scikit-learn's ``LogisticRegression`` (L2, ``C``, lbfgs) on
     ``features`` against that label's 0/1 column, copied into row ``j`` of the linear head. A label
-    that is on (off) for every training row gets weight 0 and bias +10 (-10)."""
+    that is on (off) for every training row gets weight 0 and bias +10 (-10). With ``anchors`` (one
+    row per label: the label names' features) and ``prior`` > 0, row ``j`` joins label ``j``'s
+    regression as a positive weighing ``prior`` times the label's positive rows together (at least one)."""
+    import numpy as np
     from sklearn.linear_model import LogisticRegression
 
     linear = head.linear
     x = features.detach().float().cpu().numpy()
     y = (label_sets.detach().float().cpu().numpy() > 0.5).astype(int)
+    names = anchors.detach().float().cpu().numpy() if anchors is not None and prior > 0 else None
     weight = torch.zeros_like(linear.weight)
     bias = torch.zeros_like(linear.bias)
     for j in range(y.shape[1]):
-        if y[:, j].min() == y[:, j].max():
-            bias[j] = 10.0 if y[0, j] else -10.0
+        xj, yj, wj = x, y[:, j], None
+        if names is not None:
+            xj, yj = np.vstack([x, names[j:j + 1]]), np.append(yj, 1)
+            wj = np.append(np.ones(len(x)), prior * max(int(y[:, j].sum()), 1))
+        if yj.min() == yj.max():
+            bias[j] = 10.0 if yj[0] else -10.0
             continue
-        clf = LogisticRegression(C=C, max_iter=1000, random_state=seed).fit(x, y[:, j])
+        clf = LogisticRegression(C=C, max_iter=1000, random_state=seed).fit(xj, yj, sample_weight=wj)
         weight[j] = torch.as_tensor(clf.coef_[0], dtype=weight.dtype)
         bias[j] = float(clf.intercept_[0])
     linear.weight.copy_(weight)

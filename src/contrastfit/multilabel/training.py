@@ -53,8 +53,8 @@ from ..pipeline import (SELECTION_KEY, Clock, TrainResult, fit, resume_checkpoin
 from ..record import Record
 from ..trainer import build_trainer, resolve_schedule, tokenize_dataset, with_method_defaults
 from ..versions import library_versions
-from .methods import (MULTILABEL_METHODS, check_multilabel_hparams, check_multilabel_method, create_multilabel_method,
-                      fit_ovr_logistic)
+from .methods import (MULTILABEL_METHODS, check_multilabel_method, create_multilabel_method, fit_ovr_logistic,
+                      label_name_hparams)
 
 #: --metric-for-best -> the multi-label metric it selects on
 SELECTION = {None: "micro_f1", "f1": "micro_f1", "accuracy": "subset_accuracy", "macro_f1": "macro_f1", "loss": "loss"}
@@ -69,13 +69,12 @@ def selection_metric(config) -> str:
 
 def check_multilabel_config(config) -> str:
     """What a multi-label run refuses before it loads anything (each a one-line ConfigError): a method
-    without a multi-label form, hyper-parameters that use the label names, ``--memory-size`` and a
-    ``--metric-for-best`` without a multi-label meaning. Returns the metric that selects the kept step.
-    An experiment config calls it for every variant when it is read (:mod:`contrastfit.experiments.config`)."""
+    without a multi-label form, ``--memory-size`` and a ``--metric-for-best`` without a multi-label
+    meaning. Returns the metric that selects the kept step. An experiment config calls it for every
+    variant when it is read (:mod:`contrastfit.experiments.config`)."""
     if config.memory_size is not None:
         raise ConfigError("--memory-size is not available with --multi-label (the memory holds one label per row)")
-    name = check_multilabel_method(config.method)
-    check_multilabel_hparams(name, config.hparams)
+    check_multilabel_method(config.method)
     return selection_metric(config)
 
 
@@ -144,12 +143,24 @@ def _features(model, ds: datasets.Dataset, collator) -> tuple[torch.Tensor, torc
 
 
 def fit_head(model, train_ds: datasets.Dataset, collator, seed: int) -> dict[str, Any]:
-    """One-vs-rest logistic regressions on the frozen encoder's head features (``head_C``, default 1)."""
+    """One-vs-rest logistic regressions on the frozen encoder's head features (``head_C``, default 1),
+    with each label's name as a weighted positive of its own label where ``label_prior`` > 0."""
     t0 = time.perf_counter()
     features, labels = _features(model, train_ds, collator)
     C = float(model.method.hparams.get("head_C", 1.0))
-    fit_ovr_logistic(model.head, features, labels, C=C, seed=seed)
-    return {"solver": "one-vs-rest logistic", "C": C, "total_s": time.perf_counter() - t0}
+    prior = float(model.method.hparams.get("label_prior", 0.0))
+    anchors = None
+    if prior > 0 and hasattr(model.method, "label_features"):
+        was = model.training
+        model.eval()
+        with torch.no_grad():
+            anchors = model.method.label_features(model)
+        model.train(was)
+    fit_ovr_logistic(model.head, features, labels, C=C, seed=seed, anchors=anchors, prior=prior)
+    stage = {"solver": "one-vs-rest logistic", "C": C, "total_s": time.perf_counter() - t0}
+    if prior > 0:  # whether the label names joined the fit, or why not
+        stage["label_prior"] = "used" if anchors is not None else getattr(model.method, "anchor_note", None)
+    return stage
 
 
 def validation_thresholds(model, validation: datasets.Dataset | None) -> tuple[list[float], str]:
@@ -168,6 +179,8 @@ def train_multilabel(config, data: TextData, callbacks: list[TrainerCallback] | 
     (see the module docstring); with ``keep`` False (a temporary folder) nothing is saved there."""
     from transformers import set_seed
 
+    from ..training import attach_label_descriptions  # contrastfit.training imports this module
+
     metric = check_multilabel_config(config)
     if not is_multilabel(data):
         raise DataError(f"data set '{data.name}' is not multi-label data (load it with "
@@ -180,13 +193,15 @@ def train_multilabel(config, data: TextData, callbacks: list[TrainerCallback] | 
     names = data.label_names
     train, validation = prepare(config, data)
     pooling = config.pooling or default_pooling(config.model)
-    hparams = {**get_method(config.method).defaults_for(len(train)), **config.hparams}
+    # the single-label defaults with the label names off (the multi-label forms' defaults), under the user's
+    hparams = {**get_method(config.method).defaults_for(len(train)), **label_name_hparams(config.method), **config.hparams}
     backbone, tokenizer = load_backbone(config.model, trust_remote_code=config.trust_remote_code)
     encoder = TextEncoder(backbone, pooling)
     method = create_multilabel_method(config.method, len(names), encoder.hidden_size, **hparams)
     model = ContrastiveClassifier(encoder, tokenizer, method, names, config.max_length,
                                   info={"base_model": config.model, "multi_label": True})
     train_ds = tokenize_dataset(train, tokenizer, model.max_length)
+    descriptions = attach_label_descriptions(model, config)
     method.prepare(model, train_ds)
     epochs, max_steps = resolve_schedule(config, train_ds["labels"])
     selecting = (config.select_best and validation is not None and len(validation) > 0
@@ -235,6 +250,8 @@ def train_multilabel(config, data: TextData, callbacks: list[TrainerCallback] | 
                     world_size=trainer.args.world_size, warmup_steps=getattr(trainer, "scheduled_warmup_steps", None),
                     thresholds=dict(zip(names, thresholds)), threshold_rule=rule)
     description = describe(config, data, train, validation)
+    if descriptions:
+        description["label_descriptions"] = descriptions
     record = Record(
         kind="train", method=config.method, hparams=method.hparams, model=config.model, seed=config.seed,
         data=description, training=training, metrics=metrics, timings=clock.timings, versions=library_versions(),
