@@ -118,7 +118,7 @@ def run_contrastfit(data: TextData, train, seed: int, model: str, method: str | 
 
     t0 = time.perf_counter()
     # the same draw as here: --shots K --sample-index s with sample seed 0 (checked by the train hash)
-    result = cf_train(data=data.name, multi_label=True, method=method, hparams=hparams, model=model, seed=seed, sample_seed=0,
+    result = cf_train(data=data.name, multi_label=True, method=method, hparams=hparams or {}, model=model, seed=seed, sample_seed=0,
                       sample_index=sample, shots=shots, output=str(workdir / f"cf-{time.time_ns()}"),
                       save_model=False, save_checkpoints=False, progress=False, evaluate_test=False)
     assert result["data"]["train_hash"] == data_hash(train), "contrastfit trained on another sample"
