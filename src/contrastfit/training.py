@@ -28,7 +28,7 @@ from transformers import TrainerCallback
 
 from .data import TextData, data_hash, load_data, sample_per_class, sample_stratified
 from .data.sampling import derive_seed
-from .data.descriptions import check_label_descriptions, label_descriptions_for
+from .data.descriptions import attach_label_descriptions, check_label_descriptions
 from .data.loading import in_memory
 from .data.overlap import row_sketch
 from .encoders import DEFAULT_MODEL, default_pooling
@@ -474,19 +474,6 @@ def train_head(model: ContrastiveClassifier, train_ds: datasets.Dataset, collato
 DATA_FIELDS = ("data", "validation_data", "test_data")
 
 
-
-def attach_label_descriptions(model, config) -> dict[str, str] | None:
-    """``--label-descriptions`` read for ``model``'s labels and kept in ``model.info`` (saved with the
-    model): what the label-name methods encode instead of the names (:meth:`Method.prepare`). Warns where
-    the method uses no label names. Returns the descriptions (None without them)."""
-    descriptions = label_descriptions_for(config.label_descriptions, model.label_names)
-    if descriptions:
-        model.info["label_descriptions"] = descriptions
-        if not getattr(model.method, "uses_label_names", lambda: False)():
-            hint = " (the multi-label forms use them with --param label_anchors=true or label_prior=1)"
-            warnings.warn(f"{config.method} does not use label names; the label descriptions are not used"
-                          f"{hint if config.multi_label else ''}", stacklevel=2)
-    return descriptions or None
 
 def train(config: TrainConfig | None = None, *, texts: Any = None, labels: Any = None,
           text_data: TextData | None = None, callbacks: list[TrainerCallback] | None = None,

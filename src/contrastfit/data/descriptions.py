@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import csv
 import json
+import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -113,3 +114,17 @@ def label_descriptions_for(value: str | Mapping[str, str] | None, label_names: S
                           f"{'is not a label' if len(unknown) == 1 else 'are not labels'} of the data "
                           f"(its labels: {', '.join(names[:10])}{', ...' if len(names) > 10 else ''})")
     return {n: descriptions[n] for n in names if n in descriptions}
+
+
+def attach_label_descriptions(model, config) -> dict[str, str] | None:
+    """``--label-descriptions`` read for ``model``'s labels and kept in ``model.info`` (saved with the
+    model): what the label-name methods encode instead of the names (:meth:`Method.prepare`). Warns where
+    the method uses no label names. Returns the descriptions (None without them)."""
+    descriptions = label_descriptions_for(config.label_descriptions, model.label_names)
+    if descriptions:
+        model.info["label_descriptions"] = descriptions
+        if not getattr(model.method, "uses_label_names", lambda: False)():
+            hint = " (the multi-label forms use them with --param label_anchors=true or label_prior=1)"
+            warnings.warn(f"{config.method} does not use label names; the label descriptions are not used"
+                          f"{hint if config.multi_label else ''}", stacklevel=2)
+    return descriptions or None

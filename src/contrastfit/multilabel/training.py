@@ -37,6 +37,7 @@ from torch.utils.data import DataLoader
 from transformers import TrainerCallback
 
 from ..data.multilabel import is_multilabel, label_counts, random_subset, sample_per_label
+from ..data.descriptions import attach_label_descriptions
 from ..data.loading import data_hash
 from ..data.overlap import row_sketch
 from ..data.sampling import derive_seed
@@ -178,8 +179,6 @@ def train_multilabel(config, data: TextData, callbacks: list[TrainerCallback] | 
     """One multi-label run of the validated ``config`` on ``data`` (label sets) into ``config.output``
     (see the module docstring); with ``keep`` False (a temporary folder) nothing is saved there."""
     from transformers import set_seed
-
-    from ..training import attach_label_descriptions  # contrastfit.training imports this module
 
     metric = check_multilabel_config(config)
     if not is_multilabel(data):
