@@ -43,6 +43,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -212,6 +213,22 @@ def read_records(path: Path) -> list[dict[str, Any]]:
     return out
 
 
+def capped_steps(record: dict[str, Any]) -> int | None:
+    """The SetFit step count a record was skipped for (``--setfit-max-steps``), else None; records
+    written before the count had its own field carry it in their note only."""
+    if "setfit_steps" in record:
+        return int(record["setfit_steps"])
+    match = re.match(r"SetFit's default would take (\d+) steps", record.get("skipped", ""))
+    return int(match.group(1)) if match else None
+
+
+def redone(records: list[dict[str, Any]], max_steps: int) -> list[dict[str, Any]]:
+    """The records a run with ``--setfit-max-steps max_steps`` takes as done: a run skipped for a
+    smaller cap is redone, and the skip note dropped once a result stands for its cell."""
+    capped = {i for i, r in enumerate(records) if (n := capped_steps(r)) is not None and n <= max_steps}
+    return [r for i, r in enumerate(records) if i not in capped]
+
+
 def append_record(path: Path, record: dict[str, Any]) -> None:
     with open(path, "a", encoding="utf-8") as fh:
         fh.write(json.dumps(record, ensure_ascii=False) + "\n")
@@ -252,8 +269,9 @@ def summarise(records: list[dict[str, Any]]) -> dict[str, Any]:
             rows.append(row)
     ceilings = {r["data"]: {k: r[k] for k in ("accuracy", "macro_f1", "train_s", "train_size", "steps")}
                 for r in records if r["system"] == CEILING and "accuracy" in r}
+    ran = {(r["data"], r["shots"], r["system"]) for r in records if "accuracy" in r}
     skipped = {f"{r['data']}|{r['shots']}|{r['system']}": r["skipped"] for r in records
-               if "skipped" in r and not r.get("unavailable")}
+               if "skipped" in r and not r.get("unavailable") and (r["data"], r["shots"], r["system"]) not in ran}
     return {"rows": rows, "ceilings": ceilings, "skipped": skipped}
 
 
@@ -424,7 +442,8 @@ def main(argv: list[str] | None = None) -> int:
     device = "cuda" if args.device != "cpu" and torch.cuda.is_available() else "cpu"
     if args.device == "cuda" and device == "cpu":
         p.error("--device cuda: no GPU is visible")
-    records = read_records(runs_path)
+    # a run skipped for a smaller --setfit-max-steps than this one is redone
+    records = redone(read_records(runs_path), args.setfit_max_steps)
     # a record skipped for want of FastFit's environment is redone once that environment is given
     done = {(r["data"], r["shots"], r["sample"], r["system"]) for r in records if not r.get("unavailable")}
     unavailable = {(r["data"], r["shots"], r["sample"], r["system"]) for r in records if r.get("unavailable")}
@@ -452,6 +471,7 @@ def main(argv: list[str] | None = None) -> int:
                     steps = setfit_steps(run.data.train["label"])
                     if steps > args.setfit_max_steps:
                         record["skipped"] = f"SetFit's default would take {steps} steps (> --setfit-max-steps {args.setfit_max_steps})"
+                        record["setfit_steps"] = steps
                         append_record(runs_path, record)
                         continue
                 if system in FASTFIT:

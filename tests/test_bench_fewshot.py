@@ -80,3 +80,20 @@ def test_no_verdict_before_two_paired_samples(fewshot):
     assert cells[5] == "60.0 ± 0.0 (20 s, n=1)"  # fewer samples than the default's: said
     assert cells[7] == "–" and cells[8].startswith("+10.0")
     assert cells[10] == "–"  # one sample against SetFit: no verdict yet
+
+
+def test_a_run_skipped_for_a_smaller_step_cap_is_redone(fewshot):
+    base = {"data": "bbc-news", "shots": 8, "system": "setfit-lib"}
+    old = {**base, "sample": 0, "skipped": "SetFit's default would take 80 steps (> --setfit-max-steps 40)"}
+    new = {**base, "sample": 1, "skipped": "SetFit's default would take 80 steps (> --setfit-max-steps 40)",
+           "setfit_steps": 80}
+    big = {**base, "sample": 2, "skipped": "SetFit's default would take 320 steps (> --setfit-max-steps 40)"}
+    other = {**base, "sample": 3, "skipped": "setfit is not installed"}
+    records = [old, new, big, other]
+    assert [fewshot.capped_steps(r) for r in records] == [80, 80, 320, None]
+    assert fewshot.redone(records, 100) == [big, other]  # 80 steps fit under 100: those two are redone
+    assert fewshot.redone(records, 40) == records
+    # once a sample has a result, the cell's skip note is no longer stated
+    ran = {**base, "sample": 0, "accuracy": 0.9, "macro_f1": 0.9, "train_s": 300}
+    assert "bbc-news|8|setfit-lib" in fewshot.summarise(records)["skipped"]
+    assert "bbc-news|8|setfit-lib" not in fewshot.summarise(records + [ran])["skipped"]
