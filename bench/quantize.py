@@ -4,8 +4,12 @@ For each data set the default recipe is trained on K examples per class (sample 
 ``--run DATA=FOLDER`` reuses a trained folder), exported to ONNX (float, verified) and to int8 with
 the export's defaults (per-channel, 7-bit weights: ``reduce_range``); the other quantisation settings
 (per-tensor, 8-bit, MatMul only: the word embeddings stay float; each layer's feed-forward output
-MatMul left float, via ``nodes_to_exclude``; 8-bit weights only, ``MatMulNBits``, float activations) quantise copies of the float graph with the same function
-the export uses (the last with ``quantize_dynamic`` itself, as the export has no such option). On the first
+MatMul left float, via ``nodes_to_exclude``; 8-bit weights only, ``MatMulNBits``, float activations;
+fused attention: ONNX Runtime's BERT fusion of a TorchScript-exported graph, then the export's
+quantisation) quantise copies of the float graph: with the export's own function, or (the
+feed-forward and fused variants) with ``quantize_dynamic`` and the export's settings, as the export
+has no such option. The record names the
+CPU's int8 instructions (AVX2, AVX-512 VNNI, AVX-VNNI, AMX), on which the int8 speed-up depends. On the first
 ``--texts`` test sentences every model's labels are compared with PyTorch's (agreement, largest
 probability difference, accuracy); on the first ``--speed-texts`` of them, PyTorch, the float ONNX
 model and every int8 variant predict side by side in one process, in turn, ``--repeats`` times
@@ -21,11 +25,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import platform
 import shutil
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -46,6 +52,7 @@ VARIANTS = {
     "int8 MatMul only": {"per_channel": True, "reduce_range": True, "op_types": ["MatMul"]},
     "int8 FFN outputs float": {"per_channel": True, "reduce_range": True, "exclude": "ffn-out"},
     "8-bit weights only": {"weight_only": True},
+    "int8 fused attention": {"fused": True},
 }
 
 
@@ -67,10 +74,53 @@ def _quantize_excluding(folder: Path, nodes: list[str]) -> None:
     graph = folder / "model.onnx"
     floats = [p for p in folder.iterdir() if p.name.startswith("model.onnx")]
     quantize_dynamic(graph, folder / "int8.onnx", per_channel=True, reduce_range=True, nodes_to_exclude=nodes,
-                     weight_type=QuantType.QInt8)
+                     weight_type=QuantType.QInt8, extra_options={"DefaultTensorType": 1})  # 1: float, for fused ops' outputs
     for f in floats:
         f.unlink()
     (folder / "int8.onnx").replace(graph)
+
+
+def _fused_float(model, folder: Path, texts: list[str]) -> None:
+    """Replace ``folder``'s float graph by one ONNX Runtime's BERT optimiser fuses (Attention,
+    SkipLayerNormalization, EmbedLayerNormalization, BiasGelu), which its int8 quantiser then turns into
+    QAttention. The fusion needs the TorchScript exporter's graph of the eager attention (the
+    ``torch.export`` graph the export writes, or SDPA attention, fuses only the Gelu and the layer
+    norms), so this is a bench variant, not an export option: that exporter is deprecated."""
+    import warnings
+
+    import torch
+    from onnxruntime.transformers.optimizer import optimize_model
+
+    backbone = model.encoder.backbone
+    previous = backbone.config._attn_implementation
+    backbone.set_attn_implementation("eager")
+    names = list(model.tokenizer(texts[:1]).keys())
+
+    class Logits(torch.nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, *args):
+            return self.inner(**dict(zip(names, args))).logits.float()
+
+    example = model.tokenizer(texts[:2], padding=True, truncation=True, max_length=model.max_length, return_tensors="pt")
+    for f in [p for p in folder.iterdir() if p.name.startswith("model.onnx")]:
+        f.unlink()
+    graph = folder / "model.onnx"
+    try:
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.onnx.export(Logits(model), tuple(example[k] for k in names), str(graph), input_names=names,
+                              output_names=["logits"], dynamic_axes={k: {0: "batch", 1: "sequence"} for k in names},
+                              opset_version=17, dynamo=False)
+    finally:
+        backbone.set_attn_implementation(previous)
+    config = backbone.config
+    fused = optimize_model(str(graph), model_type="bert", num_heads=config.num_attention_heads,
+                           hidden_size=config.hidden_size)
+    graph.unlink()
+    fused.save_model_to_file(str(graph))
 
 
 def _quantize_weights_only(folder: Path, block_size: int = 32) -> None:
@@ -95,6 +145,26 @@ def _session(folder: Path, threads: int = 0, level: str = "all"):
     options.graph_optimization_level = {"all": onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL,
                                         "basic": onnxruntime.GraphOptimizationLevel.ORT_ENABLE_BASIC}[level]
     return onnxruntime.InferenceSession(str(folder / "model.onnx"), options, providers=["CPUExecutionProvider"])
+
+
+def cpu_features() -> dict[str, Any]:
+    """The CPU's name and the vector instructions int8 matrix products use where present (AVX2's
+    multiply-add of u8 x s8; AVX-512 VNNI, AVX-VNNI and AMX do it in one instruction): the int8
+    speed-up depends on them more than on anything the export chooses."""
+    info = {"model": platform.processor() or platform.machine(), "flags": []}
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return info
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "model name":
+            info["model"] = value.strip()
+        elif key.strip() == "flags":
+            flags = set(value.split())
+            info["flags"] = sorted(f for f in flags if f in {"avx2", "avx512f", "avx512_vnni", "avx_vnni", "amx_int8"})
+            break
+    return info
 
 
 def _size(folder: Path) -> int:
@@ -139,7 +209,10 @@ def main(argv: list[str] | None = None) -> int:
                 if label != "int8":
                     folders[label] = tmp / f"{name}-{label.replace(' ', '-')}"
                     shutil.copytree(folders["float"], folders[label])
-                    if options.get("weight_only"):
+                    if options.get("fused"):
+                        _fused_float(model, folders[label], texts)
+                        _quantize_excluding(folders[label], [])
+                    elif options.get("weight_only"):
                         _quantize_weights_only(folders[label])
                     elif options.get("exclude") == "ffn-out":
                         _quantize_excluding(folders[label], _ffn_outputs(folders[label]))
@@ -187,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.output)
     record = {"rows": rows, "model": args.model, "shots": args.shots, "batch_size": args.batch_size,
               "repeats": args.repeats, "torch_threads": torch.get_num_threads(), "cpus": os.cpu_count(),
-              "load_average": os.getloadavg(), "versions": library_versions(),
+              "load_average": os.getloadavg(), "cpu": cpu_features(), "versions": library_versions(),
               "onnxruntime": __import__("onnxruntime").__version__}
     write_json_atomic(out.with_suffix(".json"), record)
     lines = [f"# int8 export ({args.model}, default recipe, K = {args.shots}, sample 0, seed 0)", "",
@@ -207,7 +280,8 @@ def main(argv: list[str] | None = None) -> int:
             lines.append(f"| {label} | {mb} | {agree} | {diff} | {acc} | {sec:.2f} | "
                          f"x{r['speedup_vs_pytorch'][label]:.2f} | x{r['speedup_vs_float_onnx'][label]:.2f} |")
         lines.append("")
-    lines.append(f"{record['cpus']} CPUs (shared; load average {record['load_average'][0]:.1f} at the end), "
+    lines.append(f"{record['cpus']} CPUs ({record['cpu']['model']}; {', '.join(record['cpu']['flags']) or 'no AVX2'}; "
+                 f"shared, load average {record['load_average'][0]:.1f} at the end), "
                  f"torch {record['torch_threads']} threads, torch {record['versions'].get('torch')}, "
                  f"onnxruntime {record['onnxruntime']}.")
     write_text_atomic(out.with_suffix(".md"), "\n".join(lines) + "\n")

@@ -184,6 +184,44 @@ def fit(trainer: Trainer, output: str | Path, resume_from: str | None = None) ->
     return Fitted(float(out.training_loss), resume_from, interrupted)
 
 
+class WeightInterpolation:
+    """WiSE-FT (Wortsman et al., CVPR 2022, "Robust fine-tuning of zero-shot models", Eq. 1): after
+    fine-tuning, the encoder's weights become ``alpha * theta_ft + (1 - alpha) * theta_0``, theta_0 the
+    pretrained ones, before a head is fitted on the interpolated encoder (so the head matches it).
+
+    ``WeightInterpolation(encoder, alpha)`` keeps a copy of the encoder's floating-point weights as
+    they are when it is made (pretrained: make it before :func:`fit`); :meth:`apply` mixes them into the
+    fine-tuned encoder in place and returns what the run's record keeps. ``alpha = 1`` is the fine-tuned
+    encoder, ``alpha = 0`` the pretrained one (a linear probe, once the head is fitted)."""
+
+    def __init__(self, encoder: torch.nn.Module, alpha: float):
+        self.alpha = float(alpha)
+        self.start = {k: v.detach().to("cpu", copy=True) for k, v in encoder.state_dict().items()
+                      if v.is_floating_point()}
+
+    @torch.no_grad()
+    def apply(self, encoder: torch.nn.Module) -> dict[str, Any]:
+        state = encoder.state_dict()
+        for name, start in self.start.items():
+            weight = state[name]
+            weight.mul_(self.alpha).add_(start.to(weight.device, weight.dtype), alpha=1.0 - self.alpha)
+        return {"alpha": self.alpha, "tensors": len(self.start),
+                "rule": "alpha x fine-tuned + (1 - alpha) x pretrained encoder weights (WiSE-FT), then the head"}
+
+    @classmethod
+    def for_run(cls, alpha: float | None, method: Any, refit_head: bool, encoder: torch.nn.Module
+                ) -> "WeightInterpolation | None":
+        """The interpolation a run with ``--wise-ft alpha`` applies (None without it); refused, in one
+        line, for a ``method`` that trains no encoder or fits no head after it (the interpolated encoder
+        would keep a head trained on another)."""
+        if alpha is None:
+            return None
+        if not method.trains_encoder or not (method.frozen_head_stage or refit_head):
+            raise ConfigError(f"--wise-ft: {method.name} {'trains no encoder' if not method.trains_encoder else 'fits no head after its encoder'}; "
+                              "give it to a two-stage method (e.g. ce-scl-lr) or with --refit-head")
+        return cls(encoder, alpha)
+
+
 def selection_record(trainer: Trainer, patience: int | None) -> dict[str, Any]:
     """What validation selection did in a fitted run: ``best_step`` (the kept checkpoint's step),
     ``evaluations`` (:func:`evaluation_history`) and ``stopped_early`` (``patience`` set and fewer steps

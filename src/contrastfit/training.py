@@ -37,8 +37,8 @@ from .settings import check_fields, setting
 from .evaluation import evaluate_model, headline
 from .methods import get_method
 from .modeling import ContrastiveClassifier
-from .pipeline import (SELECTION_KEY, Clock, TrainResult, fit, open_output, resume_checkpoint, selection_record,
-                       write_outputs)
+from .pipeline import (SELECTION_KEY, Clock, TrainResult, WeightInterpolation, fit, open_output, resume_checkpoint,
+                       selection_record, write_outputs)
 from .experiments.identity import run_identity
 from .record import RESULTS_NAME, Record
 from .trainer import (DEFAULT_LEARNING_RATE, DEFAULT_MIN_STEPS, MIN_USEFUL_STEPS, MODEL_INPUTS,  # noqa: F401
@@ -182,6 +182,10 @@ class TrainConfig:
                              "LP-FT (Kumar et al. 2022)", group=_OPT, choices=("random", "probe"))
     refit_head: bool = setting(False, "after training, refit the head as a logistic regression on the frozen "
                                "encoder", group=_OPT)
+    wise_ft: float | None = setting(None, (
+        "WiSE-FT (Wortsman et al. 2022): after fine-tuning, set the encoder's weights to A x fine-tuned + (1 - A) x "
+        "pretrained, then fit the head on it (two-stage methods such as ce-scl-lr, or with --refit-head)"),
+        group=_OPT, metavar="A", ge=0, le=1)
     fp16: bool = setting(False, "float16 mixed precision (CUDA)", group=_OPT)
     bf16: bool = setting(False, "bfloat16 mixed precision", group=_OPT)
     use_cpu: bool = setting(False, "train on the CPU even if a GPU is present", group=_OPT, flag="--cpu")
@@ -664,11 +668,13 @@ def _train(config: TrainConfig, text_data: TextData | None, callbacks: list[Trai
     if config.head_init == "probe" and resume_from is None:
         # LP-FT (Kumar et al., 2022): start fine-tuning from the linear probe's head
         head_init = train_head(model, train_ds, trainer.data_collator, seed=config.seed, solver="logistic")
+    interpolation = WeightInterpolation.for_run(config.wise_ft, model.method, config.refit_head, model.encoder)
     fitted = None
     if model.method.trains_encoder:
         fitted = fit(trainer, output, resume_from)
         if fitted.interrupted:
             return TrainResult(fitted.interrupted, model)
+    wise_ft = interpolation and interpolation.apply(model.encoder)
     head_stage = None
     if model.method.frozen_head_stage or config.refit_head:
         solver = "logistic" if config.refit_head and not model.method.frozen_head_stage else None
@@ -700,7 +706,7 @@ def _train(config: TrainConfig, text_data: TextData | None, callbacks: list[Trai
                              "loss, is kept (Trainer load_best_model_at_end)"}
     training.update(epochs=epochs if model.method.trains_encoder else 0, steps=trainer.state.global_step, selection=selection,
                     pooling=pooling, train_loss=fitted and fitted.train_loss, resumed_from=resume_from,
-                    head_init=head_init, head_stage=head_stage, world_size=trainer.args.world_size,
+                    head_init=head_init, wise_ft=wise_ft, head_stage=head_stage, world_size=trainer.args.world_size,
                     warmup_steps=getattr(trainer, "scheduled_warmup_steps", None))
     data = prepared.description(config)
     if descriptions:

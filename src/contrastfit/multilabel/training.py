@@ -49,8 +49,8 @@ from ..evaluation.multilabel import choose_thresholds, multilabel_metrics, sigmo
 from ..experiments.identity import run_identity
 from ..methods import get_method
 from ..modeling import ContrastiveClassifier
-from ..pipeline import (SELECTION_KEY, Clock, TrainResult, fit, resume_checkpoint, selection_record, tie_broken,
-                        write_outputs)
+from ..pipeline import (SELECTION_KEY, Clock, TrainResult, WeightInterpolation, fit, resume_checkpoint,
+                        selection_record, tie_broken, write_outputs)
 from ..record import Record
 from ..trainer import build_trainer, resolve_schedule, tokenize_dataset, with_method_defaults
 from ..versions import library_versions
@@ -213,11 +213,13 @@ def train_multilabel(config, data: TextData, callbacks: list[TrainerCallback] | 
     head_init = None
     if config.head_init == "probe" and resume_from is None:
         head_init = fit_head(model, train_ds, trainer.data_collator, config.seed)
+    interpolation = WeightInterpolation.for_run(config.wise_ft, method, config.refit_head, model.encoder)
     fitted = None
     if method.trains_encoder:
         fitted = fit(trainer, output, resume_from)
         if fitted.interrupted:
             return TrainResult(fitted.interrupted, model)
+    wise_ft = interpolation and interpolation.apply(model.encoder)
     head_stage = None
     if method.frozen_head_stage or config.refit_head:
         head_stage = fit_head(model, train_ds, trainer.data_collator, config.seed)
@@ -245,7 +247,7 @@ def train_multilabel(config, data: TextData, callbacks: list[TrainerCallback] | 
                              "lower validation BCE, is kept (Trainer load_best_model_at_end)"}
     training.update(epochs=epochs if method.trains_encoder else 0, steps=trainer.state.global_step,
                     selection=selection, pooling=pooling, train_loss=fitted and fitted.train_loss,
-                    resumed_from=resume_from, head_init=head_init, head_stage=head_stage,
+                    resumed_from=resume_from, head_init=head_init, wise_ft=wise_ft, head_stage=head_stage,
                     world_size=trainer.args.world_size, warmup_steps=getattr(trainer, "scheduled_warmup_steps", None),
                     thresholds=dict(zip(names, thresholds)), threshold_rule=rule)
     description = describe(config, data, train, validation)

@@ -1,0 +1,67 @@
+"""WiSE-FT (``--wise-ft A``): the fine-tuned encoder's weights mixed with the pretrained ones
+(Wortsman et al. 2022, Eq. 1), then the head fitted on the result; on the tiny encoder."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from contrastfit import ContrastiveClassifier, train
+from contrastfit.errors import ConfigError
+from contrastfit.pipeline import WeightInterpolation
+
+
+def _train(tmp_path, tiny_encoder_dir, data, name, **kw):
+    return train(method=kw.pop("method", "ce-scl-lr"), data=str(data), output=str(tmp_path / name),
+                 model=str(tiny_encoder_dir), epochs=2, batch_size=8, learning_rate=1e-3, progress=False,
+                 label_column="sentiment", seed=0, **kw)
+
+
+def _encoder_state(folder):
+    model = ContrastiveClassifier.from_pretrained(folder)
+    return {k: v.clone() for k, v in model.encoder.state_dict().items()}
+
+
+def test_the_interpolation_is_the_papers_equation():
+    torch.manual_seed(0)
+    module = torch.nn.Linear(4, 3)
+    module.register_buffer("ids", torch.arange(3))  # an integer buffer is not a weight: left as it is
+    start = {k: v.clone() for k, v in module.state_dict().items()}
+    mix = WeightInterpolation(module, 0.25)
+    with torch.no_grad():
+        module.weight.add_(1.0)
+        module.bias.mul_(-2.0)
+        module.ids.add_(5)
+    tuned = {k: v.clone() for k, v in module.state_dict().items()}
+    info = mix.apply(module)
+    for name in ("weight", "bias"):
+        assert torch.allclose(module.state_dict()[name], 0.25 * tuned[name] + 0.75 * start[name], atol=1e-7)
+    assert torch.equal(module.ids, tuned["ids"])
+    assert info["alpha"] == 0.25 and info["tensors"] == 2
+
+
+def test_a_run_mixes_the_fine_tuned_and_the_pretrained_encoder(tmp_path, tiny_encoder_dir, sentiment_csv):
+    pretrained = {k: v.clone() for k, v in
+                  ContrastiveClassifier.from_encoder(str(tiny_encoder_dir), "ce-scl-lr", ["negative", "positive"])
+                  .encoder.state_dict().items()}
+    tuned = _encoder_state(_train(tmp_path, tiny_encoder_dir, sentiment_csv, "tuned").output)
+    half = _train(tmp_path, tiny_encoder_dir, sentiment_csv, "half", wise_ft=0.5)
+    mixed = _encoder_state(half.output)
+    moved = [k for k, v in pretrained.items() if v.is_floating_point() and not torch.allclose(v, tuned[k])]
+    assert moved, "fine-tuning changed no encoder weight: the test would prove nothing"
+    for k in moved:
+        assert torch.allclose(mixed[k], 0.5 * tuned[k] + 0.5 * pretrained[k], atol=1e-6), k
+    assert half["training"]["wise_ft"]["alpha"] == 0.5
+    # alpha 0 gives back the pretrained encoder, and its head is then a probe of it
+    zero = _encoder_state(_train(tmp_path, tiny_encoder_dir, sentiment_csv, "zero", wise_ft=0.0).output)
+    assert all(torch.equal(zero[k], v) for k, v in pretrained.items())
+
+
+def test_a_method_with_no_head_fitted_after_its_encoder_is_refused(tmp_path, tiny_encoder_dir, sentiment_csv):
+    with pytest.raises(ConfigError, match=r"^--wise-ft: ce fits no head after its encoder; give it to a two-stage"):
+        _train(tmp_path, tiny_encoder_dir, sentiment_csv, "ce", method="ce", wise_ft=0.5)
+    # with --refit-head the head is a logistic regression on the mixed encoder
+    run = _train(tmp_path, tiny_encoder_dir, sentiment_csv, "refit", method="ce", wise_ft=0.5, refit_head=True)
+    assert run["training"]["wise_ft"]["alpha"] == 0.5
+    with pytest.raises(ConfigError, match="wise_ft"):
+        _train(tmp_path, tiny_encoder_dir, sentiment_csv, "big", wise_ft=1.5)
