@@ -65,3 +65,19 @@ def test_a_method_with_no_head_fitted_after_its_encoder_is_refused(tmp_path, tin
     assert run["training"]["wise_ft"]["alpha"] == 0.5
     with pytest.raises(ConfigError, match="wise_ft"):
         _train(tmp_path, tiny_encoder_dir, sentiment_csv, "big", wise_ft=1.5)
+
+
+def test_label_sets_mix_the_encoder_too(tiny_encoder_dir):
+    """The multi-label job applies the same interpolation: alpha 0 keeps the pretrained encoder."""
+    words = {"sport": ["match", "goal", "team"], "money": ["bank", "price", "market"], "law": ["court", "judge", "ruling"]}
+    texts, labels = [], []
+    for i in range(36):
+        tags = [list(words)[i % 3]] + ([list(words)[(i + 1) % 3]] if i % 4 == 0 else [])
+        texts.append(" ".join(words[t][(i + j) % 3] for j, t in enumerate(tags * 2)) + f" item {i}")
+        labels.append(tags)
+    pretrained = ContrastiveClassifier.from_encoder(str(tiny_encoder_dir), "ce-scl-lr", ["a", "b"]).encoder.state_dict()
+    result = train(texts=texts, labels=labels, multi_label=True,
+                   model=str(tiny_encoder_dir), epochs=2, batch_size=8, learning_rate=1e-3, progress=False,
+                   wise_ft=0.0)
+    assert result["training"]["wise_ft"]["alpha"] == 0.0
+    assert all(torch.equal(result.model.encoder.state_dict()[k], v) for k, v in pretrained.items())
