@@ -4,7 +4,10 @@ Every system trains on the same K-per-class training samples (drawn by the exper
 ``few-shot`` protocol, so sample ``s`` here is sample ``s`` of ``contrastfit experiment``) and is
 scored on the same fixed test set (a stratified subset of the data set's test split, drawn once).
 One record per (data set, K, sample, system) is appended to ``--runs`` as it finishes, so a killed
-bench resumes where it stopped; the summary (mean +- std, macro-F1, training seconds, paired tests
+bench resumes where it stopped; a contrastfit system's record is reused only while the system trains
+the same recipe (method, resolved hyper-parameters and training settings: a changed default is
+trained again, and the bench says what changed), a SetFit run skipped for a step cap is redone
+under a larger one; the summary (mean +- std, macro-F1, training seconds, paired tests
 against SetFit) is rewritten after every record to ``--output`` (JSON), a Markdown table next to it,
 and a figure of accuracy against training time.
 
@@ -113,6 +116,52 @@ def run_contrastfit(spec: str, data: TextData, seed: int, model: str, max_length
             "train_s": result["timings"]["setup_s"] + result["timings"]["train_s"],
             "steps": result["training"]["steps"], "method": result["method"], "hparams": result["hparams"],
             "training": {k: v for k, v in result["training"].items() if k not in ("head_stage", "head_init")}}
+
+
+#: the training settings a contrastfit record keeps (``training``) and a rerun compares
+RECIPE_SETTINGS = ("batch_size", "learning_rate", "weight_decay", "warmup_ratio", "gradient_accumulation_steps",
+                   "max_length", "fp16", "bf16", "min_steps", "refit_head", "sampler", "gradient_cache_chunk",
+                   "memory_size", "pooling")
+
+
+def recipe(spec: str, train_size: int, model: str, max_length: int) -> dict[str, Any] | None:
+    """What a contrastfit system (``spec``) would train with today on ``train_size`` examples: its
+    method, resolved hyper-parameters and training settings, as its record keeps them (None for the
+    SetFit library and FastFit, whose records name their library's version instead)."""
+    from contrastfit.encoders import default_pooling
+    from contrastfit.methods import get_method
+    from contrastfit.training import DEFAULT_METHOD
+    from contrastfit.trainer import with_method_defaults
+
+    if spec == REFERENCE or spec in FASTFIT:
+        return None
+    _, method, overrides, hparams = parse_system(spec)
+    config = with_method_defaults(TrainConfig(method=method or DEFAULT_METHOD, model=model, max_length=max_length,
+                                              hparams=hparams, **overrides))
+    cls = get_method(config.method)
+    training = {k: getattr(config, k) for k in RECIPE_SETTINGS if k != "pooling"}
+    training["pooling"] = config.pooling or default_pooling(model)
+    if config.wise_ft is not None:
+        training["wise_ft"] = config.wise_ft
+    return {"method": config.method, "hparams": cls.resolve({**cls.defaults_for(train_size), **hparams}),
+            "training": training}
+
+
+def stale(record: dict[str, Any], expected: dict[str, Any] | None) -> list[str]:
+    """What differs between a finished record and the recipe its system trains today (:func:`recipe`):
+    the method, a hyper-parameter or a training setting (a setting the record predates counts as
+    unchanged while it is unset today). An empty list: the record stands."""
+    if expected is None or "accuracy" not in record or "method" not in record:
+        return []
+    changed = ["method"] if record["method"] != expected["method"] else []
+    changed += [f"hparams.{k}" for k in sorted(set(record.get("hparams", {})) | set(expected["hparams"]))
+                if record.get("hparams", {}).get(k) != expected["hparams"].get(k)]
+    kept = dict(record.get("training", {}))
+    if isinstance(kept.get("wise_ft"), dict):  # the record keeps the interpolation's weight and rule
+        kept["wise_ft"] = kept["wise_ft"]["alpha"]
+    changed += [f"training.{k}" for k, v in expected["training"].items()
+                if (kept[k] if k in kept else None) != v and not (k not in kept and v is None)]
+    return changed
 
 
 def setfit_steps(labels: list[int], batch_size: int = 16) -> int:
@@ -446,6 +495,7 @@ def main(argv: list[str] | None = None) -> int:
     records = redone(read_records(runs_path), args.setfit_max_steps)
     # a record skipped for want of FastFit's environment is redone once that environment is given
     done = {(r["data"], r["shots"], r["sample"], r["system"]) for r in records if not r.get("unavailable")}
+    latest = {(r["data"], r["shots"], r["sample"], r["system"]): r for r in records}
     unavailable = {(r["data"], r["shots"], r["sample"], r["system"]) for r in records if r.get("unavailable")}
     fastfit_absent = fastfit_missing(args.fastfit_python) if any(s in FASTFIT for s in systems) else None
 
@@ -463,7 +513,13 @@ def main(argv: list[str] | None = None) -> int:
             for system in systems:
                 key = (data_name, shots, run.sample, system)
                 if key in done:
-                    continue
+                    # a record is reused only while its system trains the same recipe (method, resolved
+                    # hyper-parameters, settings): a changed default is trained again, never read back
+                    changed = stale(latest[key], recipe(system, len(run.data.train), args.model, args.max_length))
+                    if not changed:
+                        continue
+                    print(f"redo {data_name} K={shots} sample {run.sample} {system}: its record was made with "
+                          f"another recipe ({', '.join(changed)})", flush=True)
                 record = {"data": data_name, "shots": shots, "sample": run.sample, "system": system,
                           "train_hash": data_hash(run.data.train), "test_hash": data_hash(run.data.test),
                           "test_size": len(run.data.test), "seed": args.seed, "model": args.model, "device": device}

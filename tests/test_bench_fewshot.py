@@ -97,3 +97,20 @@ def test_a_run_skipped_for_a_smaller_step_cap_is_redone(fewshot):
     ran = {**base, "sample": 0, "accuracy": 0.9, "macro_f1": 0.9, "train_s": 300}
     assert "bbc-news|8|setfit-lib" in fewshot.summarise(records)["skipped"]
     assert "bbc-news|8|setfit-lib" not in fewshot.summarise(records + [ran])["skipped"]
+
+
+def test_a_record_is_reused_only_while_its_system_trains_the_same_recipe(fewshot):
+    today = fewshot.recipe("default", 16, "minilm-l6", 128)
+    assert today["method"] == "ce-scl-lr" and today["training"]["pooling"] == "mean"
+    record = {"system": "default", "accuracy": 0.7, "method": today["method"], "hparams": dict(today["hparams"]),
+              "training": {**today["training"], "epochs": 3.0, "steps": 15}}
+    assert fewshot.stale(record, today) == []
+    old = {**record, "training": {**record["training"], "learning_rate": 5e-5, "min_steps": 60}}
+    assert fewshot.stale(old, today) == ["training.learning_rate", "training.min_steps"]
+    other = {**record, "hparams": {**record["hparams"], "temperature": 0.1}}
+    assert fewshot.stale(other, today) == ["hparams.temperature"]
+    # a variant's own settings are part of its recipe; a setting a record predates is unchanged while unset
+    mixed = fewshot.recipe("w=:wise_ft=0.5", 16, "minilm-l6", 128)
+    assert fewshot.stale(record, mixed) == ["training.wise_ft"]
+    assert fewshot.stale({**record, "training": {**record["training"], "wise_ft": {"alpha": 0.5}}}, mixed) == []
+    assert fewshot.recipe("setfit-lib", 16, "minilm-l6", 128) is None  # its record names its library version

@@ -494,7 +494,22 @@ EDITS = {  # edit: (--set overrides, what the identity records of the edited run
     "hparam": (["methods=[{name: ce-scl, temperature: 0.3}]"], lambda spec: spec["hparams"]["temperature"] == 0.3),
     "data content": ([], lambda spec: True),
     "data path": (None, lambda spec: spec["data"]["name"].endswith("train2.csv")),
+    "a setting added later": (["training.wise_ft=0.5", "training.refit_head=true"],
+                              lambda spec: spec["training"]["wise_ft"] == 0.5),
 }
+
+
+def test_a_setting_added_later_leaves_the_identities_made_before_it_as_they_were():
+    """An unset setting that identities made before it did not hold (ADDED_SETTINGS) is left out, so
+    upgrading does not redo finished runs; set, it is part of the identity."""
+    from contrastfit.experiments.identity import ADDED_SETTINGS, run_identity
+
+    assert "wise_ft" in ADDED_SETTINGS
+    before = {"batch_size": 16, "learning_rate": None, "output": "runs/a"}
+    ident = [run_identity("train", method="ce-scl-lr", hparams={}, seed=0, model=None, settings=settings, data={})
+             for settings in (before, {**before, "wise_ft": None}, {**before, "wise_ft": 0.5})]
+    assert ident[0] == ident[1] and "wise_ft" not in ident[1]["spec"]["settings"]
+    assert ident[2]["sha256"] != ident[0]["sha256"] and ident[2]["spec"]["settings"]["wise_ft"] == 0.5
 
 
 @pytest.mark.parametrize("edit", list(EDITS))

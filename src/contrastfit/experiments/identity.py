@@ -30,8 +30,8 @@ from typing import Any
 
 from ..atomic import json_default
 
-__all__ = ["IDENTITY_TAG", "NOT_IDENTITY", "SUFFIX_LEN", "base_run_id", "canonical_json", "changed_keys",
-           "content_hash", "make_identity", "path_digest", "record_identity", "run_identity", "text_data_digest", "with_identity"]
+__all__ = ["ADDED_SETTINGS", "IDENTITY_TAG", "NOT_IDENTITY", "SUFFIX_LEN", "base_run_id", "canonical_json", "changed_keys",
+           "content_hash", "identity_settings", "make_identity", "path_digest", "record_identity", "run_identity", "text_data_digest", "with_identity"]
 
 #: The key of a record's ``tags`` that holds its identity (``{"sha256", "spec"}``).
 IDENTITY_TAG = "run_identity"
@@ -40,6 +40,18 @@ SUFFIX_LEN = 10
 #: ``TrainConfig`` fields that do not change a run's result (where it is written, what is shown or kept).
 NOT_IDENTITY = frozenset({"output", "progress", "resume", "tags", "report_to", "save_model", "save_checkpoints",
                           "save_steps", "keep_checkpoints", "logging_steps", "trust_remote_code"})
+
+#: ``TrainConfig`` fields added after identities were first written: left out of an identity while
+#: unset (None), so the runs made before a field existed keep their identities; set, they are in it.
+ADDED_SETTINGS = frozenset({"wise_ft"})
+
+
+def identity_settings(settings: Mapping[str, Any], leave_out: frozenset[str] | set[str] = frozenset()) -> dict[str, Any]:
+    """The training settings an identity holds: all but :data:`NOT_IDENTITY` and ``leave_out``, and
+    the :data:`ADDED_SETTINGS` that are unset."""
+    return {k: v for k, v in settings.items()
+            if k not in NOT_IDENTITY and k not in leave_out and not (k in ADDED_SETTINGS and v is None)}
+
 
 _SUFFIX = re.compile(rf"-[0-9a-f]{{{SUFFIX_LEN}}}$")
 
@@ -74,10 +86,9 @@ def run_identity(kind: str, *, method: str | None, hparams: Mapping[str, Any], s
     the entries above), and ``data``, the description of its rows (with their hashes)."""
     if tags and isinstance(tags.get(IDENTITY_TAG), Mapping):
         return dict(tags[IDENTITY_TAG])
-    fixed = NOT_IDENTITY | {"method", "hparams", "seed", "model"}
     return make_identity({"kind": kind, "method": method, "hparams": dict(hparams), "seed": seed,
                           "model": {"name": model, "sha256": path_digest(model)},
-                          "settings": {k: v for k, v in settings.items() if k not in fixed}, "data": data})
+                          "settings": identity_settings(settings, {"method", "hparams", "seed", "model"}), "data": data})
 
 
 def with_identity(run_id: str, sha256: str) -> str:

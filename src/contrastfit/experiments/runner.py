@@ -42,7 +42,7 @@ from ..record import RESULTS_NAME, read_record
 from ..trainer import with_method_defaults
 from ..training import TrainConfig, train
 from .config import ExperimentConfig, MethodVariant, MultiTaskExperimentConfig, load_experiment_data, run_config
-from .identity import (IDENTITY_TAG, NOT_IDENTITY, base_run_id, changed_keys, content_hash, make_identity, path_digest,
+from .identity import (IDENTITY_TAG, base_run_id, changed_keys, content_hash, identity_settings, make_identity, path_digest,
                        record_identity, text_data_digest, with_identity)
 from .plan import Job, jobs, protocol_runs
 from .records import ANALYSIS_FILE as ANALYSIS_NAME
@@ -231,7 +231,7 @@ def job_identity(config: ExperimentConfig, job: Job, data: dict[str, Any], run: 
     tc = run_config(config, job.variant, data=config.data, model=job.model, seed=job.seed)
     tc = with_method_defaults(tc, MULTILABEL_METHODS[method] if tc.multi_label else None)
     fixed = {"method", "hparams", "seed", "model", "data"}
-    training = {f.name: getattr(tc, f.name) for f in fields(TrainConfig) if f.name not in NOT_IDENTITY | fixed}
+    training = identity_settings({f.name: getattr(tc, f.name) for f in fields(TrainConfig)}, fixed)
     # a file's content, not its path: an edited descriptions file makes new runs (and none: the
     # identities of runs made before the setting existed)
     descriptions = read_label_descriptions(training.pop("label_descriptions"))
