@@ -44,8 +44,10 @@ def test_a_run_mixes_the_fine_tuned_and_the_pretrained_encoder(tmp_path, tiny_en
     pretrained = {k: v.clone() for k, v in
                   ContrastiveClassifier.from_encoder(str(tiny_encoder_dir), "ce-scl-lr", ["negative", "positive"])
                   .encoder.state_dict().items()}
-    tuned = _encoder_state(_train(tmp_path, tiny_encoder_dir, sentiment_csv, "tuned").output)
-    half = _train(tmp_path, tiny_encoder_dir, sentiment_csv, "half", wise_ft=0.5)
+    tuned_run = _train(tmp_path, tiny_encoder_dir, sentiment_csv, "tuned", wise_ft=1.0)  # the recipe turned off
+    assert tuned_run["training"]["wise_ft"] == {"alpha": 1.0, "tensors": 0, "rule": tuned_run["training"]["wise_ft"]["rule"]}
+    tuned = _encoder_state(tuned_run.output)
+    half = _train(tmp_path, tiny_encoder_dir, sentiment_csv, "half")  # ce-scl-lr's own default: 0.5
     mixed = _encoder_state(half.output)
     moved = [k for k, v in pretrained.items() if v.is_floating_point() and not torch.allclose(v, tuned[k])]
     assert moved, "fine-tuning changed no encoder weight: the test would prove nothing"
@@ -65,6 +67,24 @@ def test_a_method_with_no_head_fitted_after_its_encoder_is_refused(tmp_path, tin
     assert run["training"]["wise_ft"]["alpha"] == 0.5
     with pytest.raises(ConfigError, match="wise_ft"):
         _train(tmp_path, tiny_encoder_dir, sentiment_csv, "big", wise_ft=1.5)
+    # 1 keeps the fine-tuned weights: nothing to refuse, and methods without a default leave it out
+    assert _train(tmp_path, tiny_encoder_dir, sentiment_csv, "one", method="ce", wise_ft=1.0)["training"]["wise_ft"]["alpha"] == 1
+    assert _train(tmp_path, tiny_encoder_dir, sentiment_csv, "plain", method="ce")["training"]["wise_ft"] is None
+
+
+def test_the_default_recipe_declares_its_weight_and_the_user_overrides_it():
+    from contrastfit.trainer import method_schedule, with_method_defaults
+    from contrastfit.methods import get_method
+    from contrastfit.multilabel.methods import MULTILABEL_METHODS
+    from contrastfit.training import DEFAULT_METHOD, TrainConfig
+
+    assert method_schedule(get_method(DEFAULT_METHOD).cls)["wise_ft"] == 0.5
+    assert with_method_defaults(TrainConfig(method=DEFAULT_METHOD)).wise_ft == 0.5
+    assert with_method_defaults(TrainConfig(method=DEFAULT_METHOD, wise_ft=0.8)).wise_ft == 0.8
+    assert with_method_defaults(TrainConfig(method="ce")).wise_ft is None
+    # the multi-label form was not measured with it: no interpolation unless asked for
+    assert with_method_defaults(TrainConfig(method=DEFAULT_METHOD, multi_label=True),
+                                MULTILABEL_METHODS[DEFAULT_METHOD]).wise_ft is None
 
 
 def test_label_sets_mix_the_encoder_too(tiny_encoder_dir):

@@ -196,11 +196,13 @@ class WeightInterpolation:
 
     def __init__(self, encoder: torch.nn.Module, alpha: float):
         self.alpha = float(alpha)
-        self.start = {k: v.detach().to("cpu", copy=True) for k, v in encoder.state_dict().items()
-                      if v.is_floating_point()}
+        self.start = {} if self.alpha == 1 else {k: v.detach().to("cpu", copy=True) for k, v in
+                                                 encoder.state_dict().items() if v.is_floating_point()}
 
     @torch.no_grad()
     def apply(self, encoder: torch.nn.Module) -> dict[str, Any]:
+        if self.alpha == 1:  # --wise-ft 1: the fine-tuned weights as they are (the default recipe turned off)
+            return {"alpha": 1.0, "tensors": 0, "rule": "alpha = 1: the fine-tuned encoder weights, unchanged"}
         state = encoder.state_dict()
         for name, start in self.start.items():
             weight = state[name]
@@ -216,7 +218,7 @@ class WeightInterpolation:
         would keep a head trained on another)."""
         if alpha is None:
             return None
-        if not method.trains_encoder or not (method.frozen_head_stage or refit_head):
+        if alpha != 1 and (not method.trains_encoder or not (method.frozen_head_stage or refit_head)):
             raise ConfigError(f"--wise-ft: {method.name} {'trains no encoder' if not method.trains_encoder else 'fits no head after its encoder'}; "
                               "give it to a two-stage method (e.g. ce-scl-lr) or with --refit-head")
         return cls(encoder, alpha)

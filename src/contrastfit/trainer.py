@@ -266,8 +266,10 @@ def tokenize_dataset(ds: datasets.Dataset, tokenizer, max_length: int) -> datase
 
 def method_schedule(cls: Any) -> dict[str, Any]:
     """The learning rate and minimum steps a method of class ``cls`` trains with where they are left
-    unset: its ``training_defaults`` over the global ones (no minimum for a method with a step rule of
-    its own, :meth:`~contrastfit.methods.base.Method.training_steps`: SetFit's pairs)."""
+    unset, and its WiSE-FT weight where it declares one: its ``training_defaults`` over the global ones
+    (no minimum for a method with a step rule of its own,
+    :meth:`~contrastfit.methods.base.Method.training_steps`: SetFit's pairs; no interpolation unless
+    declared)."""
     from .methods.base import Method
 
     schedule = {"learning_rate": DEFAULT_LEARNING_RATE, "min_steps": DEFAULT_MIN_STEPS, **cls.training_defaults}
@@ -284,7 +286,7 @@ def with_method_defaults(config: Any, cls: Any = None) -> Any:
     cls = cls or (get_method(config.method).cls if config.method else None)
     own = method_schedule(cls) if cls is not None else {}
     fill = {"learning_rate": own.get("learning_rate", DEFAULT_LEARNING_RATE),
-            "min_steps": own.get("min_steps", DEFAULT_MIN_STEPS)}
+            "min_steps": own.get("min_steps", DEFAULT_MIN_STEPS), "wise_ft": own.get("wise_ft")}
     return replace(config, **{k: v for k, v in fill.items() if getattr(config, k) is None})
 
 

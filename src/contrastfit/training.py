@@ -184,7 +184,8 @@ class TrainConfig:
                                "encoder", group=_OPT)
     wise_ft: float | None = setting(None, (
         "WiSE-FT (Wortsman et al. 2022): after fine-tuning, set the encoder's weights to A x fine-tuned + (1 - A) x "
-        "pretrained, then fit the head on it (two-stage methods such as ce-scl-lr, or with --refit-head)"),
+        "pretrained, then fit the head on it (two-stage methods, or with --refit-head); default: the method's (0.5 "
+        "for ce-scl-lr, the default recipe), else none; 1 keeps the fine-tuned weights"),
         group=_OPT, metavar="A", ge=0, le=1)
     fp16: bool = setting(False, "float16 mixed precision (CUDA)", group=_OPT)
     bf16: bool = setting(False, "bfloat16 mixed precision", group=_OPT)

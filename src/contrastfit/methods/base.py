@@ -154,7 +154,7 @@ class Method(nn.Module):
     head_solver: ClassVar[str] = "adamw"
     #: False for methods that never update the encoder (the linear probe): no Trainer stage.
     trains_encoder: ClassVar[bool] = True
-    #: Training settings of the method's own recipe (``learning_rate``, ``min_steps``), used where
+    #: Training settings of the method's own recipe (``learning_rate``, ``min_steps``, ``wise_ft``), used where
     #: the user gives none (:func:`contrastfit.training.with_method_defaults`).
     training_defaults: ClassVar[dict[str, Any]] = {}
     #: Gradient caching (``--gradient-cache``, :mod:`contrastfit.gradcache`): True when the loss
