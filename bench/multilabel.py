@@ -19,6 +19,8 @@ Systems (``--systems``):
 * ``contrastfit-names``: the default multi-label recipe with the label names on (``label_anchors``
   and ``label_prior = 1``: each name a Jaccard-SupCon row and a weighted positive of its own label);
 * ``contrastfit-METHOD``: the multi-label form of METHOD (``ce``, ``ce-scl``, ``linear-probe``);
+* any ``contrastfit`` system followed by ``+SETTING=VALUE`` (a ``TrainConfig`` field), e.g.
+  ``contrastfit+wise_ft=0.5``: that system with the setting;
 * ``prior``: no model: every text gets each label's frequency in the training sample as its
   probability (so at 0.5 it predicts the labels most of the sample has): the floor the others must
   clear on labels that co-occur this much.
@@ -27,7 +29,10 @@ Every system is scored twice on test: at threshold 0.5 for every label (``at_0.5
 per-label thresholds chosen on the validation split
 (:func:`contrastfit.evaluation.multilabel.choose_thresholds`, ``tuned``): the same rule for every
 system, so neither the rule nor the validation data favours contrastfit. (contrastfit's own saved
-thresholds are that rule too.) Raw records go to ``--runs`` (JSON lines, one per sample and system;
+thresholds are that rule too.) A contrastfit system's record keeps its recipe (method, resolved
+hyper-parameters, training settings) and is reused only while the system would train the same one today
+(a record without it, or with another, is trained again, with a line naming what changed). Raw
+records go to ``--runs`` (JSON lines, one per sample and system;
 the bench resumes from it), the summary to ``--output``.
 
     python bench/multilabel.py --shots 8 --samples 3
@@ -112,20 +117,79 @@ def run_setfit(data: TextData, train, seed: int, model: str, workdir: Path) -> d
             "setfit_version": _version("setfit")}
 
 
-def run_contrastfit(data: TextData, train, seed: int, model: str, method: str | None, sample: int,
-                    shots: int, workdir: Path, hparams: dict[str, Any] | None = None) -> dict[str, Any]:
+#: the training settings a contrastfit record keeps (``training``) and a rerun compares
+RECIPE_SETTINGS = ("batch_size", "learning_rate", "weight_decay", "warmup_ratio", "max_length", "min_steps", "wise_ft")
+NAMES_ON = {"label_anchors": True, "label_prior": 1.0}
+
+
+def parse_system(system: str) -> tuple[str | None, dict[str, Any], dict[str, Any]] | None:
+    """A contrastfit system's (method, hyper-parameters, settings): ``contrastfit`` (the default),
+    ``contrastfit-names``, ``contrastfit-METHOD``, each with ``+SETTING=VALUE`` suffixes; None for
+    the other systems."""
+    base, *given = system.split("+")
+    if base != "contrastfit" and not base.startswith("contrastfit-"):
+        return None
+    method = None if base in ("contrastfit", "contrastfit-names") else base.removeprefix("contrastfit-")
+    settings = {}
+    for item in given:
+        key, _, value = item.partition("=")
+        settings[key] = json.loads(value) if value not in ("", "None") else None
+    return method, (dict(NAMES_ON) if base == "contrastfit-names" else {}), settings
+
+
+def recipe(system: str, model: str, train_size: int) -> dict[str, Any] | None:
+    """What a contrastfit system trains with today (method, resolved hyper-parameters, the settings of
+    :data:`RECIPE_SETTINGS`), as its record keeps it; None for the other systems."""
+    parsed = parse_system(system)
+    if parsed is None:
+        return None
+    from contrastfit.methods import get_method
+    from contrastfit.multilabel.methods import MULTILABEL_METHODS, check_multilabel_method, label_name_hparams
+    from contrastfit.trainer import with_method_defaults
+    from contrastfit.training import TrainConfig
+
+    method, hparams, settings = parsed
+    name = check_multilabel_method(method)
+    config = with_method_defaults(TrainConfig(method=name, multi_label=True, model=model, hparams=hparams, **settings),
+                                  MULTILABEL_METHODS[name])
+    spec = get_method(name)
+    resolved = spec.resolve({**spec.defaults_for(train_size), **label_name_hparams(name), **hparams})
+    return {"method": name, "hparams": resolved, "training": {k: getattr(config, k) for k in RECIPE_SETTINGS}}
+
+
+def stale(record: dict[str, Any], expected: dict[str, Any] | None) -> list[str]:
+    """What differs between a finished record and the recipe its system trains today; ``["recipe"]``
+    for a contrastfit record that predates the check (it kept no recipe)."""
+    if expected is None:
+        return []
+    if "recipe" not in record:
+        return ["recipe (not recorded)"]
+    kept = record["recipe"]
+    changed = ["method"] if kept["method"] != expected["method"] else []
+    changed += [f"hparams.{k}" for k in sorted(set(kept["hparams"]) | set(expected["hparams"]))
+                if kept["hparams"].get(k) != expected["hparams"].get(k)]
+    changed += [f"training.{k}" for k, v in expected["training"].items() if kept["training"].get(k) != v]
+    return changed
+
+
+def run_contrastfit(data: TextData, train, seed: int, model: str, system: str, sample: int, shots: int,
+                    workdir: Path) -> dict[str, Any]:
     from contrastfit.training import train as cf_train
 
+    method, hparams, settings = parse_system(system)
     t0 = time.perf_counter()
     # the same draw as here: --shots K --sample-index s with sample seed 0 (checked by the train hash)
-    result = cf_train(data=data.name, multi_label=True, method=method, hparams=hparams or {}, model=model, seed=seed, sample_seed=0,
+    result = cf_train(data=data.name, multi_label=True, method=method, hparams=hparams, model=model, seed=seed, sample_seed=0,
                       sample_index=sample, shots=shots, output=str(workdir / f"cf-{time.time_ns()}"),
-                      save_model=False, save_checkpoints=False, progress=False, evaluate_test=False)
+                      save_model=False, save_checkpoints=False, progress=False, evaluate_test=False, **settings)
     assert result["data"]["train_hash"] == data_hash(train), "contrastfit trained on another sample"
     m = result.model
+    training = {k: result["training"].get(k) for k in RECIPE_SETTINGS}
+    training["wise_ft"] = (training["wise_ft"] or {}).get("alpha")  # the record keeps the weight and its rule
     return {"train_s": time.perf_counter() - t0, "p_val": m.predict_proba(data.validation["text"]),
             "p_test": m.predict_proba(data.test["text"]), "method": result["method"], "steps": result["training"]["steps"],
-            "saved_thresholds": m.thresholds}
+            "saved_thresholds": m.thresholds,
+            "recipe": {"method": result["method"], "hparams": dict(result["hparams"]), "training": training}}
 
 
 def _version(dist: str) -> str | None:
@@ -138,8 +202,9 @@ def _version(dist: str) -> str | None:
 
 
 def summarise(records: list[dict[str, Any]]) -> dict[str, Any]:
+    latest = {(r["shots"], r["system"], r["sample"]): r for r in records}  # a redone run replaces its record
     out: dict[str, Any] = {}
-    for r in records:
+    for r in latest.values():
         out.setdefault(f"K={r['shots']}", {}).setdefault(r["system"], []).append(r)
     summary = {}
     for k, systems in out.items():
@@ -170,22 +235,28 @@ def main(argv: list[str] | None = None) -> int:
     workdir = Path(args.workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     runs = Path(args.runs)
-    done = set()
+    latest = {}
     records = []
     if runs.is_file():
         for line in runs.read_text().splitlines():
             if line.strip():
                 r = json.loads(line)
                 records.append(r)
-                done.add((r["data"], r["shots"], r["sample"], r["system"]))
+                latest[(r["data"], r["shots"], r["sample"], r["system"])] = r
     names = data.label_names
     y_val, y_test = np.asarray(data.validation["label"]), np.asarray(data.test["label"])
     for shots in args.shots:
         for sample in range(args.samples):
             train = sample_per_label(data.train, shots, derive_seed(0, "train", sample), names)
             for system in args.systems:
-                if (args.data, shots, sample, system) in done:
-                    continue
+                key = (args.data, shots, sample, system)
+                if key in latest:
+                    # reused only while the system trains the same recipe: a changed default is trained again
+                    changed = stale(latest[key], recipe(system, args.model, len(train)))
+                    if not changed:
+                        continue
+                    print(f"redo K={shots} sample {sample} {system}: its record was made with another recipe "
+                          f"({', '.join(changed)})", flush=True)
                 seed = sample
                 if system == "prior":
                     out = run_prior(data, train)
@@ -193,12 +264,8 @@ def main(argv: list[str] | None = None) -> int:
                     out = run_probe(data, train, seed, args.model)
                 elif system == "setfit-ovr":
                     out = run_setfit(data, train, seed, args.model, workdir)
-                elif system == "contrastfit-names":
-                    out = run_contrastfit(data, train, seed, args.model, None, sample, shots, workdir,
-                                          hparams={"label_anchors": True, "label_prior": 1.0})
-                elif system == "contrastfit" or system.startswith("contrastfit-"):
-                    method = None if system == "contrastfit" else system.removeprefix("contrastfit-")
-                    out = run_contrastfit(data, train, seed, args.model, method, sample, shots, workdir)
+                elif parse_system(system) is not None:
+                    out = run_contrastfit(data, train, seed, args.model, system, sample, shots, workdir)
                 else:
                     raise SystemExit(f"unknown system {system}")
                 record = {"data": args.data, "shots": shots, "sample": sample, "system": system,
