@@ -15,7 +15,6 @@ Writes ``bench/results/step_time.json`` (machine, versions, medians, ratios) and
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics

@@ -70,7 +70,11 @@ def test_a_skipped_setfit_and_the_ceiling_are_stated(fewshot):
     cells = _row(table, "bbc-news", 16)
     assert cells[5] == "not run: SetFit's default would take 320 steps (> --setfit-max-steps 100)"
     assert cells[10] == "probe +5: +1.0 (ceiling 97.5)"  # the probe is within 5 points of the ceiling
-    assert "Ceiling, bbc-news: the default recipe on the whole training split (1699 examples, 319 steps): 97.5%" in table
+    # the line says whether the ceiling's run mixed its encoder with the pretrained one (the default since WiSE-FT)
+    assert ("Ceiling, bbc-news: the default recipe on the whole training split (1699 examples, 319 steps, "
+            "no weight interpolation): 97.5%") in table
+    recs[-1]["training"] = {"wise_ft": {"alpha": 0.5, "tensors": 100}}
+    assert "(1699 examples, 319 steps, --wise-ft 0.5): 97.5%" in fewshot.goal_markdown(fewshot.summarise(recs))
 
 
 def test_no_verdict_before_two_paired_samples(fewshot):
@@ -102,15 +106,24 @@ def test_a_run_skipped_for_a_smaller_step_cap_is_redone(fewshot):
 def test_a_record_is_reused_only_while_its_system_trains_the_same_recipe(fewshot):
     today = fewshot.recipe("default", 16, "minilm-l6", 128)
     assert today["method"] == "ce-scl-lr" and today["training"]["pooling"] == "mean"
+    assert today["training"]["wise_ft"] == 0.5  # the default recipe's WiSE-FT weight
+    # a record keeps the interpolation as a dict (weight, tensors, rule); the weight is what counts
     record = {"system": "default", "accuracy": 0.7, "method": today["method"], "hparams": dict(today["hparams"]),
-              "training": {**today["training"], "epochs": 3.0, "steps": 15}}
+              "training": {**today["training"], "wise_ft": {"alpha": 0.5, "tensors": 100}, "epochs": 3.0, "steps": 15}}
     assert fewshot.stale(record, today) == []
     old = {**record, "training": {**record["training"], "learning_rate": 5e-5, "min_steps": 60}}
     assert fewshot.stale(old, today) == ["training.learning_rate", "training.min_steps"]
     other = {**record, "hparams": {**record["hparams"], "temperature": 0.1}}
     assert fewshot.stale(other, today) == ["hparams.temperature"]
-    # a variant's own settings are part of its recipe; a setting a record predates is unchanged while unset
-    mixed = fewshot.recipe("w=:wise_ft=0.5", 16, "minilm-l6", 128)
-    assert fewshot.stale(record, mixed) == ["training.wise_ft"]
-    assert fewshot.stale({**record, "training": {**record["training"], "wise_ft": {"alpha": 0.5}}}, mixed) == []
+    # the default before WiSE-FT: its records predate the setting, and today's default sets it
+    before = {**record, "training": {k: v for k, v in record["training"].items() if k != "wise_ft"}}
+    assert fewshot.stale(before, today) == ["training.wise_ft"]
+    # a variant's own settings are part of its recipe
+    off = fewshot.recipe("w=:wise_ft=1", 16, "minilm-l6", 128)
+    assert fewshot.stale(record, off) == ["training.wise_ft"]
+    # a setting a record predates is unchanged while it is unset today (ce declares no WiSE-FT weight)
+    ce = fewshot.recipe("ce", 16, "minilm-l6", 128)
+    assert "wise_ft" not in ce["training"]
+    assert fewshot.stale({"system": "ce", "accuracy": 0.7, "method": "ce", "hparams": dict(ce["hparams"]),
+                          "training": dict(ce["training"])}, ce) == []
     assert fewshot.recipe("setfit-lib", 16, "minilm-l6", 128) is None  # its record names its library version
