@@ -3,20 +3,14 @@ README's table comes from this code, so its arithmetic and its verdicts are test
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
-BENCH = Path(__file__).resolve().parents[1] / "bench" / "fewshot.py"
+from conftest import load_bench
 
 
 @pytest.fixture(scope="module")
 def fewshot():
-    spec = importlib.util.spec_from_file_location("bench_fewshot", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_bench("fewshot")
 
 
 def _records(data: str, shots: int, accuracies: dict[str, list[float]], seconds: dict[str, float]) -> list[dict]:

@@ -3,20 +3,14 @@ while its system would train the same recipe today, on hand-made records."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
-BENCH = Path(__file__).resolve().parents[1] / "bench" / "multilabel.py"
+from conftest import load_bench
 
 
 @pytest.fixture(scope="module")
 def multilabel():
-    spec = importlib.util.spec_from_file_location("bench_multilabel", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_bench("multilabel")
 
 
 def test_systems_name_a_method_its_label_names_and_settings(multilabel):
