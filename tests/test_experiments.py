@@ -512,6 +512,20 @@ def test_a_setting_added_later_leaves_the_identities_made_before_it_as_they_were
     assert ident[2]["sha256"] != ident[0]["sha256"] and ident[2]["spec"]["settings"]["wise_ft"] == 0.5
 
 
+def test_the_summary_keeps_the_configs_order_when_a_method_is_trained_again(experiment_files, tmp_path):
+    """A method whose runs are redone (its settings edited) finishes last, yet keeps its row: the
+    summary follows the config (its plan), not the order in which runs finished."""
+    from contrastfit.experiments.records import load_records
+
+    path = experiment_files(methods=[{"name": "ce-scl", "temperature": 0.1}, "ce-scl-lr"])
+    run_experiment(load_config(path), progress=False)
+    edited = load_config(path, ["methods=[{name: ce-scl, temperature: 0.3}, ce-scl-lr]"])
+    summary = run_experiment(edited, progress=False)
+    assert [r.method for r in load_records(tmp_path / "out")] == ["ce-scl", "ce-scl-lr"]
+    assert [row["method"] for row in summary["rows"]] == ["ce-scl", "ce-scl-lr"]
+    assert summary["rows"][0]["is_baseline"]  # the first variant of the config is the default baseline
+
+
 @pytest.mark.parametrize("edit", list(EDITS))
 def test_an_edited_config_makes_new_runs_beside_the_old_ones(experiment_files, tmp_path, edit, capsys):
     from contrastfit.experiments.records import load_records

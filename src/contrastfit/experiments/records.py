@@ -329,9 +329,9 @@ def load_plan(folder: str | os.PathLike) -> dict[str, str] | None:
 
 
 def load_runs(folder: str | os.PathLike) -> list[dict[str, Any]]:
-    """The result dicts of every finished run in ``FOLDER/results.sqlite``, in the order they finished:
-    those of the folder's current config (its ``plan.json``: run id and identity), every one in a folder
-    without a plan.
+    """The result dicts of every finished run in ``FOLDER/results.sqlite``: those of the folder's current
+    config (its ``plan.json``: run id and identity) in the plan's order (the config's order, whichever
+    finished first), every one in a folder without a plan, in the order they finished.
 
     Raises :class:`~contrastfit.errors.ContrastfitError` when the folder, its store, or any finished
     run is missing.
@@ -353,6 +353,8 @@ def load_runs(folder: str | os.PathLike) -> list[dict[str, Any]]:
     if plan is not None:
         runs = [r for r in runs if (sha := plan.get(str((r.get("tags") or {}).get("run_id")))) is not None
                 and sha == record_identity(r)]
+        order = {run_id: i for i, run_id in enumerate(plan)}  # a run trained again later keeps its place
+        runs.sort(key=lambda r: order[str(r["tags"]["run_id"])])
     if not runs:
         raise ContrastfitError(f"experiment folder {folder}: no finished runs in {STORE_NAME}"
                                + (" of its current config" if plan is not None else ""))
