@@ -65,6 +65,7 @@ from contrastfit.errors import ConfigError  # noqa: E402
 from contrastfit.evaluation.metrics import classification_metrics  # noqa: E402
 from contrastfit.experiments.protocols.few_shot import few_shot  # noqa: E402
 from contrastfit.methods import available_methods  # noqa: E402
+from contrastfit.pipeline import WeightInterpolation  # noqa: E402
 from contrastfit.training import TrainConfig, train  # noqa: E402
 from contrastfit.versions import library_versions  # noqa: E402
 
@@ -157,8 +158,8 @@ def stale(record: dict[str, Any], expected: dict[str, Any] | None) -> list[str]:
     changed += [f"hparams.{k}" for k in sorted(set(record.get("hparams", {})) | set(expected["hparams"]))
                 if record.get("hparams", {}).get(k) != expected["hparams"].get(k)]
     kept = dict(record.get("training", {}))
-    if isinstance(kept.get("wise_ft"), dict):  # the record keeps the interpolation's weight and rule
-        kept["wise_ft"] = kept["wise_ft"]["alpha"]
+    if "wise_ft" in kept:  # the record keeps the interpolation's weight and rule
+        kept["wise_ft"] = WeightInterpolation.recorded_alpha(kept)
     changed += [f"training.{k}" for k, v in expected["training"].items()
                 if (kept[k] if k in kept else None) != v and not (k not in kept and v is None)]
     return changed
@@ -317,7 +318,7 @@ def summarise(records: list[dict[str, Any]]) -> dict[str, Any]:
                               "p_wilcoxon": None if np.allclose(d, 0) else float(stats.wilcoxon(a, b).pvalue)}
             rows.append(row)
     ceilings = {r["data"]: {**{k: r[k] for k in ("accuracy", "macro_f1", "train_s", "train_size", "steps")},
-                            "wise_ft": ((r.get("training") or {}).get("wise_ft") or {}).get("alpha")}
+                            "wise_ft": WeightInterpolation.recorded_alpha(r.get("training"))}
                 for r in records if r["system"] == CEILING and "accuracy" in r}
     ran = {(r["data"], r["shots"], r["system"]) for r in records if "accuracy" in r}
     skipped = {f"{r['data']}|{r['shots']}|{r['system']}": r["skipped"] for r in records

@@ -174,6 +174,7 @@ def stale(record: dict[str, Any], expected: dict[str, Any] | None) -> list[str]:
 
 def run_contrastfit(data: TextData, train, seed: int, model: str, system: str, sample: int, shots: int,
                     workdir: Path) -> dict[str, Any]:
+    from contrastfit.pipeline import WeightInterpolation
     from contrastfit.training import train as cf_train
 
     method, hparams, settings = parse_system(system)
@@ -185,7 +186,7 @@ def run_contrastfit(data: TextData, train, seed: int, model: str, system: str, s
     assert result["data"]["train_hash"] == data_hash(train), "contrastfit trained on another sample"
     m = result.model
     training = {k: result["training"].get(k) for k in RECIPE_SETTINGS}
-    training["wise_ft"] = (training["wise_ft"] or {}).get("alpha")  # the record keeps the weight and its rule
+    training["wise_ft"] = WeightInterpolation.recorded_alpha(training)  # the record keeps the weight and its rule
     return {"train_s": time.perf_counter() - t0, "p_val": m.predict_proba(data.validation["text"]),
             "p_test": m.predict_proba(data.test["text"]), "method": result["method"], "steps": result["training"]["steps"],
             "saved_thresholds": m.thresholds,

@@ -54,6 +54,11 @@ def test_a_run_mixes_the_fine_tuned_and_the_pretrained_encoder(tmp_path, tiny_en
     for k in moved:
         assert torch.allclose(mixed[k], 0.5 * tuned[k] + 0.5 * pretrained[k], atol=1e-6), k
     assert half["training"]["wise_ft"]["alpha"] == 0.5
+    # what the benches read back from a record: the weight, or None for a run without the interpolation
+    assert WeightInterpolation.recorded_alpha(half["training"]) == 0.5
+    assert WeightInterpolation.recorded_alpha(tuned_run["training"]) == 1.0
+    assert WeightInterpolation.recorded_alpha({"wise_ft": None}) is None
+    assert WeightInterpolation.recorded_alpha({}) is None and WeightInterpolation.recorded_alpha(None) is None
     # alpha 0 gives back the pretrained encoder, and its head is then a probe of it
     zero = _encoder_state(_train(tmp_path, tiny_encoder_dir, sentiment_csv, "zero", wise_ft=0.0).output)
     assert all(torch.equal(zero[k], v) for k, v in pretrained.items())

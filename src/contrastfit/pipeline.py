@@ -210,6 +210,13 @@ class WeightInterpolation:
         return {"alpha": self.alpha, "tensors": len(self.start),
                 "rule": "alpha x fine-tuned + (1 - alpha) x pretrained encoder weights (WiSE-FT), then the head"}
 
+    @staticmethod
+    def recorded_alpha(training: dict[str, Any] | None) -> float | None:
+        """The weight a finished run's record (its ``training`` section) says was applied: what
+        :meth:`apply` returned keeps it as ``alpha``; None for a run without the interpolation."""
+        kept = (training or {}).get("wise_ft")
+        return kept.get("alpha") if isinstance(kept, dict) else kept
+
     @classmethod
     def for_run(cls, alpha: float | None, method: Any, refit_head: bool, encoder: torch.nn.Module
                 ) -> "WeightInterpolation | None":
