@@ -286,10 +286,23 @@ def append_record(path: Path, record: dict[str, Any]) -> None:
         os.fsync(fh.fileno())
 
 
+def paired_std_test(a: np.ndarray, b: np.ndarray) -> float | None:
+    """p of the Pitman-Morgan test that two systems' accuracies on the same samples have the same
+    variance: the correlation of ``a + b`` with ``a - b`` is 0 exactly when they do (Pitman 1939,
+    Morgan 1939), tested as a Pearson correlation. None with fewer than 3 samples or a constant sum
+    or difference (nothing to test)."""
+    from scipy import stats
+
+    if len(a) < 3 or np.allclose(a + b, (a + b)[0]) or np.allclose(a - b, (a - b)[0]):
+        return None
+    return float(stats.pearsonr(a + b, a - b).pvalue)
+
+
 def summarise(records: list[dict[str, Any]]) -> dict[str, Any]:
     """Per (data, shots, system): mean +- std of accuracy and macro-F1, mean training seconds,
     and, against SetFit and against the linear probe on the samples both have, the mean difference
-    with a paired t-test and a Wilcoxon signed-rank test (SciPy)."""
+    with a paired t-test and a Wilcoxon signed-rank test (SciPy), and whether the two stds differ
+    (:func:`paired_std_test`)."""
     from scipy import stats
 
     cells: dict[tuple, dict[str, dict[int, dict]]] = {}
@@ -315,7 +328,8 @@ def summarise(records: list[dict[str, Any]]) -> dict[str, Any]:
                 d = a - b
                 row[label] = {"samples": len(common), "mean_diff": float(d.mean()),
                               "p_ttest": None if np.allclose(d, d[0]) else float(stats.ttest_rel(a, b).pvalue),
-                              "p_wilcoxon": None if np.allclose(d, 0) else float(stats.wilcoxon(a, b).pvalue)}
+                              "p_wilcoxon": None if np.allclose(d, 0) else float(stats.wilcoxon(a, b).pvalue),
+                              "p_std": paired_std_test(a, b)}
             rows.append(row)
     ceilings = {r["data"]: {**{k: r[k] for k in ("accuracy", "macro_f1", "train_s", "train_size", "steps")},
                             "wise_ft": WeightInterpolation.recorded_alpha(r.get("training"))}
@@ -370,7 +384,9 @@ def goal_markdown(summary: dict[str, Any]) -> str:
             if "vs_setfit" in d and d["vs_setfit"]["mean_diff"] < GOAL["vs_setfit"]:
                 misses.append(f"SetFit +{GOAL['vs_setfit']:.0f}: {d['vs_setfit']['mean_diff']:+.1f}")
             if "vs_setfit" in d and d["accuracy_std"] > sf["accuracy_std"]:  # SetFit's std: 2 samples or more
-                misses.append(f"std {d['accuracy_std']:.1f} > {sf['accuracy_std']:.1f}")
+                p_std = d["vs_setfit"].get("p_std")
+                misses.append(f"std {d['accuracy_std']:.1f} > {sf['accuracy_std']:.1f}"
+                              + ("" if p_std is None else f" (p={p_std:.2f})"))
             if "vs_setfit" in d and ratio > GOAL["time_ratio"]:
                 misses.append(f"time {ratio:.2f}x")
         if "vs_probe" in d and d["vs_probe"]["mean_diff"] < GOAL["vs_probe"]:

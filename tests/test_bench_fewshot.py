@@ -45,9 +45,27 @@ def test_each_missed_goal_is_named_with_its_number(fewshot):
                     {"linear-probe": 1, "setfit-lib": 6, "default": 9})
     goal = _row(fewshot.goal_markdown(fewshot.summarise(recs)), "mr", 4)[10]
     assert "SetFit +2: +1.0" in goal
-    assert "std 4.0 > 1.0" in goal
+    assert "std 4.0 > 1.0 (p=" in goal  # with the paired test of the two stds
     assert "time 1.50x" in goal
     assert "probe +5: +2.0" in goal
+
+
+def test_the_paired_std_test_is_pitman_morgans(fewshot):
+    import numpy as np
+    from scipy import stats
+
+    rng = np.random.default_rng(0)
+    for n in (3, 5, 8):
+        b = rng.normal(60, 3, size=n)
+        a = 0.8 * b + rng.normal(14, 2, size=n)  # correlated through the shared sample, another spread
+        # the textbook form: t = (F - 1) sqrt(n - 2) / (2 sqrt(F (1 - r^2))), F the variance ratio
+        F, r = a.var(ddof=1) / b.var(ddof=1), np.corrcoef(a, b)[0, 1]
+        t = (F - 1) * np.sqrt(n - 2) / (2 * np.sqrt(F * (1 - r ** 2)))
+        assert fewshot.paired_std_test(a, b) == pytest.approx(2 * stats.t.sf(abs(t), n - 2), rel=1e-9)
+    b = np.array([60.0, 62.0, 64.0, 66.0])
+    assert fewshot.paired_std_test(b + 3, b) is None  # the same spread, shifted: nothing to test
+    assert fewshot.paired_std_test(b[:2] * 2, b[:2]) is None  # two samples
+    assert fewshot.paired_std_test(2 * b, b) < 0.01  # twice the spread on every sample
 
 
 def test_a_skipped_setfit_and_the_ceiling_are_stated(fewshot):
