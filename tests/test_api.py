@@ -84,6 +84,29 @@ def test_texts_and_labels_train_without_an_output_folder_and_save_later(tiny_enc
     assert saved["data"]["source"] == source and saved["data"]["train_hash"] == result["data"]["train_hash"]
 
 
+def test_validation_is_held_out_only_where_the_run_chooses_something_on_it(tiny_encoder_dir):
+    from contrastfit.methods import available_methods
+    from contrastfit.training import TrainConfig, validation_split_for
+
+    texts, labels = _rows()  # 24 rows
+    fast = dict(model=str(tiny_encoder_dir), batch_size=8, progress=False)
+    # the default recipe fits a logistic head and chooses nothing on validation: every row trains
+    result = train(texts=texts, labels=labels, min_steps=2, **fast)
+    assert result["method"] == "ce-scl-lr" and result["data"]["source"]["validation_split"] == 0.0
+    assert result["data"]["train_size"] == 24 and "validation" not in result.metrics
+    # one whose kept step is the best on validation holds 10% out, as does an explicit split
+    assert train(texts=texts, labels=labels, method="ce", epochs=1, **fast)["data"]["train_size"] == 21
+    asked = train(texts=texts, labels=labels, min_steps=2, validation_split=0.1, **fast)
+    assert (asked["data"]["train_size"], asked["data"]["validation_size"]) == (21, 3)
+    # the rule for every method: a step, a head epoch (AdamW heads) or label thresholds chosen there
+    chooses = {name for name in available_methods() if validation_split_for(TrainConfig(method=name)) == 0.1}
+    assert {name for name in available_methods()} - chooses == {"ce-scl-lr", "setfit", "linear-probe", "zero-shot"}
+    assert {"ce", "supcl-seq", "simcse-unsup", "lacon"} <= chooses
+    assert validation_split_for(TrainConfig(method="ce", select_best=False)) == 0.0
+    assert validation_split_for(TrainConfig(multi_label=True)) == 0.1  # thresholds on validation
+    assert validation_split_for(TrainConfig(method="ce", validation_split=0.0)) == 0.0
+
+
 def test_in_memory_data_is_the_same_data_as_the_file(tiny_encoder_dir, tmp_path):
     """Every in-memory form of the 24 rows gives the rows, labels, split and hashes the CSV file gives
     (one normalisation and one hold-out rule for both), and the same model."""

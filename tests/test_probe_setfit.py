@@ -121,11 +121,13 @@ def test_linear_probe_leaves_the_encoder_and_fits_sklearns_logistic_regression(t
     for (name, a), (_, b) in zip(model.encoder.state_dict().items(), fresh.encoder.state_dict().items()):
         assert torch.equal(a.cpu(), b), name
     assert result["training"]["steps"] == 0 and result["training"]["head_stage"]["solver"] == "logistic"
-    data = load_data(str(sentiment_csv), label_column="sentiment")
+    # the probe chooses nothing on validation, so every row of the file trains it
+    data = load_data(str(sentiment_csv), label_column="sentiment", validation_split=0)
+    assert result["data"]["train_size"] == len(data.train) == 24
     x = _normalised_features(model, data.train)
     probe = LogisticRegression(max_iter=1000).fit(x, np.asarray(data.train["label"]))
-    texts = list(data.validation["text"])
-    np.testing.assert_allclose(model.predict_proba(texts), probe.predict_proba(_normalised_features(model, data.validation)), atol=1e-5)
+    texts = list(data.train["text"])
+    np.testing.assert_allclose(model.predict_proba(texts), probe.predict_proba(x), atol=1e-5)
     reloaded = ContrastiveClassifier.from_pretrained(tmp_path / "linear-probe")
     np.testing.assert_allclose(reloaded.predict_proba(texts), model.predict_proba(texts), atol=1e-6)
 
@@ -141,12 +143,12 @@ def test_setfit_trains_the_encoder_for_the_librarys_step_count_then_a_logistic_h
     fresh = ContrastiveClassifier.from_encoder(str(tiny_encoder_dir), "ce", ["negative", "positive"])
     moved = [not torch.equal(a.cpu(), b) for a, b in zip(model.encoder.parameters(), fresh.encoder.parameters())]
     assert any(moved)
-    data = load_data(str(sentiment_csv), label_column="sentiment")
+    data = load_data(str(sentiment_csv), label_column="sentiment", validation_split=0)  # as the run: no hold-out
     from contrastfit.data import sample_per_class
     train_rows = sample_per_class(data.train, 4, 0)
     probe = LogisticRegression(max_iter=1000).fit(_normalised_features(model, train_rows), np.asarray(train_rows["label"]))
-    np.testing.assert_allclose(model.predict_proba(list(data.validation["text"])),
-                               probe.predict_proba(_normalised_features(model, data.validation)), atol=1e-5)
+    np.testing.assert_allclose(model.predict_proba(list(data.train["text"])),
+                               probe.predict_proba(_normalised_features(model, data.train)), atol=1e-5)
 
 
 def test_setfit_and_probe_refuse_a_regression_target(tiny_encoder_dir):
@@ -220,14 +222,15 @@ def test_the_default_recipe_is_ce_scl_then_a_logistic_head(tiny_encoder_dir, sen
     assert result["training"]["head_stage"]["solver"] == "logistic" and result["training"]["steps"] > 0
     assert result["training"]["head_stage"]["label_prior"] == "used"
     model = result.model
-    data = load_data(str(sentiment_csv), label_column="sentiment")
+    data = load_data(str(sentiment_csv), label_column="sentiment", validation_split=0)  # no hold-out: every row trains
+    assert result["data"]["train_size"] == len(data.train) == 24
     names = {"text": ["negative", "positive"]}
     n = len(data.train)
     probe = LogisticRegression(max_iter=1000).fit(
         np.vstack([_normalised_features(model, data.train), _normalised_features(model, names)]),
         np.r_[np.asarray(data.train["label"]), [0, 1]], sample_weight=np.r_[np.ones(n), [n / 2, n / 2]])
-    np.testing.assert_allclose(model.predict_proba(list(data.test["text"] if data.test else data.validation["text"])),
-                               probe.predict_proba(_normalised_features(model, data.test or data.validation)), atol=1e-5)
+    np.testing.assert_allclose(model.predict_proba(list(data.train["text"])),
+                               probe.predict_proba(_normalised_features(model, data.train)), atol=1e-5)
 
 
 def test_the_default_recipe_for_a_regression_target_is_ce(tiny_encoder_dir, tmp_path):

@@ -29,7 +29,7 @@ from transformers import TrainerCallback
 from .data import TextData, data_hash, load_data, sample_per_class, sample_stratified
 from .data.sampling import derive_seed
 from .data.descriptions import attach_label_descriptions, check_label_descriptions
-from .data.loading import in_memory
+from .data.loading import VALIDATION_SPLIT, in_memory
 from .data.overlap import row_sketch
 from .encoders import DEFAULT_MODEL, default_pooling
 from .errors import ConfigError
@@ -120,9 +120,12 @@ class TrainConfig:
     validation_data: str | None = setting(None, "local file with validation rows (default: hold out "
                                           "--validation-split of a local --data file)", group="data", metavar="FILE")
     test_data: str | None = setting(None, "local file with test rows", group="data", metavar="FILE")
-    validation_split: float = setting(0.1, "fraction of a local --data file held out (stratified) for validation "
-                                      "when no --validation-data is given; 0 keeps every row", group="data",
-                                      metavar="FRACTION", ge=0, lt=1)
+    validation_split: float | None = setting(None, "fraction of a local --data file held out (stratified) for "
+                                             "validation when no --validation-data is given; 0 keeps every row "
+                                             "(default: 0.1 where the run chooses something on validation, a "
+                                             "step, a head epoch or label thresholds; else 0, so a two-stage "
+                                             "method with a logistic head, the default recipe among them, "
+                                             "trains on every row)", group="data", metavar="FRACTION", ge=0, lt=1)
     task: str | None = setting(None, "force the task (default: from the labels; numbers that are not all whole "
                                "make a regression target)", group="data", choices=("classification", "regression"))
     multi_label: bool = setting(False, "each text has a set of labels (a list, labels joined by --label-separator, "
@@ -491,7 +494,8 @@ def train(config: TrainConfig | None = None, *, texts: Any = None, labels: Any =
     ``text_pair_column`` as in a file). ``validation_data`` and ``test_data`` take a file or the same
     in-memory forms. In-memory data is checked and labelled as a file is
     (:func:`contrastfit.data.loading.load_memory`: class names sorted, 10% held out for validation
-    from 20 rows up unless ``validation_data`` or ``validation_split=0``); the record's
+    from 20 rows up where the run chooses something on it, :func:`validation_split_for`, unless
+    ``validation_data`` or ``validation_split`` says otherwise); the record's
     ``data.source`` is ``{"kind": "memory", "rows": n, "hash": ...}``.
 
     ``output``: the folder for the model, ``results.json``, the model card and the checkpoints while
@@ -574,9 +578,28 @@ def _config_with_memory_data(config: TrainConfig | None, texts: Any, labels: Any
     return TrainConfig(**values), memory
 
 
+def validation_split_for(config: TrainConfig) -> float:
+    """``config.validation_split``, or where it is unset: :data:`VALIDATION_SPLIT` when the run chooses
+    something on the validation split (label-set thresholds; with ``--select-best``, the default, the
+    kept step of a method whose head trains with the encoder, or the head epoch of an AdamW head
+    stage), else 0. A two-stage method with a logistic-regression head (the default recipe, SetFit,
+    the linear probe) chooses nothing there, so every row of a few-shot file trains (32 rows would
+    otherwise lose 3 to a validation split that only reports)."""
+    if config.validation_split is not None:
+        return config.validation_split
+    if config.multi_label:
+        return VALIDATION_SPLIT
+    method = get_method(config.method or DEFAULT_METHOD).cls
+    refit = config.refit_head and not method.frozen_head_stage
+    one_stage = method.trains_encoder and not method.frozen_head_stage
+    head_epochs = (method.frozen_head_stage or refit) and ("logistic" if refit else method.head_solver) == "adamw"
+    return VALIDATION_SPLIT if config.select_best and (one_stage or head_epochs) else 0.0
+
+
 def load_config_data(config: TrainConfig, memory: dict[str, Any] | None = None) -> TextData:
-    """The run's data (:func:`contrastfit.data.load_data` with ``config``'s data options); ``memory``
-    holds the in-memory values of :data:`DATA_FIELDS` taken out of ``config``."""
+    """The run's data (:func:`contrastfit.data.load_data` with ``config``'s data options, the validation
+    hold-out by :func:`validation_split_for`); ``memory`` holds the in-memory values of
+    :data:`DATA_FIELDS` taken out of ``config``."""
     memory = memory or {}
     if config.multi_label:
         from .data.multilabel import load_multilabel
@@ -586,7 +609,7 @@ def load_config_data(config: TrainConfig, memory: dict[str, Any] | None = None) 
                                label_separator=config.label_separator,
                                validation_data=memory.get("validation_data", config.validation_data),
                                test_data=memory.get("test_data", config.test_data),
-                               validation_split=config.validation_split)
+                               validation_split=validation_split_for(config))
     return load_data(
         memory.get("data", config.data),
         text_column=config.text_column,
@@ -594,7 +617,7 @@ def load_config_data(config: TrainConfig, memory: dict[str, Any] | None = None) 
         label_column=config.label_column,
         validation_data=memory.get("validation_data", config.validation_data),
         test_data=memory.get("test_data", config.test_data),
-        validation_split=config.validation_split,
+        validation_split=validation_split_for(config),
         task=config.task,
     )
 

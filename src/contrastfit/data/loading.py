@@ -31,6 +31,10 @@ __all__ = ["LABEL", "SUFFIX_BUILDERS", "TEXT", "TEXT_PAIR", "TextData", "check_t
            "normalise_columns", "parse_hub_name", "read_table",
            "sniff_delimiter", "stratified_split"]
 
+#: the share of a local file or in-memory table held out for validation where a run chooses something
+#: on it (:func:`contrastfit.training.validation_split_for`) and no validation data is given
+VALIDATION_SPLIT = 0.1
+
 SUFFIX_BUILDERS = {".csv": "csv", ".tsv": "csv", ".jsonl": "json", ".json": "json", ".parquet": "parquet"}
 _TEXT_GUESSES = ("text", "sentence", "sentence1", "premise", "question", "question1", "review", "content", "document")
 _PAIR_GUESSES = {"sentence1": "sentence2", "premise": "hypothesis", "question": "sentence", "question1": "question2"}
@@ -687,11 +691,15 @@ def load_data(
     label_column: str | None = None,
     validation_data: Any = None,
     test_data: Any = None,
-    validation_split: float = 0.1,
+    validation_split: float | None = None,
     task: str | None = None,
 ) -> TextData:
     """Load a built-in data set by name, a local file by path, a Hub data set by name (or a local
-    folder laid out like one, see :func:`load_hub`), or in-memory data (:func:`load_memory`)."""
+    folder laid out like one, see :func:`load_hub`), or in-memory data (:func:`load_memory`).
+    ``validation_split``: the share of a local or in-memory table held out for validation where no
+    ``validation_data`` is given (None: :data:`VALIDATION_SPLIT`)."""
+    if validation_split is None:
+        validation_split = VALIDATION_SPLIT
     if in_memory(name_or_path):
         return load_memory(name_or_path, text_column=text_column, text_pair_column=text_pair_column,
                            label_column=label_column, validation_data=validation_data, test_data=test_data,

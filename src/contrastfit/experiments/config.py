@@ -159,9 +159,13 @@ def load_experiment_data(experiment: Experiment):
     """The experiment's data, read once for all its runs as ``contrastfit train`` reads it
     (:func:`contrastfit.training.load_config_data`): ``data`` with ``data_options``; label sets with
     ``multi_label`` (:func:`contrastfit.data.multilabel.load_multilabel`)."""
+    from ..data.loading import VALIDATION_SPLIT
     from ..training import load_config_data
 
-    return load_config_data(TrainConfig(data=experiment.data, **experiment.data_options.settings()))
+    options = experiment.data_options.settings()
+    if options.get("validation_split") is None:  # read once for every method, and the tables report validation
+        options["validation_split"] = VALIDATION_SPLIT
+    return load_config_data(TrainConfig(data=experiment.data, **options))
 
 
 def _variants(experiment: Experiment, where: str) -> tuple[MethodVariant, ...]:

@@ -107,7 +107,7 @@ class Task:
     label_column: str | None = same_as(TrainConfig, "label_column")
     validation_data: str | None = same_as(TrainConfig, "validation_data")
     test_data: str | None = same_as(TrainConfig, "test_data")
-    validation_split: float = same_as(TrainConfig, "validation_split")
+    validation_split: float | None = same_as(TrainConfig, "validation_split")
     shots: int | None = same_as(TrainConfig, "shots")
     train_size: int | None = same_as(TrainConfig, "train_size")
     validation_size: int | None = same_as(TrainConfig, "validation_size")

@@ -39,7 +39,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 from transformers import DataCollatorWithPadding, TrainerCallback
 
-from ..data.loading import LABEL, TEXT, TEXT_PAIR
+from ..data.loading import LABEL, TEXT, TEXT_PAIR, VALIDATION_SPLIT
 from ..data.overlap import row_sketch
 from ..distributed import launched_processes
 from ..encoders import DEFAULT_MODEL, default_pooling
@@ -305,7 +305,9 @@ def _task_train_config(config: MultiTaskConfig, task: Task) -> TrainConfig:
     data_task = None if task.type is None else ("regression" if task.type == "regression" else "classification")
     return TrainConfig(data=task.data, text_column=task.text_column, text_pair_column=task.text_pair_column,
                        label_column=task.label_column, validation_data=task.validation_data, test_data=task.test_data,
-                       validation_split=task.validation_split, task=data_task, shots=task.shots,
+                       # every task's validation split scores the kept step
+                       validation_split=VALIDATION_SPLIT if task.validation_split is None else task.validation_split,
+                       task=data_task, shots=task.shots,
                        train_size=task.train_size, validation_size=task.validation_size, seed=config.seed,
                        sample_seed=config.sample_seed, sample_index=config.sample_index)
 
