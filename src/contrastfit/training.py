@@ -584,7 +584,7 @@ def validation_split_for(config: TrainConfig) -> float:
     kept step of a method whose head trains with the encoder, or the head epoch of an AdamW head
     stage), else 0. A two-stage method with a logistic-regression head (the default recipe, SetFit,
     the linear probe) chooses nothing there, so every row of a few-shot file trains (32 rows would
-    otherwise lose 3 to a validation split that only reports)."""
+    otherwise lose 4 to a validation split that only reports)."""
     if config.validation_split is not None:
         return config.validation_split
     if config.multi_label:
