@@ -21,7 +21,6 @@ C, paired differences against C = 1) to ``NAME.{json,md}``.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import sys
 import time
@@ -41,14 +40,6 @@ from contrastfit.versions import library_versions  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
-
-
-def _fewshot_bench():
-    """bench/fewshot.py, for its fixed test set and its record of the default recipe."""
-    spec = importlib.util.spec_from_file_location("bench_fewshot", HERE / "fewshot.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _features(clf, ds, collator) -> tuple[np.ndarray, np.ndarray]:
@@ -196,7 +187,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--name", default="head_c")
     args = p.parse_args(argv)
 
-    fewshot = _fewshot_bench()
+    import fewshot  # bench/fewshot.py (Python puts the running script's folder, bench/, on the path)
+
     runs_path = RESULTS / f"{args.name}_runs.jsonl"
     workdir = Path(os.environ.get("TMPDIR", "/tmp")) / "contrastfit-bench"
     records = fewshot.read_records(runs_path)

@@ -13,7 +13,6 @@ paired differences.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import sys
@@ -33,13 +32,6 @@ RUNS = HERE / "results" / "validation_holdout_runs.jsonl"
 CELLS = [("medmcqa-subject", 4), ("mr", 16), ("bbc-news", 4)]  # tables of 80, 32 and 20 rows
 
 
-def _fewshot_bench():
-    spec = importlib.util.spec_from_file_location("bench_fewshot", HERE / "fewshot.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def named(split, label_names):
     """A split as the table a user would give: text and label name."""
     frame = split.to_pandas()[["text", "label"]]
@@ -48,7 +40,8 @@ def named(split, label_names):
 
 
 def main() -> int:
-    fewshot = _fewshot_bench()
+    import fewshot  # bench/fewshot.py (Python puts the running script's folder, bench/, on the path)
+
     done = {(r["data"], r["K"], r["sample"], r["split"]) for r in fewshot.read_records(RUNS)}
     for name, shots in CELLS:
         data = fewshot.fixed_test(load_data(name), 1000)
