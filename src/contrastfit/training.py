@@ -578,22 +578,27 @@ def _config_with_memory_data(config: TrainConfig | None, texts: Any, labels: Any
     return TrainConfig(**values), memory
 
 
-def validation_split_for(config: TrainConfig) -> float:
-    """``config.validation_split``, or where it is unset: :data:`VALIDATION_SPLIT` when the run chooses
-    something on the validation split (label-set thresholds; with ``--select-best``, the default, the
-    kept step of a method whose head trains with the encoder, or the head epoch of an AdamW head
-    stage), else 0. A two-stage method with a logistic-regression head (the default recipe, SetFit,
-    the linear probe) chooses nothing there, so every row of a few-shot file trains (32 rows would
-    otherwise lose 4 to a validation split that only reports)."""
-    if config.validation_split is not None:
-        return config.validation_split
-    if config.multi_label:
-        return VALIDATION_SPLIT
+def validation_choices(config: TrainConfig) -> tuple[bool, bool]:
+    """What ``config``'s run chooses on its validation split, where it has one: ``(step, head_epoch)``.
+    With ``--select-best`` (the default), the kept step of a method whose head trains with the encoder
+    (two-stage methods' stage-1 checkpoints have no head to score), and the head epoch of a head stage
+    trained by AdamW (a logistic-regression head has no epoch to choose)."""
     method = get_method(config.method or DEFAULT_METHOD).cls
     refit = config.refit_head and not method.frozen_head_stage
-    one_stage = method.trains_encoder and not method.frozen_head_stage
-    head_epochs = (method.frozen_head_stage or refit) and ("logistic" if refit else method.head_solver) == "adamw"
-    return VALIDATION_SPLIT if config.select_best and (one_stage or head_epochs) else 0.0
+    step = method.trains_encoder and not method.frozen_head_stage
+    head_epoch = (method.frozen_head_stage or refit) and ("logistic" if refit else method.head_solver) == "adamw"
+    return config.select_best and step, config.select_best and head_epoch
+
+
+def validation_split_for(config: TrainConfig) -> float:
+    """``config.validation_split``, or where it is unset: :data:`VALIDATION_SPLIT` when the run chooses
+    something on the validation split (label-set thresholds, or :func:`validation_choices`), else 0.
+    A two-stage method with a logistic-regression head (the default recipe, SetFit, the linear probe)
+    chooses nothing there, so every row of a few-shot file trains (32 rows would otherwise lose 4 to
+    a validation split that only reports)."""
+    if config.validation_split is not None:
+        return config.validation_split
+    return VALIDATION_SPLIT if config.multi_label or any(validation_choices(config)) else 0.0
 
 
 def load_config_data(config: TrainConfig, memory: dict[str, Any] | None = None) -> TextData:
@@ -680,10 +685,10 @@ def _train(config: TrainConfig, text_data: TextData | None, callbacks: list[Trai
     descriptions = attach_label_descriptions(model, config)
     model.method.prepare(model, train_ds)
     epochs, max_steps = resolve_schedule(config, train_ds["labels"])
-    # model selection on validation, for methods whose head trains with the encoder (two-stage
-    # methods' heads are fitted after the encoder stage, so their stage-1 checkpoints cannot be scored)
-    selecting = (config.select_best and prepared.validation is not None and len(prepared.validation) > 0
-                 and model.method.trains_encoder and not model.method.frozen_head_stage)
+    # model selection on validation: the kept step, or the head epoch of an AdamW head stage
+    has_validation = prepared.validation is not None and len(prepared.validation) > 0
+    step, head_epoch = validation_choices(config)
+    selecting, choosing_head_epoch = has_validation and step, has_validation and head_epoch
     eval_ds = tokenize_dataset(prepared.validation, model.tokenizer, model.max_length) if selecting else None
     trainer = build_trainer(config, model, train_ds, epochs, max_steps=max_steps, eval_ds=eval_ds, callbacks=callbacks)
     clock.mark("setup")
@@ -704,7 +709,7 @@ def _train(config: TrainConfig, text_data: TextData | None, callbacks: list[Trai
         solver = "logistic" if config.refit_head and not model.method.frozen_head_stage else None
         # the head epoch is chosen on validation, like the encoder step of one-stage runs
         head_validation = (tokenize_dataset(prepared.validation, model.tokenizer, model.max_length)
-                           if config.select_best and prepared.validation is not None and len(prepared.validation) else None)
+                           if choosing_head_epoch else None)
         head_stage = train_head(model, train_ds, trainer.data_collator, seed=config.seed, progress=config.progress,
                                 solver=solver, validation_ds=head_validation, metric=selection_metric(config, model.task))
     clock.mark("train")
