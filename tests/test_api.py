@@ -263,6 +263,10 @@ def test_progress_false_prints_no_bar_of_any_library(tiny_encoder_dir, tmp_path,
         return [line for line in re.split(r"[\r\n]", err) if "%|" in line or "it/s" in line or "examples/s" in line]
 
     csv_path = write_sentiment_csv(tmp_path / "toy.csv")
+    # the libraries' own settings on, whatever an earlier test in this process left (the CLI's --quiet
+    # turns them off for its process), so that "back afterwards" means back to on
+    datasets.enable_progress_bars()
+    hf_logging.enable_progress_bar()
     capfd.readouterr()
     train(data=str(csv_path), label_column="sentiment", output=str(tmp_path / "quiet"),
           **_fast(tiny_encoder_dir, epochs=1))
