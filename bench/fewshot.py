@@ -75,6 +75,7 @@ REFERENCE = "setfit-lib"
 CEILING = "ceiling"  # the default recipe on the whole training split (--ceiling)
 PROBE = "linear-probe"
 FASTFIT = {"fastfit": "paper", "fastfit-defaults": "library-defaults"}  # system -> fastfit_runner.py recipe
+FASTFIT_PAPER = "fastfit"  # the FastFit system the goal table compares with (its paper's recipe)
 FASTFIT_RUNNER = Path(__file__).resolve().parent / "fastfit_runner.py"
 
 
@@ -318,7 +319,7 @@ def summarise(records: list[dict[str, Any]]) -> dict[str, Any]:
                    "accuracy_mean": acc.mean(), "accuracy_std": acc.std(ddof=1) if len(acc) > 1 else 0.0,
                    "macro_f1_mean": f1.mean(), "macro_f1_std": f1.std(ddof=1) if len(f1) > 1 else 0.0,
                    "train_s": float(np.mean([r["train_s"] for r in runs.values()]))}
-            for label, other in (("vs_setfit", REFERENCE), ("vs_probe", PROBE)):
+            for label, other in (("vs_setfit", REFERENCE), ("vs_probe", PROBE), ("vs_fastfit", FASTFIT_PAPER)):
                 ref = systems.get(other, {})
                 common = sorted(set(runs) & set(ref))
                 if system == other or len(common) < 2:
@@ -348,12 +349,16 @@ GOAL = {"vs_setfit": 2.0, "vs_probe": 5.0, "time_ratio": 0.5}
 def goal_markdown(summary: dict[str, Any]) -> str:
     """One row per (data set, K): the zero-shot floor, the probe, the SetFit library and the default
     recipe, the default's margins, its time against SetFit's, and which parts of the goal it meets
-    (a full-data ceiling where ``--ceiling`` ran one, for cells where the probe is near it)."""
+    (a full-data ceiling where ``--ceiling`` ran one, for cells where the probe is near it). Where
+    any cell has FastFit's paper recipe (``fastfit``), two more columns: its accuracy and the
+    default's difference from it; a default below FastFit is a miss (issue 22: beat it)."""
     cells: dict[tuple, dict[str, dict]] = {}
     for r in summary["rows"]:
         cells.setdefault((r["data"], r["shots"]), {})[r["system"]] = r
-    lines = ["| data | K | n | zero-shot | probe | SetFit library | default | vs SetFit | vs probe | time vs SetFit | goal |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    fastfit = any(r["system"] == FASTFIT_PAPER for r in summary["rows"])
+    header = ["data", "K", "n", "zero-shot", "probe", "SetFit library", *(["FastFit"] if fastfit else []), "default",
+              "vs SetFit", "vs probe", *(["vs FastFit"] if fastfit else []), "time vs SetFit", "goal"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
 
     def acc(r: dict | None, n: int = 0) -> str:  # the sample count where it is not the default's n
         if r is None:
@@ -393,12 +398,16 @@ def goal_markdown(summary: dict[str, Any]) -> str:
             near = ceiling is not None and 100 * ceiling["accuracy"] - pr["accuracy_mean"] < GOAL["vs_probe"]
             misses.append(f"probe +{GOAL['vs_probe']:.0f}: {d['vs_probe']['mean_diff']:+.1f}"
                           + (f" (ceiling {100 * ceiling['accuracy']:.1f})" if near else ""))
+        ff = systems.get(FASTFIT_PAPER)
+        if "vs_fastfit" in d and d["vs_fastfit"]["mean_diff"] < 0:
+            misses.append(f"below FastFit: {d['vs_fastfit']['mean_diff']:+.1f}")
         paired = min(d.get("vs_setfit", {}).get("samples", 0) if sf is not None else 99,
                      d.get("vs_probe", {}).get("samples", 0) if pr is not None else 99)
         goal = "; ".join(misses) if misses else "met" if paired >= 2 else "–"  # no verdict on fewer than 2 pairs
-        lines.append(f"| {data} | {shots} | {d['n']} | {acc(systems.get('zero-shot'))} | {acc(pr, d['n'])} | {sf_cell} "
-                     f"| **{acc(d)}** "
-                     f"| {diff(d.get('vs_setfit'))} | {diff(d.get('vs_probe'))} | {time_cell} | {goal} |")
+        row = [data, shots, d["n"], acc(systems.get("zero-shot")), acc(pr, d["n"]), sf_cell,
+               *([acc(ff, d["n"])] if fastfit else []), f"**{acc(d)}**", diff(d.get("vs_setfit")),
+               diff(d.get("vs_probe")), *([diff(d.get("vs_fastfit"))] if fastfit else []), time_cell, goal]
+        lines.append("| " + " | ".join(map(str, row)) + " |")
     for data, c in sorted(summary.get("ceilings", {}).items()):
         mixed = "no weight interpolation" if c.get("wise_ft") is None else f"--wise-ft {c['wise_ft']:g}"
         lines.append(f"\nCeiling, {data}: the default recipe on the whole training split ({c['train_size']} examples, "

@@ -139,3 +139,21 @@ def test_a_record_is_reused_only_while_its_system_trains_the_same_recipe(fewshot
     assert fewshot.stale({"system": "ce", "accuracy": 0.7, "method": "ce", "hparams": dict(ce["hparams"]),
                           "training": dict(ce["training"])}, ce) == []
     assert fewshot.recipe("setfit-lib", 16, "minilm-l6", 128) is None  # its record names its library version
+
+
+def test_fastfit_gets_its_columns_and_a_default_below_it_is_a_miss(fewshot):
+    accs = {"linear-probe": [0.40, 0.42, 0.44], "setfit-lib": [0.40, 0.42, 0.44], "default": [0.50, 0.52, 0.54]}
+    secs = {"linear-probe": 1, "setfit-lib": 60, "default": 10, "fastfit": 100}
+    # without a FastFit record the table keeps its columns (the other tests' indices)
+    assert "FastFit" not in fewshot.goal_markdown(fewshot.summarise(_records("medmcqa-subject", 4, accs, secs)))
+    ahead = _records("medmcqa-subject", 4, {**accs, "fastfit": [0.48, 0.50]}, secs)  # 2 of the 3 samples
+    table = fewshot.goal_markdown(fewshot.summarise(ahead))
+    assert table.splitlines()[0] == ("| data | K | n | zero-shot | probe | SetFit library | FastFit | default | vs SetFit "
+                                     "| vs probe | vs FastFit | time vs SetFit | goal |")
+    cells = _row(table, "medmcqa-subject", 4)
+    assert cells[6] == "49.0 ± 1.4 (100 s, n=2)"
+    assert cells[10].startswith("+2.0")  # paired on samples 0 and 1: (50 - 48 + 52 - 50) / 2
+    assert cells[12] == "met"
+    behind = _records("medmcqa-subject", 4, {**accs, "fastfit": [0.55, 0.56, 0.57]}, secs)
+    cells = _row(fewshot.goal_markdown(fewshot.summarise(behind)), "medmcqa-subject", 4)
+    assert cells[10].startswith("-4.0") and cells[12] == "below FastFit: -4.0"
