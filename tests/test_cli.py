@@ -641,7 +641,9 @@ def test_evaluate_warns_on_training_rows_and_records_the_overlap(trained_run, mu
 
     texts = _fresh_sentences(10, 4)
     held_out = _write_csv(tmp_path / "held_out.csv", {"sentence": texts, "sentiment": ["positive"] * len(texts)})
-    assert main(["evaluate", str(out), "--data", str(held_out), "--json", str(report)]) == 0
+    assert main(["evaluate", str(out), "--data", str(held_out), "--json", str(report)]) == 2  # it exists
+    assert "already exists; give --overwrite" in capsys.readouterr().err
+    assert main(["evaluate", str(out), "--data", str(held_out), "--json", str(report), "--overwrite"]) == 0
     assert "warning" not in capsys.readouterr().err
     assert json.loads(report.read_text())["train_overlap"]["rows"] == 0
 

@@ -495,6 +495,31 @@ def test_vader_tweets_missing_or_wrong_sdist(tmp_path, monkeypatch):
     _one_line(err)
 
 
+def test_datasets_lists_every_set_and_marks_one_missing_from_the_data_cache(tmp_path, monkeypatch, capsys):
+    import shlex
+
+    from contrastfit.cli import main
+    from contrastfit.data.builtin import BUILTIN_DATASETS
+
+    load_builtin("vader-tweets")  # read once from the real cache: the per-process cache must not hide its absence
+    cache = tmp_path / "empty cache"
+    cache.mkdir()
+    monkeypatch.setenv("CONTRASTFIT_DATA_CACHE", str(cache))
+    fetch = f"pip download --no-deps --no-binary :all: vaderSentiment==3.3.2 -d {shlex.quote(str(cache))}"
+    assert main(["datasets", "--json"]) == 0
+    rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
+    assert set(BUILTIN_DATASETS) | {"toxicity-attributes"} == set(rows)
+    vader = rows["vader-tweets"]
+    assert vader["fetch"] == fetch and vader["size"] is None and vader["task"] == "regression"
+    assert vader["unavailable"].startswith(f"vader-tweets reads {cache / 'vaderSentiment-3.3.2.tar.gz'}, which is missing")
+    assert all(r["size"] > 0 and "unavailable" not in r for name, r in rows.items() if name != "vader-tweets")
+    assert main(["datasets"]) == 0
+    out = capsys.readouterr().out
+    (line,) = [ln for ln in out.splitlines() if ln.startswith("vader-tweets ")]
+    assert "not available:" in line and line.endswith(fetch)
+    assert all(any(ln.startswith(f"{name} ") for ln in out.splitlines()) for name in rows)
+
+
 def test_split_indices_tiny_classes():
     from contrastfit.data.builtin import split_indices
 

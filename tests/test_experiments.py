@@ -621,6 +621,26 @@ def test_a_damaged_store_is_named_in_one_line_and_rebuilt_from_the_results_json_
     assert json.loads(written.read_text()) == after[ce_scl]
 
 
+def test_a_truncated_results_json_of_a_finished_run_is_rewritten_from_the_store(experiment_files, tmp_path, capsys):
+    path = experiment_files(methods=["ce"])
+    out = tmp_path / "out"
+    run_experiment(load_config(path), progress=False)
+    (run_id, record), = _done_runs(out).items()
+    written = out / "runs" / run_id / "results.json"
+    written.write_text(written.read_text()[:100])  # cut short (the store is intact)
+    capsys.readouterr()
+    run_experiment(load_config(path), progress=False)
+    printed = capsys.readouterr().out
+    assert "1 runs (0 new, 1 done earlier)" in printed  # nothing retrained
+    (line,) = [ln for ln in printed.splitlines() if ln.startswith(str(written))]
+    assert "unreadable, truncated?" in line and line.endswith("rewritten from the store's record")
+    assert json.loads(written.read_text()) == record == _done_runs(out)[run_id]
+    assert not list(written.parent.glob(".results.json.*"))  # written atomically: no temporary file left
+    capsys.readouterr()
+    run_experiment(load_config(path), progress=False)  # whole now: nothing said
+    assert str(written) not in capsys.readouterr().out
+
+
 def test_an_edited_label_descriptions_file_makes_new_runs(experiment_files, tmp_path, capsys):
     """The identity holds the descriptions' content, not the file's path."""
     descriptions = tmp_path / "labels.csv"

@@ -148,8 +148,11 @@ def test_an_int8_export_past_the_thresholds_writes_nothing(tmp_path, tiny_encode
     assert main(["predict", str(out), "good fun film"]) == 0  # predict (and serve) read it as any export
     assert json.loads(capsys.readouterr().out)["label"] in ("negative", "neutral", "positive")
     assert main(["export", str(run), "--output", str(tmp_path / "o2"), "--quantize", "int8", "--max-prob-diff", "0"]) == 2
-    err = capsys.readouterr().err.strip()
-    assert err.startswith("contrastfit: error: export --quantize int8:") and "\n" not in err
+    # (the model records no data: first the line saying it is checked on the built-in sentences)
+    note, err = capsys.readouterr().err.strip().split("\n")
+    assert note.startswith("contrastfit: export: ") and note.endswith("checking on the 8 built-in sentences instead "
+                                                                     "(--check-data FILE checks on texts of yours)")
+    assert err.startswith("contrastfit: error: export --quantize int8:")
     assert not (tmp_path / "o2").exists()
     assert main(["export", str(run), "--output", str(tmp_path / "o3"), "--quantize", "int8", "--min-agreement", "1.5"]) == 2
     assert "fractions between 0 and 1" in capsys.readouterr().err

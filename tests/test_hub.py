@@ -208,6 +208,25 @@ def test_push_uploads_the_folder_with_its_card_and_from_pretrained_loads_it_from
     np.testing.assert_allclose(ContrastiveClassifier.from_pretrained("me/other").embed(TEXTS), model.embed(TEXTS), atol=1e-6)
 
 
+def test_push_leaves_the_folder_byte_for_byte_as_it_was(tmp_path, tiny_encoder_dir, local_hub, capsys):
+    """push stages a copy (hard links where it can) whose records it rewrites: the folder pushed, and a
+    file of the user's in it, are unchanged afterwards (content, mode, inode)."""
+    from contrastfit.cli import main
+
+    folder, _ = _run_folder(tmp_path, tiny_encoder_dir)
+    (folder / "notes.txt").write_text("the user's own\n")
+
+    def snapshot() -> dict:
+        return {p.relative_to(folder).as_posix(): (p.read_bytes() if p.is_file() else None, p.stat().st_mode,
+                                                   p.stat().st_ino) for p in sorted(folder.rglob("*"))}
+
+    before = snapshot()
+    assert main(["push", str(folder), "--repo", "me/kept"]) == 0
+    capsys.readouterr()
+    assert snapshot() == before
+    assert (local_hub.root / "me" / "kept" / "notes.txt").read_text() == "the user's own\n"
+
+
 def test_hub_failures_are_one_line_errors(tmp_path, tiny_encoder_dir, local_hub, monkeypatch, capsys):
     from contrastfit.cli import main
 

@@ -17,7 +17,7 @@ import yaml
 from contrastfit.data.loading import data_hash
 from contrastfit.data.multilabel import load_multilabel, random_subset, sample_per_label
 from contrastfit.data.sampling import derive_seed
-from contrastfit.errors import ConfigError
+from contrastfit.errors import ConfigError, DataError
 from contrastfit.experiments import load_config, parse_config, run_experiment
 from contrastfit.experiments.config import load_experiment_data
 from contrastfit.experiments.identity import make_identity
@@ -133,12 +133,10 @@ def test_the_flag_and_the_separator_are_part_of_the_run_identity(ml_files, tmp_p
     flipped = json.loads(json.dumps(spec))
     flipped["data"]["options"]["multi_label"] = flipped["training"]["multi_label"] = False
     assert make_identity(flipped)["sha256"] != ml[0].identity["sha256"]
-    # the same file read with one class per row ("film|good" is a class): other runs
-    _, single = units(ml_files(methods=["ce"], protocol="full", validation_size=None,
-                               data_options={"test_data": config.data_options.test_data}))
-    assert single[0].identity["spec"]["training"]["multi_label"] is False
-    assert single[0].run_id != ml[0].run_id
-    assert single[0].run_id.rsplit("-", 1)[0] == ml[0].run_id.rsplit("-", 1)[0]  # same place in the plan
+    # the same file without the flag is not read with one class per row ("film|good" a class) but refused
+    with pytest.raises(DataError, match=r"look like label sets .*--multi-label"):
+        units(ml_files(methods=["ce"], protocol="full", validation_size=None,
+                       data_options={"test_data": config.data_options.test_data}))
     # the same label sets written with another separator: the same rows as loaded, but another setting
     semi = {name: write_csv(tmp_path / f"{name}_semicolon.csv",
                             [{**r, "label": r["label"].replace("|", ";")} for r in topic_rows(n, seed=seed)])

@@ -61,7 +61,7 @@ def test_a_save_that_fails_half_way_leaves_the_previous_model(tmp_path, tiny_enc
     reloaded = ContrastiveClassifier.from_pretrained(folder)
     np.testing.assert_array_equal(reloaded.predict_logits(TEXTS), before)
     assert _leftovers(folder) == []  # the temporary folder is gone
-    assert sorted(p.name for p in folder.iterdir()) == ["checkpoints", "config_sentence_transformers.json",
+    assert sorted(p.name for p in folder.iterdir()) == [".contrastfit", "checkpoints", "config_sentence_transformers.json",
                                                         "contrastfit.json", "encoder", "head.safetensors",
                                                         "modules.json", "results.json"]
     # and a save that succeeds replaces the model, keeping the run's other entries
@@ -74,42 +74,47 @@ def test_a_save_that_fails_half_way_leaves_the_previous_model(tmp_path, tiny_enc
     assert _leftovers(folder) == []
 
 
-def test_a_save_killed_between_its_renames_is_rolled_back_on_load(tmp_path, tiny_encoder_dir, monkeypatch):
+def test_a_save_killed_while_moving_the_old_entries_out_is_rolled_back_on_load(tmp_path, tiny_encoder_dir, monkeypatch):
     folder, before = _saved_run(tmp_path, tiny_encoder_dir)
     real_rename = atomic.os.rename
+    moved = []
 
-    def killed_before_second_rename(src, dst):
-        if Path(src).name.startswith(".run.new-"):  # the old folder is aside, the new one not yet in place
-            raise KeyboardInterrupt
+    def killed_moving_the_second_entry_out(src, dst):
+        if Path(dst).parent.name.startswith(".run.old-"):
+            moved.append(Path(src).name)
+            if len(moved) == 2:  # contrastfit.json is aside, the encoder not yet
+                raise KeyboardInterrupt
         return real_rename(src, dst)
 
-    monkeypatch.setattr(atomic.os, "rename", killed_before_second_rename)
+    monkeypatch.setattr(atomic.os, "rename", killed_moving_the_second_entry_out)
     with pytest.raises(KeyboardInterrupt):
         _model(tiny_encoder_dir, 1).save_pretrained(folder)
     monkeypatch.setattr(atomic.os, "rename", real_rename)
-    assert not folder.exists() and len(_leftovers(folder)) == 2  # .run.old-* and .run.new-*
-    reloaded = ContrastiveClassifier.from_pretrained(folder)  # puts the previous folder back
+    assert moved[0] == "contrastfit.json" and not (folder / "contrastfit.json").exists()
+    assert len(_leftovers(folder)) == 2  # .run.old-* and .run.new-*
+    reloaded = ContrastiveClassifier.from_pretrained(folder)  # puts the previous entries back
     np.testing.assert_array_equal(reloaded.predict_logits(TEXTS), before)
     assert (folder / "results.json").is_file() and _leftovers(folder) == []
 
 
-def test_a_save_killed_while_moving_the_runs_files_is_finished(tmp_path, tiny_encoder_dir, monkeypatch):
+def test_a_save_killed_while_moving_the_new_entries_in_is_finished(tmp_path, tiny_encoder_dir, monkeypatch):
     folder, _ = _saved_run(tmp_path, tiny_encoder_dir)
     second = _model(tiny_encoder_dir, 1)
+    inodes = {name: (folder / name).stat().st_ino for name in ("results.json", "checkpoints")}
     real_rename = atomic.os.rename
 
-    def killed_after_the_swap(src, dst):
-        if Path(src).parent.name.startswith(".run.old-"):  # swapped; killed moving the run's first entry across
+    def killed_moving_the_first_entry_in(src, dst):
+        if Path(src).parent.name.startswith(".run.new-"):  # committed; killed moving the first new entry in
             raise KeyboardInterrupt
         return real_rename(src, dst)
 
-    monkeypatch.setattr(atomic.os, "rename", killed_after_the_swap)
+    monkeypatch.setattr(atomic.os, "rename", killed_moving_the_first_entry_in)
     with pytest.raises(KeyboardInterrupt):
         second.save_pretrained(folder)
     monkeypatch.setattr(atomic.os, "rename", real_rename)
-    assert not (folder / "results.json").exists()  # still in the old folder
-    second.save_pretrained(folder)  # the next save (or load) finishes the move first
-    assert (folder / "results.json").is_file() and (folder / "checkpoints" / "checkpoint-2").is_dir()
+    assert not (folder / "contrastfit.json").exists()  # it goes in last
     np.testing.assert_array_equal(ContrastiveClassifier.from_pretrained(folder).predict_logits(TEXTS),
-                                  second.predict_logits(TEXTS))
-    assert _leftovers(folder) == []
+                                  second.predict_logits(TEXTS))  # the load finishes the move first
+    assert (folder / "checkpoints" / "checkpoint-2").is_dir() and _leftovers(folder) == []
+    # the run's own entries were never renamed
+    assert {name: (folder / name).stat().st_ino for name in inodes} == inodes

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -305,3 +306,39 @@ def test_run_pending_reuses_only_records_of_the_units_identity(tmp_path, capsys)
                                                       r"config than its id says .*--rebuild-store"):
         store_module.run_pending(store, [stale])
     store.close()
+
+
+@pytest.mark.parametrize("damage", ["truncated", "missing", "different", "whole"])
+def test_a_reused_runs_results_json_is_checked_and_rewritten_from_the_store(tmp_path, capsys, damage):
+    store = ResultsStore(tmp_path / "results.sqlite")
+    sha = "a" * 64
+    record = {**_record(sha, 1), "metrics": {"test": {"loss": float("nan")}}}  # NaN compares as itself
+    written = tmp_path / "runs" / "r" / "results.json"
+    unit = store_module.Unit("r", "r", lambda: record, written=written, identity=_identity(sha))
+    written.parent.mkdir(parents=True)
+    assert store_module.run_pending(store, [unit]) == (1, 0, [])
+    store_module.write_json_atomic(written, record)  # what the run wrote
+    if damage == "truncated":
+        written.write_text(written.read_text()[:30])
+    elif damage == "missing":
+        written.unlink()
+    elif damage == "different":
+        written.write_text(json.dumps(_record(sha, 7)))
+    capsys.readouterr()
+    unit.work = lambda: pytest.fail("reused, not trained")
+    assert store_module.run_pending(store, [unit]) == (0, 1, [])
+    out = capsys.readouterr().out.splitlines()
+    if damage == "whole":
+        assert out == []
+    else:
+        reason = {"truncated": "unreadable, truncated? (JSONDecodeError: ", "missing": "missing;",
+                  "different": "differs from the store's record;"}[damage]
+        assert len(out) == 1 and out[0].startswith(f"{written}: {reason}")
+        assert out[0].endswith("; rewritten from the store's record")
+    assert json.dumps(json.loads(written.read_text()), sort_keys=True) == json.dumps(store.get("r")["result"], sort_keys=True)
+    assert sorted(p.name for p in written.parent.iterdir()) == ["results.json"]
+    # a run whose folder is gone is left alone
+    shutil.rmtree(written.parent)
+    assert store_module.run_pending(store, [unit]) == (0, 1, []) and not written.parent.exists()
+    store.close()
+

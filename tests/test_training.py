@@ -238,6 +238,23 @@ def test_resume_loads_every_checkpoint_file_weights_only(tmp_path, tiny_encoder_
     assert "TORCH_FORCE_WEIGHTS_ONLY_LOAD" not in os.environ  # only while resuming
 
 
+def test_checkpoint_files_get_the_modes_the_umask_gives(tmp_path, tiny_encoder_dir, sentiment_csv):
+    """Not the 0o600 of the temporary file safetensors writes model.safetensors through: a run stopped
+    (or killed) after a checkpoint leaves files as readable as the rest of the output folder."""
+    import stat
+
+    old = os.umask(0o022)
+    try:
+        kwargs = dict(epochs=2, save_steps=2, shots=8, select_best=False)
+        partial = _train(tmp_path, tiny_encoder_dir, sentiment_csv, name="cut", callbacks=[StopAt(2)], **kwargs)
+    finally:
+        os.umask(old)
+    checkpoint = Path(partial["checkpoint"])
+    files = sorted(p for p in (tmp_path / "cut" / "checkpoints").rglob("*") if p.is_file())
+    assert checkpoint / "model.safetensors" in files and checkpoint / "optimizer.pt" in files
+    assert {p.name: oct(stat.S_IMODE(p.stat().st_mode)) for p in files} == {p.name: "0o644" for p in files}
+
+
 def test_quiet_prints_no_log_dicts_and_no_progress_bars(tmp_path, tiny_encoder_dir, sentiment_csv, capfd):
     """``contrastfit train --quiet``: neither the Trainer's log dicts (``{'loss': ...}`` lines, which
     transformers prints with its ``PrinterCallback`` once progress bars are off) nor progress bars;

@@ -7,14 +7,22 @@ target with :func:`os.replace`. A crash or a full disk at any moment leaves eith
 the new one, never half of one, and a failed write removes its temporary file.
 
 Folders (:func:`atomic_folder`): the new contents are built in a temporary folder next to the
-target (``.NAME.new-*``), ``fsync``-ed, and swapped in with two renames (the target to
-``.NAME.old-*``, the new folder to the target). Entries of the previous folder that the new contents
-do not have (e.g. a run's ``checkpoints/`` or ``results.json`` next to a saved model) are moved
-across, then the previous folder is deleted. Until the first rename nothing of the target has
-changed, so a failed or killed write (full disk, SIGKILL) leaves the previous folder exactly as it
-was. A kill between the two renames, or while entries are moved across, leaves a ``.NAME.old-*``
-folder: :func:`recover_folder` (which :func:`atomic_folder` calls first) puts it back, or finishes
-the move. Two processes must not write the same folder at once.
+target (``.NAME.new-*``) and ``fsync``-ed. A new target is that folder renamed. In an existing one,
+only the entries the new contents replace are touched: they are moved to ``.NAME.old-*`` (a file
+``.committed`` there marks the end of that step), the new entries renamed in, the old ones deleted.
+Every other entry of the folder (e.g. a run's ``checkpoints/`` or ``results.json`` next to a saved
+model) is never renamed. Until the first rename nothing of the target has changed, so a failed or
+killed write (full disk, SIGKILL) leaves the previous folder exactly as it was; a kill during the
+renames leaves ``.NAME.old-*``, and :func:`recover_folder` (which :func:`atomic_folder` calls first)
+rolls back (not committed) or forward (committed). Two processes must not write the same folder at once.
+
+Ownership: contrastfit writes only into folders it made or was given empty. The first write marks a
+folder with :data:`MARKER` (``.contrastfit``: JSON, the relative paths of the files contrastfit put
+there). :func:`check_output` refuses, in one line, an output that is the current, home or root
+folder, holds one of the command's inputs, or exists, is not empty and was not written by contrastfit;
+:func:`atomic_folder` refuses to replace an entry that holds a file the marker does not list (a file
+the user put into a saved model's ``encoder/``, say). Folders written before the marker existed are
+recognised by :data:`LEGACY_MARKERS`.
 
 Permissions: what is written gets the modes the user's umask gives, as ``open`` and ``mkdir`` would
 (files ``0o666 & ~umask``, keeping their execute bits, folders ``0o777 & ~umask``; :func:`umask_mode`),
@@ -31,10 +39,23 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import IO, Any, Iterator
+from typing import IO, Any, Iterable, Iterator
 
-__all__ = ["atomic_folder", "atomic_open", "json_default", "recover_folder", "umask_mode", "write_json_atomic",
-           "write_text_atomic"]
+from .errors import ContrastfitError
+
+__all__ = ["MARKER", "OutputError", "atomic_folder", "atomic_open", "check_output", "claim_folder", "json_default",
+           "recover_folder", "umask_mode", "written_by_contrastfit", "write_json_atomic", "write_text_atomic"]
+
+#: The file that marks a folder as written by contrastfit; it lists the files contrastfit put there.
+MARKER = ".contrastfit"
+#: Files that mark a folder contrastfit wrote before :data:`MARKER` existed (a model, a run's record,
+#: an export, an experiment's store).
+LEGACY_MARKERS = ("contrastfit.json", "results.json", "export.json", "results.sqlite")
+_COMMITTED = ".committed"
+
+
+class OutputError(ContrastfitError, ValueError):
+    """An output that would overwrite, move or delete what contrastfit did not write."""
 
 
 def _umask() -> int:
@@ -147,20 +168,29 @@ def _fsync_tree(root: Path) -> None:
         _fsync_path(Path(folder))
 
 
+def _marker_last(entry: Path) -> tuple[bool, str]:
+    """Sort key: the entries that make a folder a model or run (:data:`LEGACY_MARKERS`) go last into a
+    folder and first out of it, so a reader that finds ``contrastfit.json`` finds the rest with it."""
+    return entry.name in LEGACY_MARKERS, entry.name
+
+
 def _move_missing(source: Path, target: Path) -> None:
-    """Move every entry of ``source`` that ``target`` lacks into ``target`` (renames, same file system)."""
-    for entry in sorted(source.iterdir()):
+    """Move every entry of ``source`` that ``target`` lacks into ``target`` (renames, same file system),
+    :data:`LEGACY_MARKERS` last."""
+    for entry in sorted(source.iterdir(), key=_marker_last):
         if not (target / entry.name).exists() and not (target / entry.name).is_symlink():
             os.rename(entry, target / entry.name)
 
 
 def recover_folder(path: str | os.PathLike) -> None:
-    """Finish or roll back an interrupted :func:`atomic_folder` swap of ``path``.
+    """Finish or roll back an interrupted :func:`atomic_folder` write of ``path``.
 
-    * ``path`` missing and a ``.NAME.old-*`` folder present (killed between the two renames): the
-      old folder is put back, so the previous contents are what ``path`` holds again;
-    * ``path`` present and a ``.NAME.old-*`` folder present (killed while moving the previous
-      folder's other entries across): the rest are moved, the old folder deleted;
+    * ``path`` missing and a ``.NAME.old-*`` folder present (a whole-folder swap of an older version,
+      killed between its two renames): the old folder is put back;
+    * a ``.NAME.old-*`` folder without ``.committed`` (killed while the replaced entries were moved out):
+      they are moved back, the new contents deleted;
+    * a ``.NAME.old-*`` folder with ``.committed`` (killed while the new entries were moved in): the rest
+      of the new entries are moved in, the old ones deleted;
     * ``.NAME.new-*`` folders (killed while writing): deleted.
 
     Nothing to do costs one directory listing.
@@ -171,11 +201,98 @@ def recover_folder(path: str | os.PathLike) -> None:
     olds = _siblings(target, "old")
     if olds and not target.exists():
         os.rename(olds.pop(), target)
+    news = _siblings(target, "new")
     for old in olds:
-        _move_missing(old, target)
+        if (old / _COMMITTED).exists():
+            for new in news:
+                _move_missing(new, target)
+        else:
+            _move_missing(old, target)
         shutil.rmtree(old, ignore_errors=True)
-    for new in _siblings(target, "new"):
+    for new in news:
         shutil.rmtree(new, ignore_errors=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Ownership
+# ---------------------------------------------------------------------------------------------
+
+def written_by_contrastfit(folder: str | os.PathLike) -> bool:
+    """True when ``folder`` carries :data:`MARKER` or one of :data:`LEGACY_MARKERS`."""
+    folder = Path(folder)
+    return any((folder / name).exists() for name in (MARKER, *LEGACY_MARKERS))
+
+
+def _listed(folder: Path) -> set[str] | None:
+    """The relative paths :data:`MARKER` lists (None: no marker, or an unreadable one)."""
+    try:
+        files = json.loads((folder / MARKER).read_text(encoding="utf-8"))["files"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return set(files) if isinstance(files, list) else None
+
+
+def _files_under(root: Path, entry: Path) -> list[str]:
+    """The relative paths (to ``root``) of every file (and link) in or at ``entry``."""
+    if entry.is_file() or entry.is_symlink() or not entry.is_dir():
+        return [entry.relative_to(root).as_posix()]
+    return sorted((Path(folder) / name).relative_to(root).as_posix()
+                  for folder, _, names in os.walk(entry) for name in names)
+
+
+def _write_marker(folder: Path, files: Iterable[str]) -> None:
+    write_json_atomic(folder / MARKER, {"written_by": "contrastfit", "files": sorted(set(files))})
+
+
+def _listing(folder: Path, limit: int = 3) -> str:
+    names = sorted(p.name for p in folder.iterdir())
+    return ", ".join(names[:limit]) + (f" and {len(names) - limit} more" if len(names) > limit else "")
+
+
+def check_output(path: str | os.PathLike, *, inputs: Iterable[str | os.PathLike | None] = (),
+                 option: str = "--output", folder: bool = True, overwrite: bool = False) -> Path:
+    """Refuse, in one :class:`OutputError` line naming it, an output that would put the user's own files
+    at risk: an empty name; the current, the home or the root folder; a folder that is, or holds, one of
+    ``inputs`` (the data, the model a command reads); a folder (``folder``) that exists, is not empty and
+    was not written by contrastfit; a file (not ``folder``) that exists, is not empty and is one of
+    ``inputs``, or (without ``overwrite``) any other such file. Returns the absolute path."""
+    raw = os.fspath(path)
+    if not raw.strip():
+        raise OutputError(f"{option} is empty; name a new folder" if folder else f"{option} is empty; name a file")
+    target = Path(raw).expanduser().absolute()
+    real = Path(os.path.realpath(target))
+    for special, what in ((Path.cwd(), "the current folder"), (Path.home(), "your home folder"),
+                          (Path(real.anchor), "the root folder")):
+        if folder and real == Path(os.path.realpath(special)):
+            raise OutputError(f"{option} {raw} is {what}; contrastfit writes into a folder of its own: name a new "
+                              "one (e.g. runs/NAME)")
+    for given in inputs:
+        if given is None or not os.path.exists(given):
+            continue
+        source = Path(os.path.realpath(given))
+        if real == source or (folder and real in source.parents):
+            what = "is" if real == source else "holds"
+            raise OutputError(f"{option} {raw} {what} the input {given}; write the output somewhere else")
+    try:
+        exists = real.exists()
+    except OSError:
+        return target
+    if folder and exists and real.is_dir() and any(real.iterdir()) and not written_by_contrastfit(real):
+        raise OutputError(f"{option} {raw} already holds files contrastfit did not write ({_listing(real)}); "
+                          "choose a new or empty folder")
+    if not folder and exists and real.is_file() and real.stat().st_size > 0 and not overwrite:
+        raise OutputError(f"{option} {raw} already exists; give --overwrite to replace it, or another file name")
+    return target
+
+
+def claim_folder(path: str | os.PathLike) -> Path:
+    """Create folder ``path`` (with its parents) and mark it as contrastfit's (:data:`MARKER`) unless it
+    already is; :func:`check_output` decides beforehand whether it may be written. Returns the path."""
+    folder = Path(path)
+    folder.mkdir(parents=True, exist_ok=True)
+    if not written_by_contrastfit(folder):
+        _write_marker(folder, ())
+    return folder
 
 
 @contextlib.contextmanager
@@ -187,26 +304,44 @@ def atomic_folder(path: str | os.PathLike) -> Iterator[Path]:
     target = Path(path).absolute()
     if target.exists() and not target.is_dir():
         raise NotADirectoryError(f"{target} exists and is not a folder")
-    target.parent.mkdir(parents=True, exist_ok=True)
     recover_folder(target)
+    if target.is_dir() and any(target.iterdir()) and not written_by_contrastfit(target):
+        raise OutputError(f"{target} already holds files contrastfit did not write ({_listing(target)}); "
+                          "choose a new or empty folder")
+    target.parent.mkdir(parents=True, exist_ok=True)
     new = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.new-"))
     try:
         # mkdtemp makes the folder private (0o700): give it the mode the target has, or a new folder gets
         os.chmod(new, target.stat().st_mode & 0o7777 if target.is_dir() else umask_mode(folder=True))
         yield new
+        (new / MARKER).unlink(missing_ok=True)  # the target's marker is kept (and extended) below
+        written = _files_under(new, new)
         _apply_umask(new)  # what the block wrote through tempfile (or safetensors) is private too
         _fsync_tree(new)
     except BaseException:
         shutil.rmtree(new, ignore_errors=True)
         raise
     if not target.exists():
+        _write_marker(new, written)
         os.rename(new, target)
         _fsync_path(target.parent)
         return
+    replaced = [target / e.name for e in sorted(new.iterdir(), key=_marker_last)
+                if (target / e.name).exists() or (target / e.name).is_symlink()]
+    listed = _listed(target)
+    if listed is not None:  # a folder written before the marker existed: no list to check against
+        foreign = next((f for e in replaced for f in _files_under(target, e) if f not in listed), None)
+        if foreign is not None:
+            shutil.rmtree(new, ignore_errors=True)
+            raise OutputError(f"{target / foreign} was not written by contrastfit and would be replaced; move it "
+                              f"out of {target}, or choose another output")
+    _write_marker(target, (listed or set()) | set(written))  # before any rename: a roll-back keeps it true
     old = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.old-"))
-    os.rmdir(old)  # only the unique name is wanted: the rename below creates it
-    os.rename(target, old)
-    os.rename(new, target)
-    _fsync_path(target.parent)
-    _move_missing(old, target)
+    for entry in reversed(replaced):  # contrastfit.json first: a reader without it recovers the folder
+        os.rename(entry, old / entry.name)
+    (old / _COMMITTED).touch()
+    _fsync_path(old)
+    _move_missing(new, target)
+    _fsync_path(target)
     shutil.rmtree(old, ignore_errors=True)
+    shutil.rmtree(new, ignore_errors=True)

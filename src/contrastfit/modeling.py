@@ -39,7 +39,7 @@ from torch import nn
 from transformers.utils import ModelOutput
 
 from .atomic import atomic_folder, recover_folder, write_json_atomic
-from .encoders import TextEncoder, load_backbone
+from .encoders import POOLINGS, TextEncoder, load_backbone
 from .errors import ModelError
 from .methods import Method, get_method
 
@@ -394,6 +394,22 @@ def check_safetensors(path: str | os.PathLike) -> None:
                          "save or copy it again") from None
 
 
+def _check_shapes(state: dict[str, torch.Tensor], model: nn.Module, path: Path, cfg_path: Path,
+                  cfg: dict[str, Any], what: str) -> None:
+    """Refuse, in one line naming ``path`` and the tensor, weights whose shape is not the one the model
+    ``cfg_path`` describes has (e.g. a ``contrastfit.json`` naming 3 labels for a head of 2 rows)."""
+    expected = model.state_dict()
+    for key, tensor in state.items():
+        if key in expected and tuple(tensor.shape) != tuple(expected[key].shape):
+            got, want = list(tensor.shape), list(expected[key].shape)
+            labels = cfg.get("label_names")
+            hint = ""
+            if isinstance(labels, list) and got and want and want[0] == len(labels) != got[0]:
+                hint = f": {cfg_path.name} names {len(labels)} labels, the head has {got[0]} rows"
+            raise ModelError(f"{path} does not fit {cfg_path}: {key} has shape {got} in {path.name}, but {want} "
+                             f"for {what}{hint} (was {cfg_path.name} edited? put it back as it was saved)")
+
+
 def load_model_folder(directory: str | os.PathLike, weights_name: str, kind: str | None, build: Any,
                       device: str | torch.device | None = None) -> Any:
     """The model saved by :func:`save_model_folder` in ``directory``, offline and without unpickling:
@@ -406,12 +422,17 @@ def load_model_folder(directory: str | os.PathLike, weights_name: str, kind: str
 
     directory = resolve_model_folder(directory)
     cfg = read_model_config(directory, weights_name, kind)
+    if cfg.get("pooling") not in POOLINGS:  # before any weights load
+        raise ModelError(f"{directory / CONFIG_NAME}: unknown pooling {cfg.get('pooling')!r} "
+                         f"(allowed: {', '.join(POOLINGS)})")
     for weights in [directory / weights_name, *sorted((directory / ENCODER_DIR).glob("*.safetensors"))]:
         check_safetensors(weights)
     backbone, tokenizer = load_backbone(str(directory / ENCODER_DIR))
     model, what = build(cfg, TextEncoder(backbone, cfg["pooling"]), tokenizer)
     path = directory / weights_name
-    missing, unexpected = model.load_state_dict(load_file(str(path)), strict=False)
+    state = load_file(str(path))
+    _check_shapes(state, model, path, directory / CONFIG_NAME, cfg, what)
+    missing, unexpected = model.load_state_dict(state, strict=False)
     missing = [k for k in missing if not k.startswith("encoder.")]
     if missing or unexpected:
         raise ModelError(f"{path} does not match {what} (missing: {missing[:3]}, unexpected: {unexpected[:3]})")

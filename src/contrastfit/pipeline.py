@@ -23,6 +23,7 @@ The job returns a :class:`TrainResult`: the record as a dict, with the model as 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import math
 import os
@@ -34,11 +35,12 @@ import time
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 import torch
 from transformers import PrinterCallback, Trainer, TrainerCallback, TrainingArguments
 
+from .atomic import check_output, claim_folder
 from .distributed import cpu_processes
 from .errors import ConfigError, ModelError
 from .record import RESULTS_NAME, Record, read_record
@@ -75,12 +77,41 @@ class Clock:
 # Prepare: the output folder and the Trainer
 # ---------------------------------------------------------------------------------------------
 
+def input_paths(config: Any) -> list[str]:
+    """Every setting of ``config`` (a dataclass, its nested dataclasses, lists and dicts) other than its
+    ``output`` that names an existing file or folder: the data and models a run reads, which its output
+    folder must not be or hold (:func:`contrastfit.atomic.check_output`)."""
+    found: list[str] = []
+
+    def walk(value: Any, depth: int) -> None:
+        if depth > 3:
+            return
+        if isinstance(value, (str, os.PathLike)):
+            if os.fspath(value) and os.path.exists(value):
+                found.append(os.fspath(value))
+        elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+            for f in dataclasses.fields(value):
+                if f.name != "output":
+                    walk(getattr(value, f.name), depth + 1)
+        elif isinstance(value, (list, tuple)):
+            for item in value:
+                walk(item, depth + 1)
+        elif isinstance(value, dict):
+            for item in value.values():
+                walk(item, depth + 1)
+
+    walk(config, 0)
+    return found
+
+
 def open_output(output: Path, resume: bool, result_class: type[TrainResult], *, option: str = "--output",
-                resume_option: str = "--resume") -> TrainResult | None:
+                resume_option: str = "--resume", inputs: Iterable[str] = ()) -> TrainResult | None:
     """The finished run's result when ``output`` holds one and ``resume`` is set (None when it holds none);
     a one-line :class:`ConfigError` when it holds a finished run and ``resume`` is not set, or an
     unfinished one (checkpoints) and ``resume`` is not set. ``option`` and ``resume_option`` name the
-    settings in the message."""
+    settings in the message. First :func:`contrastfit.atomic.check_output` refuses an output that would put
+    the user's own files at risk (one that holds ``inputs``, or files contrastfit did not write)."""
+    check_output(output, inputs=inputs, option=option)
     if (output / RESULTS_NAME).is_file():
         if resume:
             return result_class(read_record(output / RESULTS_NAME).to_dict(), output=str(output))
@@ -145,7 +176,9 @@ def make_trainer(trainer_class: type[Trainer], config: Any, args: TrainingArgume
     when ``evaluating``. With ``config.progress`` off, nothing is printed while training: no progress
     bars (``disable_tqdm``, :func:`trainer_arguments`) and no log dicts (the library then prints each log
     with its ``PrinterCallback``, which is removed; the logs still reach ``log_history`` and
-    ``--report-to`` integrations)."""
+    ``--report-to`` integrations). The run's output folder (``config.output``), where the trainer writes
+    its checkpoints, is created and marked as contrastfit's first (:func:`contrastfit.atomic.claim_folder`)."""
+    claim_folder(config.output)
     callbacks = list(callbacks or [])
     if evaluating and config.early_stopping_patience:
         from transformers import EarlyStoppingCallback

@@ -47,7 +47,7 @@ import datasets
 
 from .data.loading import LABEL, SUFFIX_BUILDERS, TEXT, TEXT_PAIR, check_utf8, data_hash, load_data, normalise_columns, read_table
 from .encoders import DEFAULT_MODEL, default_pooling, resolve_model
-from .atomic import atomic_folder, write_json_atomic
+from .atomic import atomic_folder, check_output, write_json_atomic
 from .errors import ConfigError, DataError
 from .experiments.identity import run_identity
 from .modeling import ContrastiveClassifier
@@ -200,6 +200,7 @@ def pretrain(method: str = _O.method, data: str | None = _O.data, output: str | 
     out = Path(output)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise ConfigError(f"{out} already exists and is not an empty folder; choose another output")
+    check_output(output, inputs=(data, model), option="output")
     defaults = PRETRAIN_DEFAULTS[method]
     settings = {"batch_size": batch_size if batch_size is not None else defaults["batch_size"],
                 "learning_rate": learning_rate if learning_rate is not None else defaults["learning_rate"],

@@ -57,6 +57,30 @@ MAX_CONNECTIONS = 64
 #: an oversized body is read and thrown away up to this many bytes, so that the client, still
 #: sending, receives the 413 instead of a reset connection; past it the connection is closed
 DRAIN_LIMIT = 64 * 1024 * 1024
+#: the longest ``timeout`` (seconds): a day (a socket cannot wait past about 1e10 seconds)
+MAX_TIMEOUT = 86400.0
+
+
+def check_settings(*, cli: bool = False, **values: Any) -> None:
+    """Refuse a setting no server runs with, in one line naming it: as the ``serve`` option
+    (``--max-texts``) with ``cli``, else as :func:`make_server`'s argument. ``port``: 0 to 65535;
+    ``timeout``: seconds above 0, at most :data:`MAX_TIMEOUT`; ``threads``: 1 or more (the option: 0 or
+    more, 0 the library's default); the other counts 1 or more. A None value is not checked."""
+    for name, value in values.items():
+        if value is None:
+            continue
+        shown = f"--{name.replace('_', '-')} {value}" if cli else f"{name} {value}"
+        if name == "port":
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 65535:
+                raise ContrastfitError(f"{shown}: give a port from 0 to 65535 (0 picks a free one)")
+        elif name == "timeout":
+            if not 0 < value <= MAX_TIMEOUT:  # (nan too)
+                raise ContrastfitError(f"{shown}: give a number of seconds above 0 and at most {MAX_TIMEOUT:g}")
+        elif name == "threads" and cli:
+            if value < 0:
+                raise ContrastfitError(f"{shown}: give 1 or more, or 0 for the library's default (one per core)")
+        elif value < 1:
+            raise ContrastfitError(f"{shown}: give 1 or more")
 
 
 class RequestError(ValueError):
@@ -351,7 +375,8 @@ class ModelServer(ThreadingHTTPServer):
 
     def server_close(self):
         super().server_close()
-        self.batcher.close()
+        if self.batcher is not None:  # (None: socketserver closes a server that could not bind)
+            self.batcher.close()
         if self._torch_threads is not None:  # leave the process as it was (tests run servers in-process)
             import torch
 
@@ -367,15 +392,8 @@ def make_server(model, host: str = "127.0.0.1", port: int = 8000, name: str = ""
     model threads); ``port=0`` picks a free port. ``threads``: the model's intra-op threads, per worker
     (None: leave them as they are); ``workers``: model threads, forward passes at a time; the other
     arguments are the limits of the module docstring."""
-    for what, value in (("max_texts", max_texts), ("max_body", max_body), ("max_connections", max_connections)):
-        if value < 1:
-            raise ContrastfitError(f"{what} {value}: give 1 or more")
-    if not timeout > 0:
-        raise ContrastfitError(f"timeout {timeout}: give a number of seconds above 0")
-    if threads is not None and threads < 1:
-        raise ContrastfitError(f"threads {threads}: give 1 or more")
-    if workers < 1:
-        raise ContrastfitError(f"workers {workers}: give 1 or more")
+    check_settings(port=port, max_texts=max_texts, max_body=max_body, max_connections=max_connections,
+                   timeout=timeout, threads=threads, workers=workers)
     pair_model = takes_pairs(model)
     health = {"status": "ok", "model": name, "task": model.task, "labels": model.label_names, "pairs": pair_model}
 
@@ -482,7 +500,10 @@ def make_server(model, host: str = "127.0.0.1", port: int = 8000, name: str = ""
                 super().log_message(format, *args)
 
     Handler.timeout = timeout
-    server = ModelServer((host, port), Handler, None, max_connections)  # its model threads start once it is bound
+    try:
+        server = ModelServer((host, port), Handler, None, max_connections)  # its model threads start once it is bound
+    except OSError as exc:  # an address in use or not of this machine, a host name that does not resolve
+        raise ContrastfitError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
     if threads is not None and not _runs_onnx(model):
         import torch
 

@@ -14,6 +14,8 @@ logging integrations, progress bars):
 * with ``gradient_cache_chunk``, gradient caching in :meth:`ContrastfitTrainer.training_step`
   (:mod:`contrastfit.gradcache`): the whole batch in the loss, the encoder's memory of one chunk,
   also across DDP processes;
+* a checkpoint's files get the umask's modes (:func:`checkpoint_modes`), not the private ``0o600`` of
+  the temporary file safetensors writes through;
 * with ``memory_size``, a cross-batch memory (:mod:`contrastfit.memory`) attached to the method for
   the duration of :meth:`ContrastfitTrainer.train` (in its checkpoints, not in the saved model).
 
@@ -37,6 +39,7 @@ import torch
 from torch.utils.data import DataLoader
 from transformers import DataCollatorWithPadding, Trainer, TrainerCallback
 
+from .atomic import umask_mode
 from .data import ClassBalancedBatchSampler
 from .data.types import LABEL, TEXT, TEXT_PAIR
 from .methods import get_method
@@ -91,12 +94,47 @@ class LossPartLogging(Trainer):
         finally:
             self.args.warmup_steps = ratio_or_steps
 
+    def _save(self, output_dir: str | None = None, state_dict: dict | None = None) -> None:
+        """The library's save, then the umask's modes for a checkpoint's files (:func:`checkpoint_modes`):
+        safetensors writes ``model.safetensors`` through a private (``0o600``) temporary file, which a
+        killed run would otherwise leave behind."""
+        super()._save(output_dir, state_dict)
+        folder = output_dir if output_dir is not None else self.args.output_dir
+        if self.args.should_save and os.path.dirname(os.path.abspath(folder)) == os.path.abspath(self.args.output_dir):
+            checkpoint_modes(folder)
+
+    def _save_checkpoint(self, model, trial) -> None:
+        super()._save_checkpoint(model, trial)
+        if self.args.should_save:
+            from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
+            checkpoint_modes(os.path.join(self._get_output_dir(trial=trial),
+                                          f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"))
+
     def log(self, logs: dict[str, float], *args, **kwargs) -> None:
         if self._part_sums and "loss" in logs:
             for key, (total, count) in self._part_sums.items():
                 logs[f"loss_{key}"] = round(float(total) / count, 6)
             self._part_sums = {}
         super().log(logs, *args, **kwargs)
+
+
+def checkpoint_modes(folder: str | os.PathLike) -> None:
+    """Give the files of a Trainer checkpoint ``folder`` the mode the umask gives a new file
+    (:func:`contrastfit.atomic.umask_mode`), as every other file contrastfit writes has; nothing when
+    the folder is gone (rotated away)."""
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return
+    for entry in entries:
+        try:
+            if entry.is_file(follow_symlinks=False):
+                mode = umask_mode(mode=entry.stat(follow_symlinks=False).st_mode)
+                if entry.stat(follow_symlinks=False).st_mode & 0o7777 != mode:
+                    os.chmod(entry.path, mode)
+        except OSError:  # removed meanwhile (another process rotating checkpoints)
+            continue
 
 
 def capped_warmup(warmup_steps: int, total_steps: int) -> int:

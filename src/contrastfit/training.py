@@ -37,8 +37,8 @@ from .settings import check_fields, setting
 from .evaluation import evaluate_model, headline
 from .methods import get_method
 from .modeling import ContrastiveClassifier
-from .pipeline import (SELECTION_KEY, Clock, TrainResult, WeightInterpolation, fit, open_output, resume_checkpoint,
-                       selection_record, write_outputs)
+from .pipeline import (SELECTION_KEY, Clock, TrainResult, WeightInterpolation, fit, input_paths, open_output,
+                       resume_checkpoint, selection_record, write_outputs)
 from .experiments.identity import run_identity
 from .record import RESULTS_NAME, Record
 from .trainer import (DEFAULT_LEARNING_RATE, DEFAULT_MIN_STEPS, MIN_USEFUL_STEPS, MODEL_INPUTS,  # noqa: F401
@@ -529,7 +529,7 @@ def train(config: TrainConfig | None = None, *, texts: Any = None, labels: Any =
             raise ConfigError(f"{launched_processes()} processes train one model in one output folder: give "
                               "output=FOLDER")
     else:
-        finished = open_output(Path(config.output), config.resume, TrainResult)
+        finished = open_output(Path(config.output), config.resume, TrainResult, inputs=input_paths(config))
         if finished is not None:
             return finished
     with progress_bars(config.progress):

@@ -95,6 +95,10 @@ class BuiltinDataset:
     locate: Callable[[], Path] | None = None
     #: the package's version when it is not installed
     version: str | None = None
+    #: the shell command that fetches the data when ``locate`` finds none (``contrastfit datasets`` shows it)
+    fetch: Callable[[], str] | None = None
+    #: the task, known before the data is read (``classification`` or ``regression``)
+    task: str = "classification"
 
 
 def _package_root(dist: str) -> Path:
@@ -200,14 +204,16 @@ def data_cache() -> Path:
     return Path(os.environ.get(DATA_CACHE_ENV) or Path.home() / ".cache" / "contrastfit").expanduser()
 
 
+def _vader_fetch() -> str:
+    """The command that puts the vaderSentiment sdist in the data cache (what ``make setup`` runs)."""
+    return (f"pip download --no-deps --no-binary :all: vaderSentiment=={VADER_VERSION} "
+            f"-d {shlex.quote(str(data_cache()))}")
+
+
 def _vader_sdist() -> Path:
-    cache = data_cache()
-    path = cache / VADER_SDIST
+    path = data_cache() / VADER_SDIST
     if not path.is_file():
-        raise DataError(
-            f"vader-tweets reads {path}, which is missing; download it with: pip download --no-deps "
-            f"--no-binary :all: vaderSentiment=={VADER_VERSION} -d {shlex.quote(str(cache))}"
-        )
+        raise DataError(f"vader-tweets reads {path}, which is missing; download it with: {_vader_fetch()}")
     if hashlib.sha256(path.read_bytes()).hexdigest() != VADER_SHA256:
         raise DataError(f"{path} is not PyPI's {VADER_SDIST} (sha256 differs); delete it and download it again")
     return path
@@ -267,7 +273,8 @@ BUILTIN_DATASETS: dict[str, BuiltinDataset] = {
                                       _read_medmcqa),
     "vader-tweets": BuiltinDataset("vader-tweets", "vaderSentiment",
                                    "tweets, Hutto & Gilbert (2014): mean human sentiment rating -4..4 (regression)",
-                                   _read_vader, locate=_vader_sdist, version=VADER_VERSION),
+                                   _read_vader, locate=_vader_sdist, version=VADER_VERSION, fetch=_vader_fetch,
+                                   task="regression"),
 }
 
 
@@ -354,11 +361,22 @@ def describe_builtin() -> list[dict]:
     """One row per built-in single-label data set: name, sizes, labels with counts (for ``contrastfit
     datasets``), ``multi_label`` false.
 
-    For a regression target ``labels`` holds the statistics of the ratings (min, mean, std, max). The
-    multi-label built-ins are described by :func:`contrastfit.data.multilabel.describe_multilabel_builtin`.
+    For a regression target ``labels`` holds the statistics of the ratings (min, mean, std, max). A set
+    whose data is not there (the vaderSentiment sdist missing from the data cache) is still listed, with
+    ``size``, ``splits`` and ``labels`` None, ``unavailable`` (the one-line reason) and ``fetch`` (the
+    command that fetches it). The multi-label built-ins are described by
+    :func:`contrastfit.data.multilabel.describe_multilabel_builtin`.
     """
     rows = []
     for name, spec in BUILTIN_DATASETS.items():
+        if spec.locate is not None:  # checked each time: the loaded sets are cached, the data cache may change
+            try:
+                spec.locate()
+            except DataError as exc:
+                rows.append({"name": name, "description": spec.description, "package": spec.package,
+                             "task": spec.task, "multi_label": False, "size": None, "splits": None, "labels": None,
+                             "unavailable": str(exc), "fetch": spec.fetch() if spec.fetch else None})
+                continue
         data = load_builtin(name)
         counts = {}
         for split in ("train", "validation", "test"):

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
+from ..yamlfile import DuplicateKeyError, load_yaml
 
 __all__ = ["DESCRIPTION_SUFFIXES", "check_label_descriptions", "label_descriptions_for", "read_label_descriptions"]
 
@@ -35,7 +36,11 @@ DESCRIPTION_SUFFIXES = (".json", ".yaml", ".yml", ".csv", ".tsv")
 
 def _pairs_from_file(path: Path) -> list[tuple[Any, Any]]:
     if not path.is_file():
-        raise ConfigError(f"label descriptions: no such file {path}")
+        from .loading import file_problem
+
+        problem = file_problem(path) or "no such file"
+        raise ConfigError(f"label descriptions: no such file {path}" if problem == "no such file"
+                          else f"label descriptions {path}: {problem}")
     suffix = path.suffix.lower()
     if suffix not in DESCRIPTION_SUFFIXES:
         raise ConfigError(f"label descriptions {path}: give a {', '.join(DESCRIPTION_SUFFIXES)} file")
@@ -56,11 +61,13 @@ def _pairs_from_file(path: Path) -> list[tuple[Any, Any]]:
         return [(row[0], row[1]) for row in rows[1:]]
     try:
         if suffix == ".json":
-            data = json.loads(text)
+            data = json.loads(text, object_pairs_hook=_pairs_once)
         else:
-            import yaml
-
-            data = yaml.safe_load(text)
+            data = load_yaml(text)
+    except (_Twice, DuplicateKeyError) as exc:  # json and PyYAML would keep the last silently
+        key = exc.key if isinstance(exc, DuplicateKeyError) else exc.args[0]
+        lines = f" (lines {exc.first_line} and {exc.second_line})" if isinstance(exc, DuplicateKeyError) else ""
+        raise ConfigError(f"label descriptions {path}: label {str(key).strip()!r} is described twice{lines}") from None
     except Exception as exc:  # noqa: BLE001 (the parser's own message, one line)
         raise ConfigError(f"label descriptions {path}: not valid {suffix[1:].upper()} "
                           f"({str(exc).splitlines()[0]})") from None
@@ -68,6 +75,19 @@ def _pairs_from_file(path: Path) -> list[tuple[Any, Any]]:
         raise ConfigError(f"label descriptions {path}: give a mapping of label to description, "
                           f"not {type(data).__name__}")
     return list(data.items())
+
+
+class _Twice(Exception):
+    """A key given twice in one JSON object (``args[0]``)."""
+
+
+def _pairs_once(items: list) -> dict:
+    seen = set()
+    for key, _ in items:
+        if key in seen:
+            raise _Twice(key)
+        seen.add(key)
+    return dict(items)
 
 
 def _where(value: Any) -> str:

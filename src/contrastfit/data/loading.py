@@ -24,7 +24,8 @@ import numpy as np
 
 from ..errors import DataError
 from .builtin import BUILTIN_DATASETS, load_builtin
-from .types import LABEL, TEXT, TEXT_PAIR, TextData, check_label_names, label_name
+from .types import (LABEL, TEXT, TEXT_PAIR, TextData, check_label_names, label_list_problem, label_name,
+                    mixed_labels_problem)
 
 __all__ = ["LABEL", "SUFFIX_BUILDERS", "TEXT", "TEXT_PAIR", "TextData", "check_training_classes", "check_utf8",
            "data_hash", "decode_utf8", "in_memory", "load_data", "load_hub", "load_local", "load_memory", "memory_table",
@@ -64,8 +65,11 @@ def infer_label_names(values: Sequence[Any], where: str, task: str | None = None
 
     Integers, booleans and strings are classes; floats that are not all whole numbers are a
     regression target unless ``task='classification'``. A name is the label without surrounding
-    white space (:func:`~contrastfit.data.types.label_name`); two that differ only in case are refused
-    (:func:`~contrastfit.data.types.check_label_names`, naming ``where``, both and their row counts).
+    white space (:func:`~contrastfit.data.types.label_name`); two that differ only in case or Unicode
+    form are refused (:func:`~contrastfit.data.types.check_label_names`, naming ``where``, both and
+    their row counts). Refused too: labels that mix numbers and words (``1``, ``0`` and ``pos``, in a
+    JSON file or a CSV alike: :func:`~contrastfit.data.types.mixed_labels_problem`) and labels that look
+    like label sets joined by ``|`` (:func:`_refuse_label_sets`).
     """
     if any(isinstance(v, (list, tuple, set, np.ndarray)) for v in values):
         raise DataError(f"{where}: the labels are lists (several labels per text), i.e. multi-label data; train "
@@ -79,8 +83,26 @@ def infer_label_names(values: Sequence[Any], where: str, task: str | None = None
             return None
         names = list(dict.fromkeys(label_name(v) for v in sorted(uniq)))
     else:
+        mixed = mixed_labels_problem(values)
+        if mixed is not None:
+            raise DataError(f"{where}: {mixed}")
         names = sorted({label_name(v) for v in uniq})
+        _refuse_label_sets(names, where)
     return check_label_names(names, where, Counter(label_name(v) for v in values))
+
+
+def _refuse_label_sets(names: list[str], where: str) -> None:
+    """Refuse single-label names that look like label sets joined by ``|`` (the multi-label
+    separator): two or more different names hold ``|``, or one does and each of its parts is a
+    label of its own (``food``, ``service``, ``food|service``). One name with a ``|`` whose parts are
+    not labels (``yes|no``) is kept as a class."""
+    piped = [n for n in names if "|" in n]
+    known = set(names)
+    if len(piped) >= 2 or any(all(p.strip() in known for p in n.split("|") if p.strip()) for n in piped):
+        raise DataError(f"{where}: {len(piped)} label{'s hold' if len(piped) != 1 else ' holds'} '|' (e.g. {piped[0]!r}): "
+                        "they look like label sets (several labels per text); train with --multi-label "
+                        "(train(..., multi_label=True)), with --label-separator if '|' is not the separator; "
+                        "see the docs' Multi-label page")
 
 
 def encode_labels(values: Sequence[Any], label_names: list[str] | None, where: str) -> list:
@@ -95,6 +117,8 @@ def encode_labels(values: Sequence[Any], label_names: list[str] | None, where: s
     out = []
     for row, v in enumerate(values):
         key = label_name(v)
+        if isinstance(v, bool) and key not in index and str(v) in index:
+            key = str(v)  # a model trained before booleans were named true / false
         if key not in index:
             raise DataError(f"{where}: label {key!r} (row {row + 1}) is not one of the labels ({', '.join(label_names)})")
         out.append(index[key])
@@ -288,13 +312,36 @@ def sniff_delimiter(path: str | Path, default: str) -> str:
     return guess if parsed[guess] and len(parsed[guess][0]) >= 2 else default
 
 
+def file_problem(path: str | Path) -> str | None:
+    """What keeps ``path`` from being read as a file, in words for a one-line message (``no such
+    file``, ``is a folder, not a file``, ``is a symlink loop ...``, ``is a symlink to X, which does not
+    exist``); None for a file (or a link to one)."""
+    import errno
+    import stat
+
+    path = Path(path)
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return "is a symlink loop (following its links leads back to a link already followed)"
+        if path.is_symlink():
+            return f"is a symlink to {os.readlink(path)}, which does not exist"
+        if exc.errno in (errno.ENOENT, errno.ENOTDIR):
+            return "no such file"
+        return f"cannot be read ({exc.strerror or exc})"
+    if stat.S_ISDIR(mode):
+        return "is a folder, not a file"
+    return None
+
+
 def read_table(path: str | Path) -> datasets.Dataset:
     """Read a CSV / TSV / JSONL / JSON / Parquet file into a ``datasets.Dataset`` (all its rows)."""
     path = Path(path).expanduser()
-    if not path.exists():
-        raise DataError(f"data file {path}: no such file")
-    if path.is_dir():
-        raise DataError(f"data file {path} is a folder; give a .csv, .tsv, .jsonl or .parquet file")
+    problem = file_problem(path)
+    if problem is not None:
+        advice = "; give a .csv, .tsv, .jsonl or .parquet file" if problem.startswith("is a folder") else ""
+        raise DataError(f"data file {path}: {problem}{advice}")
     builder = SUFFIX_BUILDERS.get(path.suffix.lower())
     if builder is None:
         raise DataError(f"data file {path}: unknown format '{path.suffix}' (use .csv, .tsv, .jsonl, .json or .parquet)")
@@ -310,6 +357,10 @@ def read_table(path: str | Path) -> datasets.Dataset:
     _check_column_names(path, builder, kwargs.get("delimiter", ","))
     try:
         ds = datasets.load_dataset(builder, data_files=str(path), split="train", **kwargs)
+        bools = [c for c, f in ds.features.items() if isinstance(f, datasets.Value) and f.dtype == "bool"]
+        if builder == "csv" and bools:  # pandas read True / FALSE / true as booleans: keep the cells as written
+            ds = datasets.load_dataset(builder, data_files=str(path), split="train",
+                                       converters={c: str for c in bools}, **kwargs)
     except Exception as exc:  # the libraries' parse errors are long and deep: keep their first line
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         if "corresponds to no data" in first:  # datasets' words for a file without a single record
@@ -323,7 +374,8 @@ def read_table(path: str | Path) -> datasets.Dataset:
 def _check_column_names(path: Path, builder: str, delimiter: str) -> None:
     """Refuse a column name given twice (a CSV header, a Parquet schema, a key of a JSON record):
     the readers would keep one of them silently (pandas renames the second ``label.1``, Python's
-    ``json`` keeps the last)."""
+    ``json`` keeps the last). A JSON file that does not parse is refused here too, in one line naming
+    the line (of JSON lines: the first bad line)."""
     def refuse(name: str, where: str) -> None:
         raise DataError(f"data file {path}: column '{name}' appears twice{where}; rename or remove one")
 
@@ -354,14 +406,16 @@ def _check_column_names(path: Path, builder: str, delimiter: str) -> None:
                 raise Twice(twice)
             return dict(items)
 
-        number = None
+        number, records, bad = None, 0, None
         try:
             with open(path, encoding="utf-8") as fh:
                 for number, line in enumerate(fh, 1):
                     if line.strip():
                         try:
                             json.loads(line, object_pairs_hook=pairs)
-                        except json.JSONDecodeError:
+                            records += 1
+                        except json.JSONDecodeError as exc:
+                            bad = (number, exc)
                             break  # a document over several lines (or a bad line): read whole below
                 else:
                     return  # JSON lines, every record checked
@@ -369,8 +423,13 @@ def _check_column_names(path: Path, builder: str, delimiter: str) -> None:
             json.loads(path.read_text(encoding="utf-8"), object_pairs_hook=pairs)
         except Twice as exc:
             refuse(str(exc), f" in the record on line {number}" if number else " in a record")
-        except json.JSONDecodeError:
-            return  # not JSON: the reader below says so
+        except json.JSONDecodeError as exc:  # one line here (the reader would log its own line first)
+            if bad is not None and (records or path.suffix.lower() == ".jsonl"):
+                line, exc = bad  # JSON lines with a bad line
+                raise DataError(f"data file {path}: line {line} is not valid JSON ({exc.msg} at column {exc.colno}); "
+                                "each line must hold one JSON record") from None
+            raise DataError(f"data file {path}: not valid JSON at line {exc.lineno} ({exc.msg} at column "
+                            f"{exc.colno})") from None
 
 
 def load_local(
@@ -427,7 +486,7 @@ def _given_splits(validation_data: Any, test_data: Any, names: list[str] | None,
         if given is None:
             continue
         if in_memory(given):
-            raw, form = memory_table(given, f"{split}_data")
+            raw, form = memory_table(given, f"{split}_data", label_column)
             splits[split], _ = normalise_columns(raw, f"{split}_data ({form}, {len(raw)} rows)", text_column,
                                                  text_pair_column, label_column, names, strict_text=True)
             sources[split] = {"kind": "memory", "form": form, "rows": len(raw), "hash": data_hash(splits[split])}
@@ -465,7 +524,36 @@ def _sequence(value: Any, name: str, where: str) -> list:
     return value.tolist() if hasattr(value, "tolist") else list(value)
 
 
-def memory_table(value: Any, where: str = "data") -> tuple[datasets.Dataset, str]:
+def _refuse_odd_column(name: str, values: list, where: str, label_column: str | None) -> None:
+    """A one-line :class:`DataError` for an in-memory column that pyarrow cannot type, naming the
+    column, the row and the value: labels mixing numbers and words (as a file's are refused,
+    :func:`infer_label_names`), a ``nan`` label, a list of labels holding a null or a number among
+    words, or a value that is not a text in a column of texts. Returns where none of these is the
+    cause."""
+    labels = {c.strip() for c in (label_column or LABEL).split(",")}
+    missing = next((i for i, v in enumerate(values) if isinstance(v, float) and math.isnan(v)), None)
+    if name in labels:
+        lists = [v for v in values if isinstance(v, (list, tuple))]
+        text_labels = any(isinstance(x, str) for v in lists for x in v)
+        for i, v in enumerate(values):
+            problem = label_list_problem(list(v), text_labels) if isinstance(v, (list, tuple)) else None
+            if problem is not None:
+                raise DataError(f"{where}, column '{name}': row {i + 1}: {problem}")
+        mixed = mixed_labels_problem(values)
+        if mixed is not None:
+            raise DataError(f"{where}, column '{name}': {mixed}")
+        if missing is not None:
+            raise DataError(f"{where}: label column '{name}' row {missing + 1} is nan, a missing label; "
+                            "give every text a label")
+    if any(isinstance(v, str) for v in values):
+        bad = next((i for i, v in enumerate(values) if v is not None and not isinstance(v, str)), None)
+        if bad is not None:
+            role = "label column" if name in labels else "text column" if name == TEXT else "column"
+            raise DataError(f"{where}: {role} '{name}' row {bad + 1} is {_short(values[bad])} "
+                            f"({type(values[bad]).__name__}), not a text")
+
+
+def memory_table(value: Any, where: str = "data", label_column: str | None = None) -> tuple[datasets.Dataset, str]:
     """In-memory data as a raw table (a ``datasets.Dataset`` with the user's columns) and the name of
     its form, for :func:`normalise_columns`, which then checks it as it checks a file's table:
 
@@ -475,7 +563,13 @@ def memory_table(value: Any, where: str = "data") -> tuple[datasets.Dataset, str
       ``text_column`` / ``label_column`` / ``text_pair_column`` as a file's are.
 
     Anything else, a ``DatasetDict`` (give its splits as ``data`` / ``validation_data`` /
-    ``test_data``) or a table with a column name twice is a one-line :class:`DataError` naming ``where``."""
+    ``test_data``) or a table with a column name twice is a one-line :class:`DataError` naming ``where``.
+    So is a column that cannot be typed (:func:`_refuse_odd_column`: labels mixing numbers and words, a
+    ``nan`` label, a text that is not a string), naming the column, the row and the value
+    (``label_column``, comma-separated for one 0/1 column per label: the label column(s), default
+    ``label``)."""
+    columns: dict[str, list] = {}
+    form = ""
     if isinstance(value, datasets.DatasetDict):
         raise DataError(f"{where} is a datasets.DatasetDict (splits: {', '.join(value)}); give one split, e.g. "
                         "data=dd['train'], validation_data=dd['validation']")
@@ -487,26 +581,34 @@ def memory_table(value: Any, where: str = "data") -> tuple[datasets.Dataset, str
             twice = next((c for c, k in Counter(names).items() if k > 1), None)
             if twice is not None:
                 raise DataError(f"{where}: column '{twice}' appears twice in the DataFrame; rename or remove one")
-            table, form = datasets.Dataset.from_pandas(value.set_axis(names, axis=1), preserve_index=False), "DataFrame"
+            form, columns = "DataFrame", {n: value.iloc[:, i].tolist() for i, n in enumerate(names)}
+            table = datasets.Dataset.from_pandas(value.set_axis(names, axis=1), preserve_index=False)
         elif isinstance(value, Mapping):
             columns = {str(k): _sequence(v, f"column '{k}'", where) for k, v in value.items()}
             lengths = {k: len(v) for k, v in columns.items()}
             if len(set(lengths.values())) > 1:
                 raise DataError(f"{where}: the columns differ in length ({', '.join(f'{k}: {n}' for k, n in lengths.items())})")
-            table, form = datasets.Dataset.from_dict(columns), "dict of columns"
+            form = "dict of columns"
+            table = datasets.Dataset.from_dict(columns)
         elif isinstance(value, (list, tuple)) and value and all(isinstance(row, Mapping) for row in value):
-            table, form = datasets.Dataset.from_list([dict(row) for row in value]), "list of rows"
+            form = "list of rows"
+            columns = {str(k): [row.get(k) for row in value] for k in dict.fromkeys(k for row in value for k in row)}
+            table = datasets.Dataset.from_list([dict(row) for row in value])
         elif isinstance(value, tuple) and len(value) == 2 or (
                 isinstance(value, list) and len(value) == 2 and not any(isinstance(v, (str, bytes)) for v in value)):
             texts, labels = _sequence(value[0], "texts", where), _sequence(value[1], "labels", where)
             if len(texts) != len(labels):
                 raise DataError(f"{where}: {len(texts)} texts and {len(labels)} labels; give one label per text")
-            table, form = datasets.Dataset.from_dict({TEXT: texts, LABEL: labels}), "texts and labels"
+            form, columns = "texts and labels", {TEXT: texts, LABEL: labels}
+            table = datasets.Dataset.from_dict(columns)
         else:
             raise DataError(f"{where} must be {MEMORY_FORMS}; got {_short(value)} ({type(value).__name__})")
     except DataError:
         raise
     except Exception as exc:  # pyarrow's word on a column it cannot type (e.g. numbers and strings mixed)
+        rows = len(next(iter(columns.values()), []))
+        for name, values in columns.items():  # say which column, row and value, as a file's checks do
+            _refuse_odd_column(name, values, f"{where} ({form}, {rows} rows)", label_column)
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise DataError(f"{where} could not be read as a table: {first}") from None
     if len(table) == 0:
@@ -532,7 +634,7 @@ def load_memory(
     whole make a regression target); ``validation_data`` / ``test_data`` may be files or in memory.
     The source records ``{"kind": "memory", "form", "rows", "hash"}`` (the hash of every row, before
     the hold-out: :func:`data_hash`); nothing there is a path."""
-    raw, form = memory_table(data, "data")
+    raw, form = memory_table(data, "data", label_column)
     where = f"data ({form}, {len(raw)} rows)"
     train, names = normalise_columns(raw, where, text_column, text_pair_column, label_column, task=task,
                                      strict_text=True)
@@ -730,5 +832,5 @@ def load_data(
             task=task,
         )
     if name_or_path.startswith((".", "/", "~")) and not path.exists():
-        raise DataError(f"data file {path}: no such file")
+        raise DataError(f"data file {path}: {file_problem(path) or 'no such file'}")
     return load_hub(name_or_path, text_column=text_column, text_pair_column=text_pair_column, label_column=label_column)

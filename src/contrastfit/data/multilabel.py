@@ -11,7 +11,9 @@ Where the label sets come from (``label_column``, default ``label``):
   ``Sequence(ClassLabel)`` column such as GoEmotions' ``labels``, whose ids become the class names),
   or a string: a JSON list (``'["sports", "politics"]'``) or labels joined by ``label_separator``
   (default ``|``: ``sports|politics``). An empty cell, string or list is a text with no label
-  (allowed: it is only ever a negative);
+  (allowed: it is only ever a negative). A null inside a list, or a number among text labels, is
+  refused naming the row and the value; so are cells joined by ``;``, ``,`` or ``/`` where none
+  holds ``|`` and no separator was given (:func:`_check_separator`);
 * **one 0/1 column per label** (the toxic-comment layout): ``label_column="toxic,obscene,insult"``
   names the columns, comma-separated; a value > 0.5 (or ``true``/``yes``) means the label applies.
 
@@ -29,14 +31,14 @@ import json
 import math
 import os
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import datasets
 import numpy as np
 from torch.utils.data import Sampler
 
 from ..errors import DataError
-from .types import LABEL, TEXT, TEXT_PAIR, TextData, check_label_names, label_name
+from .types import LABEL, TEXT, TEXT_PAIR, TextData, check_label_names, label_list_problem, label_name
 
 DEFAULT_SEPARATOR = "|"
 SPLIT_SEED = 13
@@ -60,9 +62,12 @@ def looks_multilabel(values: Sequence[Any]) -> bool:
 # ---------------------------------------------------------------------------------------------
 
 def parse_label_set(value: Any, separator: str = DEFAULT_SEPARATOR, names: Sequence[str] | None = None,
-                    where: str = "data", row: int = 0) -> list[str]:
+                    where: str = "data", row: int = 0, text_labels: bool = False,
+                    locate: Callable[[int], str] | None = None) -> list[str]:
     """One row's label set as a list of names (see the module docstring). ``names``: a ClassLabel's
-    names, which integer ids index."""
+    names, which integer ids index. A list holding a null, or a number or boolean among text labels
+    (``text_labels``: the column's lists hold texts), is refused naming the row (and ``locate(row)``,
+    e.g. its line in a JSON lines file) and the value."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return []  # an empty cell (a CSV reads '' as None): a text with no label
     if isinstance(value, np.ndarray):
@@ -78,6 +83,10 @@ def parse_label_set(value: Any, separator: str = DEFAULT_SEPARATOR, names: Seque
             value = [part for part in text.split(separator)] if text else []
     if not isinstance(value, (list, tuple, set)):
         value = [value]
+    else:
+        problem = label_list_problem(list(value), text_labels and names is None)
+        if problem is not None:
+            raise DataError(f"{where}: row {row + 1}{locate(row) if locate else ''}: {problem}")
     out = []
     for item in value:
         if names is not None and isinstance(item, (int, np.integer)) and not isinstance(item, bool):
@@ -109,8 +118,51 @@ def _label_columns(label_column: str | None) -> list[str]:
     return [c.strip() for c in label_column.split(",") if c.strip()]
 
 
-def raw_label_sets(raw: datasets.Dataset, label_column: str | None, separator: str, where: str) -> list[list[str]]:
-    """Every row's label set (names) from the raw table ``raw``."""
+def _json_line(where: str, row: int) -> str:
+    """`` (line N)``: the line of record ``row`` where ``where`` is a JSON lines file, else ``''``."""
+    path = Path(where)
+    if path.suffix.lower() not in (".jsonl", ".json") or not path.is_file():
+        return ""
+    seen = -1
+    with open(path, encoding="utf-8") as fh:
+        for number, line in enumerate(fh, 1):
+            if line.strip():
+                if seen < 0 and line.lstrip().startswith("["):
+                    return ""  # one JSON document, not a record a line
+                seen += 1
+                if seen == row:
+                    return f" (line {number})"
+    return ""
+
+
+#: What label sets are often joined by when the separator (default ``|``) is not what the file uses.
+LIKELY_SEPARATORS = (";", ",", "/")
+
+
+def _check_separator(values: Sequence[Any], separator: str, where: str) -> None:
+    """Refuse label cells joined by something else than the default separator: no cell holds
+    ``separator`` and some hold one of :data:`LIKELY_SEPARATORS` (``food;service``), naming the likely
+    one and the option that sets it (``--label-separator``; giving it, ``|`` included, skips the check)."""
+    cells = [v.strip() for v in values if isinstance(v, str) and v.strip()
+             and not (v.strip().startswith("[") and v.strip().endswith("]"))]
+    if not cells or any(separator in c for c in cells):
+        return
+    counts = {s: sum(s in c for c in cells) for s in LIKELY_SEPARATORS}
+    likely = max(counts, key=lambda s: counts[s])
+    if counts[likely] == 0:
+        return
+    example = next(c for c in cells if likely in c)
+    raise DataError(f"{where}: no label holds the separator {separator!r}, but {counts[likely]} hold {likely!r} "
+                    f"(e.g. {example[:60]!r}); if {likely!r} separates the labels, give --label-separator '{likely}' "
+                    f"(label_separator={likely!r} in Python); to keep such labels whole, give --label-separator "
+                    f"'{separator}'")
+
+
+def raw_label_sets(raw: datasets.Dataset, label_column: str | None, separator: str, where: str,
+                   guess_separator: bool = False) -> list[list[str]]:
+    """Every row's label set (names) from the raw table ``raw``. With ``guess_separator`` (the
+    separator is the default, not given), cells joined by another likely separator are refused
+    (:func:`_check_separator`)."""
     columns = _label_columns(label_column)
     for c in columns:
         if c not in raw.column_names:
@@ -128,7 +180,12 @@ def raw_label_sets(raw: datasets.Dataset, label_column: str | None, separator: s
         names = list(inner.names)
     elif isinstance(feature, datasets.ClassLabel):
         names = list(feature.names)
-    return [parse_label_set(v, separator, names, f"{where}, column '{column}'", i) for i, v in enumerate(raw[column])]
+    values = raw[column]
+    if guess_separator:
+        _check_separator(values, separator, f"{where}, column '{column}'")
+    text_labels = any(isinstance(x, str) for v in values if isinstance(v, (list, tuple)) for x in v)
+    return [parse_label_set(v, separator, names, f"{where}, column '{column}'", i, text_labels,
+                            lambda r: _json_line(where, r)) for i, v in enumerate(values)]
 
 
 def encode_label_sets(sets: Sequence[Sequence[str]], label_names: list[str], where: str) -> list[list[float]]:
@@ -147,12 +204,13 @@ def encode_label_sets(sets: Sequence[Sequence[str]], label_names: list[str], whe
 
 def multilabel_table(raw: datasets.Dataset, where: str, *, text_column: str | None, text_pair_column: str | None,
                      label_column: str | None, separator: str, label_names: list[str] | None = None,
-                     strict_text: bool = False) -> tuple[datasets.Dataset, list[str]]:
+                     strict_text: bool = False, guess_separator: bool = False) -> tuple[datasets.Dataset, list[str]]:
     """A raw table as text / [text_pair] / multi-hot label, and the label names (inferred, sorted, when
-    ``label_names`` is None)."""
+    ``label_names`` is None; then, with ``guess_separator``, labels joined by another separator than
+    the default are refused: :func:`_check_separator`)."""
     from .loading import normalise_columns
 
-    sets = raw_label_sets(raw, label_column, separator, where)
+    sets = raw_label_sets(raw, label_column, separator, where, guess_separator and label_names is None)
     drop = [c for c in _label_columns(label_column) if c in raw.column_names]
     texts, _ = normalise_columns(raw.remove_columns(drop), where, text_column, text_pair_column, None,
                                  require_labels=False, strict_text=strict_text)
@@ -271,20 +329,26 @@ def load_multilabel(
     (the forms of :func:`contrastfit.data.loading.memory_table`; ``(texts, label_sets)``) or a Hugging
     Face data set (its train / validation / test splits; without a validation split 10% of train is held
     out, without a test split half of validation becomes the test split, as for single-label data)."""
-    from .loading import in_memory, memory_table, parse_hub_name, read_table
+    from .loading import SUFFIX_BUILDERS, file_problem, in_memory, memory_table, parse_hub_name, read_table
 
     sep = label_separator or DEFAULT_SEPARATOR
-    kw = dict(text_column=text_column, text_pair_column=text_pair_column, label_column=label_column, separator=sep)
+    kw = dict(text_column=text_column, text_pair_column=text_pair_column, label_column=label_column, separator=sep,
+              guess_separator=label_separator is None)
 
     def table(given: Any, where: str) -> tuple[datasets.Dataset, str, bool]:
         if in_memory(given):
-            raw, form = memory_table(given, where)
+            raw, form = memory_table(given, where, label_column)
             return raw, f"{where} ({form}, {len(raw)} rows)", True
         return read_table(given), str(given), False
 
     if isinstance(name_or_path, (str, os.PathLike)) and os.fspath(name_or_path) in MULTILABEL_BUILTINS:
         return load_multilabel_builtin(os.fspath(name_or_path))
-    local = in_memory(name_or_path) or Path(os.fspath(name_or_path)).expanduser().is_file()
+    path = None if in_memory(name_or_path) else Path(os.fspath(name_or_path)).expanduser()
+    # a path that names a file (by its suffix, or a link) is read as one, so that a missing file, a folder or
+    # a symlink loop is said as such (read_table), not as a Hub data set that could not be loaded
+    local = path is None or path.is_file() or path.is_symlink() or path.suffix.lower() in SUFFIX_BUILDERS
+    if path is not None and not local and os.fspath(name_or_path).startswith((".", "/", "~")) and not path.exists():
+        raise DataError(f"data file {path}: {file_problem(path) or 'no such file'}")
     if local:
         raw, where, strict = table(name_or_path, "data")
         train, names = multilabel_table(raw, where, strict_text=strict, **kw)

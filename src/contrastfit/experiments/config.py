@@ -59,6 +59,7 @@ from ..errors import ConfigError
 from ..methods.base import resolve_hparams
 from ..multitask.training import MultiTaskConfig
 from ..training import TrainConfig
+from ..yamlfile import DuplicateKeyError, UniqueKeyLoader, load_yaml
 from .schema import (TRAINING_KEYS, Experiment, MultiTaskExperiment, MultiTaskVariant, as_list, model_label,
                      parse_experiment)
 
@@ -176,6 +177,10 @@ def _variants(experiment: Experiment, where: str) -> tuple[MethodVariant, ...]:
     variants = []
     for i, entry in enumerate(experiment.methods):
         grid = {k: as_list(v) for k, v in entry.hparams.items()}
+        empty = next((k for k, values in grid.items() if not values), None)
+        if empty is not None:  # itertools.product over it: no variant, so no run at all
+            raise ConfigError(f"{where}: methods[{i}] ({entry.name}): {empty}: [] makes the grid empty (no runs); "
+                              "give at least one value")
         for name, values in grid.items():
             for value in values:
                 try:
@@ -231,9 +236,11 @@ def parse_config(raw: dict[str, Any], where: str = "config") -> ExperimentConfig
                                             **{**values, "methods": variants, "raw": raw})
 
 
-class _YamlLoader(yaml.SafeLoader):
+class _YamlLoader(UniqueKeyLoader):
     """PyYAML's safe loader, reading ``5e-5`` and ``1E3`` as floats, as YAML 1.2 and every user do
-    (PyYAML follows YAML 1.1, where a float needs a dot, and would hand the schema the string ``'5e-5'``)."""
+    (PyYAML follows YAML 1.1, where a float needs a dot, and would hand the schema the string ``'5e-5'``),
+    and refusing a key given twice in one mapping (:class:`~contrastfit.yamlfile.UniqueKeyLoader`:
+    PyYAML would keep the last silently)."""
 
 
 _YamlLoader.add_implicit_resolver(
@@ -241,8 +248,9 @@ _YamlLoader.add_implicit_resolver(
 
 
 def read_yaml(text: str) -> Any:
-    """One YAML document (configs and ``--set`` values), with :class:`_YamlLoader`."""
-    return yaml.load(text, Loader=_YamlLoader)  # noqa: S506 - a SafeLoader subclass
+    """One YAML document (configs and ``--set`` values), with :class:`_YamlLoader`; a key given twice
+    raises :class:`~contrastfit.yamlfile.DuplicateKeyError`."""
+    return load_yaml(text, _YamlLoader)
 
 
 def apply_overrides(raw: dict[str, Any], overrides: Sequence[str], where: str = "config") -> dict[str, Any]:
@@ -257,6 +265,8 @@ def apply_overrides(raw: dict[str, Any], overrides: Sequence[str], where: str = 
             raise ConfigError(f"{where}: override {item!r} is not KEY=VALUE (e.g. protocol.samples=3)")
         try:
             value = read_yaml(text) if text.strip() else None
+        except DuplicateKeyError as exc:
+            raise ConfigError(f"{where}: override {item!r}: {exc.describe()}") from None
         except yaml.YAMLError:
             raise ConfigError(f"{where}: override {item!r}: the value is not valid YAML") from None
         parts = key.strip().split(".")
@@ -279,9 +289,13 @@ def load_config(path: str | Path, overrides: Sequence[str] = ()) -> ExperimentCo
     dotted keys, see :func:`apply_overrides`)."""
     path = Path(path)
     if not path.is_file():
-        raise ConfigError(f"experiment config {path}: no such file")
+        from ..data.loading import file_problem
+
+        raise ConfigError(f"experiment config {path}: {file_problem(path) or 'no such file'}")
     try:
         raw = read_yaml(path.read_text(encoding="utf-8"))
+    except DuplicateKeyError as exc:
+        raise ConfigError(f"experiment config {path}: {exc.describe()}") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         at = f" at line {mark.line + 1}" if mark is not None else ""

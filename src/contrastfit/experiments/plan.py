@@ -29,9 +29,13 @@ def protocol_runs(config: ExperimentConfig, data) -> list:
     if "validation_size" in _options(fn) and config.validation_size is not None:
         options["validation_size"] = config.validation_size
     try:
-        return list(fn(data, **options))
+        runs = list(fn(data, **options))
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"protocol '{config.protocol_kind}': {exc}") from None
+    if not runs:  # before any run: an empty grid would end only at the summary, with no finished runs
+        raise ConfigError(f"protocol '{config.protocol_kind}' drew no runs from '{getattr(data, 'name', data)}' "
+                          f"with {options or 'its defaults'}: nothing to train")
+    return runs
 
 
 @dataclass(frozen=True)

@@ -31,13 +31,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..atomic import atomic_open, write_json_atomic, write_text_atomic
+from ..atomic import atomic_open, check_output, claim_folder, write_json_atomic, write_text_atomic
 from ..data.descriptions import read_label_descriptions
 from ..distributed import launched_processes
 from ..errors import ConfigError, ContrastfitError
 from ..methods.base import resolve_hparams
 from ..multilabel.methods import MULTILABEL_METHODS
-from ..pipeline import CHECKPOINT_DIR
+from ..pipeline import CHECKPOINT_DIR, input_paths
 from ..record import RESULTS_NAME, read_record
 from ..trainer import with_method_defaults
 from ..training import TrainConfig, train
@@ -316,6 +316,7 @@ def _copy_kept_model(config: ExperimentConfig, out: Path, units: list[Unit]) -> 
               f"finished): delete that folder and run the experiment again to keep it", flush=True)
         return
     if not ((target / RESULTS_NAME).is_file() and (target / RESULTS_NAME).read_bytes() == unit.written.read_bytes()):
+        check_output(target, option="keep_model's copy")  # a folder of the user's own there is not replaced
         staging = Path(tempfile.mkdtemp(dir=out, prefix=f".{KEPT_MODEL_DIR}.new-"))
         umask = os.umask(0)
         os.umask(umask)
@@ -396,8 +397,7 @@ def run_experiment(config: ExperimentConfig | MultiTaskExperimentConfig, progres
         raise ConfigError(f"experiments run in one process (one results store, one writer); launched with "
                           f"{launched_processes()} processes: run `contrastfit experiment` without torchrun, or "
                           f"launch single runs with `torchrun ... -m contrastfit train`")
-    out = Path(config.output)
-    out.mkdir(parents=True, exist_ok=True)
+    out = claim_folder(check_output(config.output, inputs=input_paths({k: v for k, v in config.raw.items() if k != "output"})))
     if rebuild_store:
         _set_store_aside(out)
     if isinstance(config, MultiTaskExperimentConfig):

@@ -31,7 +31,9 @@ Guarantees
 * **Only a run's own result is reused.** A :class:`Unit` with an ``identity`` (the content hash of
   everything that made the run, :mod:`contrastfit.experiments.identity`) skips a finished row only when
   the row's record carries that identity, and imports a ``results.json`` only when it is readable and
-  carries it (else the file is named in one line, set aside and the run trained again).
+  carries it (else the file is named in one line, set aside and the run trained again). When a finished
+  row is reused, its ``results.json`` (what a rebuild trusts) is checked against the row's record and,
+  when truncated, missing or different, rewritten atomically from it (one line, nothing trained).
 * **An unreadable database is one line.** A file that is not a (sound) SQLite database raises
   :class:`StoreError` naming it and how to rebuild it (``contrastfit experiment CONFIG --rebuild-store``).
 
@@ -58,7 +60,8 @@ from typing import Any
 from ..atomic import json_default, write_json_atomic
 from ..errors import ContrastfitError
 
-__all__ = ["REBUILD_HINT", "ResultsStore", "STORE_NAME", "StoreError", "Unit", "file_lock", "read_written", "run_pending"]
+__all__ = ["REBUILD_HINT", "ResultsStore", "STORE_NAME", "StoreError", "Unit", "check_written", "file_lock", "read_written",
+           "run_pending"]
 
 #: File name of the store inside an experiment's output folder.
 STORE_NAME = "results.sqlite"
@@ -415,6 +418,33 @@ def read_written(path: Path, identity: dict[str, Any] | None = None) -> dict[str
     return None
 
 
+def _canonical(record: Any) -> str:
+    """A record as JSON with sorted keys: two records are the same when these are (NaN included)."""
+    return json.dumps(record, sort_keys=True, ensure_ascii=False, default=json_default)
+
+
+def check_written(path: Path, record: Any) -> bool:
+    """Keep a finished run's ``results.json`` (``path``) whole: when it is missing (its folder still there),
+    unreadable (truncated, not JSON) or differs from ``record`` (the store's), rewrite it atomically from
+    ``record`` with one line saying so, since ``--rebuild-store`` trusts these files. True when it was
+    rewritten. A run whose folder is gone is left alone."""
+    path = Path(path)
+    if not path.parent.is_dir():
+        return False
+    try:
+        written = json.loads(path.read_text(encoding="utf-8"))
+        reason = None if _canonical(written) == _canonical(record) else "differs from the store's record"
+    except FileNotFoundError:
+        reason = "missing"
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        reason = f"unreadable, truncated? ({type(exc).__name__}: {str(exc)[:80]})"
+    if reason is None:
+        return False
+    write_json_atomic(path, record)
+    print(f"{path}: {reason}; rewritten from the store's record", flush=True)
+    return True
+
+
 def _check_done(store: ResultsStore, unit: Unit, result: Any) -> None:
     if unit.identity is not None and _identity_of(result) != unit.identity["sha256"]:
         raise StoreError(f"{store.path}: the finished run {unit.run_id} was made by another config than its id "
@@ -439,6 +469,8 @@ def run_pending(store: ResultsStore, units: Sequence[Unit]) -> tuple[int, int, l
         row = store.get(unit.run_id)
         if row is not None and row["status"] == "done":
             _check_done(store, unit, row["result"])
+            if unit.written is not None:  # what --rebuild-store trusts: kept whole
+                check_written(unit.written, row["result"])
             skipped += 1
             continue
         if unit.written is not None and unit.written.is_file():  # finished, but the store never heard of it

@@ -47,7 +47,7 @@ from ..errors import ConfigError
 from ..settings import check_fields, same_as, setting
 from ..evaluation.metrics import classification_metrics, probability_metrics, regression_metrics
 from ..experiments.identity import run_identity
-from ..pipeline import (LOWER_IS_BETTER, SELECTION_KEY, Clock, TrainResult, fit, make_trainer, open_output,
+from ..pipeline import (LOWER_IS_BETTER, SELECTION_KEY, Clock, TrainResult, fit, input_paths, make_trainer, open_output,
                         resume_checkpoint, selection_record, tie_broken, trainer_arguments, write_outputs)
 from ..record import Record
 from ..training import (DEFAULT_LEARNING_RATE, DEFAULT_MIN_STEPS, LossPartLogging, PreparedData, TrainConfig,
@@ -347,7 +347,8 @@ def train_multitask(config: MultiTaskConfig | None = None, *, callbacks: list[Tr
         raise ConfigError(f"multi-task training runs in one process; launched with {launched_processes()} "
                           "processes: run it without torchrun / accelerate launch")
     output = Path(config.output)
-    finished = open_output(output, config.resume, MultiTaskResult, option="output", resume_option="resume=True")
+    finished = open_output(output, config.resume, MultiTaskResult, option="output", resume_option="resume=True",
+                           inputs=input_paths(config))
     if finished is not None:
         return finished
 
