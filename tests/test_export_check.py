@@ -144,3 +144,25 @@ def test_a_failed_int8_check_names_its_texts_in_its_one_line(tmp_path, tiny_enco
     assert not (tmp_path / "int8").exists()
     with pytest.raises(ModelError, match="whole number >= 1"):
         export_onnx(run, tmp_path / "x", check_data=lines, check_rows=0)
+
+
+def test_the_probability_bound_holds_for_99_percent_of_the_texts_and_the_largest_is_recorded():
+    """One text in 200 whose probability moves by 0.3 does not fail an int8 check bounded at 0.05; the
+    largest difference is recorded beside the 99th percentile."""
+    import numpy as np
+
+    from contrastfit.export import _parity
+
+    rng = np.random.default_rng(0)
+    reference = rng.normal(size=(200, 2)) * 3
+
+    class Served:
+        def predict_logits(self, texts, pairs=None):
+            index = [int(t) for t in texts]
+            out = reference[index] + 0.01
+            out[[k for k, i in enumerate(index) if i == 7], 0] += 2.0  # one text moves far
+            return out
+
+    check = _parity(Served(), reference, [str(i) for i in range(200)], None, 1.0, "classification")
+    assert check["max_prob_diff"] > 0.1 > 0.05 > check["prob_diff_p99"]
+    assert check["texts"] == 200 and check["batch_sizes"] == [1, 3, 200]

@@ -235,7 +235,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --quantize: refuse (write nothing) when fewer of the texts get PyTorch's label, "
                         "near ties (PyTorch within 0.05 of another label) left out (default 0.99)")
     p.add_argument("--max-prob-diff", type=float, default=None,
-                   help="with --quantize: refuse when a probability differs from PyTorch's by more (default 0.05)")
+                   help="with --quantize: refuse when the probabilities of more than 1%% of the texts differ from "
+                        "PyTorch's by more (default 0.05; the largest difference is recorded too)")
     _add_task_arg(p, "export")
 
     # -- serve ---------------------------------------------------------------------------------
@@ -509,7 +510,8 @@ def cmd_export(args: argparse.Namespace) -> int:
         print(f"wrote {args.output} (opset {meta['opset']}, {q['type']}, {q['bytes'] / 1e6:.1f} MB from "
               f"{q['float_bytes'] / 1e6:.1f} MB): ONNX Runtime's labels agree with PyTorch's on "
               f"{check['label_agreement']:.1%} of {check['texts']} texts in batches of "
-              f"{', '.join(map(str, check['batch_sizes']))}, largest probability difference {check['max_prob_diff']:.3f}"
+              f"{', '.join(map(str, check['batch_sizes']))}, probability difference {check['prob_diff_p99']:.3f} on 99% "
+              f"of them (largest {check['max_prob_diff']:.3f})"
               + (f" ({check['near_ties']} near ties: {check['decisive_agreement']:.1%} of the others)"
                  if check.get("near_ties") else "") + f"; texts: {check['check_data']['description']}")
         return 0

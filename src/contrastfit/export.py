@@ -21,8 +21,10 @@
 ``quantize="int8"`` (``contrastfit export --quantize int8``) then quantises the verified graph with ONNX
 Runtime's dynamic quantisation (int8 weights, per channel and 7-bit by default; activations quantised
 at run time) into one ``model.onnx`` about a quarter of the size, and checks it as above against the
-same PyTorch logits; as int8 cannot match to ``atol``, the check is the largest probability
-difference (``max_prob_diff``) and the fraction of texts whose label agrees (``min_agreement``),
+same PyTorch logits; as int8 cannot match to ``atol``, the check is the probability difference of 99% of
+the texts (``max_prob_diff`` bounds its 99th percentile, ``prob_diff_p99``: one text in a few hundred may
+shift further, and the largest difference is recorded as ``max_prob_diff``) and the fraction of texts
+whose label agrees (``min_agreement``),
 counted over the texts PyTorch does not put within :data:`TIE_BAND` of another decision (the top two
 classes' probabilities within ``2 * TIE_BAND`` of each other; for label sets, a label's probability
 within ``TIE_BAND`` of its threshold): int8's small shifts flip such near ties, which says nothing
@@ -307,13 +309,14 @@ def export_onnx(run: str | os.PathLike, output: str | os.PathLike, *, task: str 
                                          model.task), check
             check.update(max_prob_diff_allowed=max_prob_diff, min_label_agreement=min_agreement, runtime="onnxruntime",
                          check_data=checked_on)
-            if check["max_prob_diff"] > max_prob_diff or check["decisive_agreement"] < min_agreement:
+            if check["prob_diff_p99"] > max_prob_diff or check["decisive_agreement"] < min_agreement:
                 decisive = len(texts) - check["near_ties"]
                 raise ModelError(
                     f"export --quantize {quantize}: the {quantize} model's labels agree with PyTorch's on "
                     f"{check['decisive_agreement']:.1%} of the {decisive} texts PyTorch does not call within "
                     f"{TIE_BAND:g} of a tie (at least {min_agreement:.1%} required) and its probabilities differ by up "
-                    f"to {check['max_prob_diff']:.3f} (at most {max_prob_diff:g} allowed); nothing written to {output} "
+                    f"to {check['prob_diff_p99']:.3f} on 99% of the texts (at most {max_prob_diff:g} allowed; largest "
+                    f"{check['max_prob_diff']:.3f}); nothing written to {output} "
                     f"(checked on {checked_on['description']})")
             quantization["float_verification"] = float_check
         meta = {"format": "onnx", "onnx": ONNX_NAME, "inputs": names, "output": "logits",
@@ -330,7 +333,8 @@ def _parity(served: "OnnxClassifier", reference: np.ndarray, texts: list[str], p
             temperature: float, task: str) -> dict[str, Any]:
     """``served``'s outputs on ``texts`` (padded in batches of 1, 3 and all of them) against the PyTorch
     model's logits ``reference``: the largest logit difference, the largest probability difference
-    (``softmax(logits / temperature)``; classification), the fraction of texts whose label agrees (the
+    (``softmax(logits / temperature)``; classification) and its 99th percentile over the texts (each
+    text's largest, over its classes and the batch sizes), the fraction of texts whose label agrees (the
     worst batch size) and whether all do."""
     from .evaluation.calibration import log_softmax
 
@@ -357,7 +361,8 @@ def _parity(served: "OnnxClassifier", reference: np.ndarray, texts: list[str], p
         elif p.shape[1] > 1:
             top2 = np.sort(p, axis=1)[:, -2:]
             tie = top2[:, 1] - top2[:, 0] < 2 * TIE_BAND
-    worst, worst_p, agreement, decisive = 0.0, 0.0, 1.0, 1.0
+    worst, agreement, decisive = 0.0, 1.0, 1.0
+    text_p = np.zeros(len(texts))  # each text's largest probability difference
     for size in sizes:
         agree = np.zeros(len(texts), dtype=bool)
         for start in range(0, len(texts), size):
@@ -367,13 +372,14 @@ def _parity(served: "OnnxClassifier", reference: np.ndarray, texts: list[str], p
             same = decide(got) == decide(want)
             agree[start:start + size] = same.all(axis=1) if same.ndim == 2 else same
             if task != "regression":
-                prob = probs(got) - probs(want)
-                worst_p = max(worst_p, float(np.abs(prob).max()))
+                prob = np.abs(probs(got) - probs(want)).reshape(len(got), -1).max(axis=1)
+                text_p[start:start + size] = np.maximum(text_p[start:start + size], prob)
         agreement = min(agreement, float(agree.mean()))
         decisive = min(decisive, float(agree[~tie].mean()) if (~tie).any() else 1.0)
     check: dict[str, Any] = {"texts": len(texts), "batch_sizes": sizes, "max_abs_diff": worst}
     if task != "regression":
-        check["max_prob_diff"] = worst_p
+        check["max_prob_diff"] = float(text_p.max()) if len(texts) else 0.0
+        check["prob_diff_p99"] = float(np.quantile(text_p, 0.99)) if len(texts) else 0.0
         check["label_agreement"] = agreement
         check["near_ties"] = int(tie.sum())
         check["decisive_agreement"] = decisive
