@@ -272,3 +272,22 @@ def test_a_symlink_loop_or_a_folder_is_called_what_it_is(tiny_encoder_dir, tmp_p
 ], ids=["nan-label", "nan-text", "number-text"])
 def test_a_nan_label_or_a_text_that_is_not_a_string_is_named_with_its_row(tiny_encoder_dir, texts, labels, message):
     assert _api(tiny_encoder_dir, texts=texts, labels=labels) == message
+
+
+def test_pretrain_and_predict_call_a_folder_or_a_symlink_loop_what_it_is(tmp_path, tiny_encoder_dir, capsys):
+    from contrastfit.cli import main
+
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    (tmp_path / "folder.txt").mkdir()
+    saved = tmp_path / "run"
+    from contrastfit.modeling import ContrastiveClassifier
+
+    ContrastiveClassifier.from_encoder(str(tiny_encoder_dir), "ce", ["a", "b"]).save_pretrained(saved)
+    capsys.readouterr()
+    for argv, fragment in ((["pretrain", "--data", str(tmp_path / "folder.txt"), "--model", str(tiny_encoder_dir),
+                             "--output", str(tmp_path / "enc")], "folder.txt: is a folder, not a file"),
+                           (["predict", str(saved), "--file", str(tmp_path / "loop")], "loop: is a symlink loop"),
+                           (["predict", str(saved), "--file", str(tmp_path / "folder.txt")], "is a folder, not a file")):
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip()
+        assert "\n" not in err and fragment in err, err

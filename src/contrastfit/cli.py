@@ -576,7 +576,7 @@ def _read_predict_inputs(args: argparse.Namespace) -> tuple[list[str], list[str]
     into a pair only for a pair model, :func:`_model_inputs`), and a table's pair column."""
     from pathlib import Path
 
-    from .data.loading import SUFFIX_BUILDERS, check_utf8, decode_utf8, normalise_columns, read_table
+    from .data.loading import SUFFIX_BUILDERS, check_utf8, decode_utf8, file_problem, normalise_columns, read_table
     from .errors import DataError
     from .inputs import check_utf8_texts
 
@@ -589,8 +589,9 @@ def _read_predict_inputs(args: argparse.Namespace) -> tuple[list[str], list[str]
             ds, _ = normalise_columns(read_table(path), str(path), args.text_column, args.text_pair_column, None,
                                       require_labels=False)
             return ds["text"], ds["text_pair"] if "text_pair" in ds.column_names else None
-        if not path.is_file():
-            raise DataError(f"{path}: no such file")
+        problem = file_problem(path)
+        if problem is not None:
+            raise DataError(f"{path}: {problem}")
         check_utf8(path)
         text = path.read_text(encoding="utf-8")
     else:

@@ -45,7 +45,8 @@ from typing import Any
 
 import datasets
 
-from .data.loading import LABEL, SUFFIX_BUILDERS, TEXT, TEXT_PAIR, check_utf8, data_hash, load_data, normalise_columns, read_table
+from .data.loading import (LABEL, SUFFIX_BUILDERS, TEXT, TEXT_PAIR, check_utf8, data_hash, file_problem, load_data,
+                           normalise_columns, read_table)
 from .encoders import DEFAULT_MODEL, default_pooling, resolve_model
 from .atomic import atomic_folder, check_output, write_json_atomic
 from .errors import ConfigError, DataError
@@ -126,8 +127,9 @@ def _file_sha256(path: Path) -> str:
 def read_text_lines(path: str | os.PathLike) -> list[str]:
     """The non-blank lines of a UTF-8 text file, stripped (one text per line)."""
     path = Path(path).expanduser()
-    if not path.is_file():
-        raise DataError(f"corpus {path}: no such file")
+    problem = file_problem(path)
+    if problem is not None:
+        raise DataError(f"corpus {path}: {problem}")
     check_utf8(path)
     with open(path, encoding="utf-8") as fh:
         return [line.strip() for line in fh if line.strip()]
@@ -140,7 +142,7 @@ def load_corpus(data: str, *, labelled: bool, text_column: str | None = None, te
     path = Path(data).expanduser()
     is_file = path.is_file()
     if not is_file and (path.suffix.lower() in (".txt", *SUFFIX_BUILDERS) or data.startswith((".", "/", "~"))):
-        raise DataError(f"corpus {path}: no such file")
+        raise DataError(f"corpus {path}: {file_problem(path) or 'no such file'}")
     if is_file and path.suffix.lower() not in SUFFIX_BUILDERS:
         texts = read_text_lines(path)
         if not texts:
