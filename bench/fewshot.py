@@ -29,6 +29,11 @@ Systems (``--systems``):
   ``--fastfit-python`` names (default: ``$CONTRASTFIT_FASTFIT_PYTHON``); skipped with a note where
   that is absent (such a record is redone once it is given) or where the texts are pairs. Each
   record names the recipe, FastFit's version and the device FastFit trained on;
+* ``crossfit``: a study of a per-run choice: each of :data:`CROSSFIT_CANDIDATES` (the default recipe,
+  and the longer schedule without the weight interpolation) is trained on one half of the training
+  sample (two stratified folds) and scored on the other, and the one with the better mean fold
+  accuracy (ties: the default) is trained on the whole sample; its seconds include the four fold runs
+  and the record names the fold scores and the choice;
 * a variant ``NAME=METHOD:key=value,key=value`` where each key is a ``TrainConfig`` field
   (``min_steps``, ``learning_rate``, ``head_init``, ``refit_head``, ...) or ``hp.NAME`` for a
   method hyper-parameter, e.g. ``lpft=ce-scl:head_init=probe,refit_head=true``.
@@ -77,6 +82,9 @@ PROBE = "linear-probe"
 FASTFIT = {"fastfit": "paper", "fastfit-defaults": "library-defaults"}  # system -> fastfit_runner.py recipe
 FASTFIT_PAPER = "fastfit"  # the FastFit system the goal table compares with (its paper's recipe)
 FASTFIT_RUNNER = Path(__file__).resolve().parent / "fastfit_runner.py"
+CROSSFIT = "crossfit"
+#: the recipes ``crossfit`` chooses between: the default, and 60 steps at 5e-5 without the interpolation
+CROSSFIT_CANDIDATES = ("default", "long=ce-scl-lr:min_steps=60,learning_rate=5e-5,wise_ft=1")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -120,6 +128,36 @@ def run_contrastfit(spec: str, data: TextData, seed: int, model: str, max_length
             "training": {k: v for k, v in result["training"].items() if k not in ("head_stage", "head_init")}}
 
 
+def crossfit_folds(labels: list[int], seed: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Two stratified halves of a training sample: [(train on, score on), (the other way round)]."""
+    from sklearn.model_selection import StratifiedKFold
+
+    folds = StratifiedKFold(n_splits=2, shuffle=True, random_state=seed)
+    return [(a, b) for a, b in folds.split(np.zeros(len(labels)), labels)]
+
+
+def run_crossfit(data: TextData, seed: int, model: str, max_length: int, workdir: Path,
+                 device: str = "auto") -> dict[str, Any]:
+    """The ``crossfit`` system: :data:`CROSSFIT_CANDIDATES` cross-fitted on the training sample's two
+    halves, the better one trained on all of it (see the module docstring)."""
+    started = time.perf_counter()
+    train_split = data.train
+    scores: dict[str, float] = {}
+    for candidate in CROSSFIT_CANDIDATES:
+        accuracies = []
+        for fit_on, score_on in crossfit_folds(train_split["label"], seed):
+            fold = TextData(data.name, train_split.select(fit_on), data.validation, train_split.select(score_on),
+                            data.label_names, dict(data.source))
+            accuracies.append(run_contrastfit(candidate, fold, seed, model, max_length, workdir, device)["accuracy"])
+        scores[candidate] = float(np.mean(accuracies))
+    chosen = max(CROSSFIT_CANDIDATES, key=lambda c: (scores[c], c == CROSSFIT_CANDIDATES[0]))
+    choosing_s = time.perf_counter() - started
+    record = run_contrastfit(chosen, data, seed, model, max_length, workdir, device)
+    record["train_s"] += choosing_s
+    record["crossfit"] = {"scores": scores, "chosen": chosen, "choosing_s": choosing_s}
+    return record
+
+
 #: the training settings a contrastfit record keeps (``training``) and a rerun compares
 RECIPE_SETTINGS = ("batch_size", "learning_rate", "weight_decay", "warmup_ratio", "gradient_accumulation_steps",
                    "max_length", "fp16", "bf16", "min_steps", "refit_head", "sampler", "gradient_cache_chunk",
@@ -135,7 +173,7 @@ def recipe(spec: str, train_size: int, model: str, max_length: int) -> dict[str,
     from contrastfit.training import DEFAULT_METHOD
     from contrastfit.trainer import with_method_defaults
 
-    if spec == REFERENCE or spec in FASTFIT:
+    if spec in (REFERENCE, CROSSFIT) or spec in FASTFIT:
         return None
     _, method, overrides, hparams = parse_system(spec)
     config = with_method_defaults(TrainConfig(method=method or DEFAULT_METHOD, model=model, max_length=max_length,
@@ -572,6 +610,8 @@ def main(argv: list[str] | None = None) -> int:
                         continue
                     record.update(run_fastfit(run.data, args.seed, args.model, workdir, args.fastfit_python,
                                               FASTFIT[system], args.device))
+                elif system == CROSSFIT:
+                    record.update(run_crossfit(run.data, args.seed, args.model, args.max_length, workdir, device))
                 elif system == REFERENCE:
                     if not have_setfit:
                         print(f"skip {key}: setfit is not installed (pip install setfit)", file=sys.stderr)

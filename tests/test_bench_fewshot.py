@@ -3,6 +3,7 @@ README's table comes from this code, so its arithmetic and its verdicts are test
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from conftest import load_bench
@@ -157,3 +158,31 @@ def test_fastfit_gets_its_columns_and_a_default_below_it_is_a_miss(fewshot):
     behind = _records("medmcqa-subject", 4, {**accs, "fastfit": [0.55, 0.56, 0.57]}, secs)
     cells = _row(fewshot.goal_markdown(fewshot.summarise(behind)), "medmcqa-subject", 4)
     assert cells[10].startswith("-4.0") and cells[12] == "below FastFit: -4.0"
+
+
+def test_crossfit_scores_each_candidate_on_the_held_out_half_and_trains_the_better_on_everything(fewshot, monkeypatch):
+    import datasets
+
+    from contrastfit.data.loading import TextData
+
+    train = datasets.Dataset.from_dict({"text": [f"t{i}" for i in range(16)], "label": [i % 2 for i in range(16)]})
+    data = TextData("toy", train, None, train, ["a", "b"])
+    folds = fewshot.crossfit_folds(train["label"], seed=0)
+    assert len(folds) == 2 and sorted(np.concatenate([b for _, b in folds]).tolist()) == list(range(16))
+    assert all(np.bincount(np.asarray(train["label"])[b]).tolist() == [4, 4] for _, b in folds)  # stratified
+    calls = []
+
+    def fake(spec, fold, seed, model, max_length, workdir, device="auto"):
+        calls.append((spec, len(fold.train), len(fold.test)))
+        accuracy = {fewshot.CROSSFIT_CANDIDATES[0]: 0.6, fewshot.CROSSFIT_CANDIDATES[1]: 0.7}[spec]
+        return {"accuracy": accuracy, "macro_f1": accuracy, "train_s": 1.0}
+
+    monkeypatch.setattr(fewshot, "run_contrastfit", fake)
+    record = fewshot.run_crossfit(data, 0, "m", 32, None)
+    long = fewshot.CROSSFIT_CANDIDATES[1]
+    assert calls == [(fewshot.CROSSFIT_CANDIDATES[0], 8, 8)] * 2 + [(long, 8, 8)] * 2 + [(long, 16, 16)]
+    assert record["crossfit"]["chosen"] == long and record["crossfit"]["scores"][long] == pytest.approx(0.7)
+    assert record["train_s"] >= 1.0
+    # a tie goes to the default
+    monkeypatch.setattr(fewshot, "run_contrastfit", lambda *a, **k: {"accuracy": 0.5, "macro_f1": 0.5, "train_s": 1.0})
+    assert fewshot.run_crossfit(data, 0, "m", 32, None)["crossfit"]["chosen"] == "default"
