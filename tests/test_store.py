@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import contrastfit.experiments.store as store_module
-from contrastfit.experiments.store import ResultsStore, pid_alive
+from contrastfit.experiments.store import ResultsStore, StoreError, pid_alive
 
 # The child processes import the store as users do; the package imports its parts lazily, so this
 # loads the standard library and the store alone (no torch, transformers): they start in milliseconds.
@@ -342,3 +342,37 @@ def test_a_reused_runs_results_json_is_checked_and_rewritten_from_the_store(tmp_
     assert store_module.run_pending(store, [unit]) == (0, 1, []) and not written.parent.exists()
     store.close()
 
+
+
+def test_filesystem_type_reads_the_longest_mount_point_above_the_path(tmp_path, monkeypatch):
+    mounts = tmp_path / "mounts"
+    mounts.write_text("overlay / overlay rw 0 0\nserver:/export /mnt/shared\\040data nfs4 rw 0 0\n"
+                      "tmpfs /mnt/shared\\040data/tmp tmpfs rw 0 0\n")
+    real_open = open
+    monkeypatch.setattr("builtins.open", lambda f, *a, **k: real_open(mounts if f == "/proc/self/mounts" else f, *a, **k))
+    assert store_module.filesystem_type("/mnt/shared data/exp/results.sqlite") == "nfs4"
+    assert store_module.filesystem_type("/mnt/shared data/tmp/x") == "tmpfs"
+    assert store_module.filesystem_type("/mnt/shared datax") == "overlay"
+
+
+def test_a_second_host_on_a_network_file_system_is_refused_with_the_way_out(tmp_path, monkeypatch):
+    monkeypatch.setattr(store_module, "filesystem_type", lambda path: "nfs4")
+    first = ResultsStore(tmp_path / "results.sqlite")
+    first.host = "node-a"
+    assert first.claim("r1") and first.claim("r2")  # one host on NFS: as before
+    first.finish("r1", {"ok": 1})
+    second = ResultsStore(tmp_path / "results.sqlite")
+    second.host = "node-b"
+    with pytest.raises(StoreError, match=r"results.sqlite is on a network file system \(nfs4\) where host node-a "
+                                         r"already claimed runs: .* give each machine an output folder on its own "
+                                         r"disk, then copy their runs/ folders into one and import them with "
+                                         r"--rebuild-store"):
+        second.claim("r3")
+    assert [r["run_id"] for r in second.all()] == ["r1", "r2"]  # nothing claimed
+    # on a local file system two hosts' rows are fine (a liveness they cannot check is the only limit)
+    monkeypatch.setattr(store_module, "filesystem_type", lambda path: "ext4")
+    third = ResultsStore(tmp_path / "results.sqlite")
+    third.host = "node-b"
+    assert third.claim("r3")
+    for s in (first, second, third):
+        s.close()

@@ -37,9 +37,14 @@ Guarantees
 * **An unreadable database is one line.** A file that is not a (sound) SQLite database raises
   :class:`StoreError` naming it and how to rebuild it (``contrastfit experiment CONFIG --rebuild-store``).
 
+* **One host on a network file system.** SQLite's WAL mode needs shared memory and locks that a
+  network file system (NFS, SMB, Lustre, ...: :data:`NETWORK_FILESYSTEMS`) does not give across
+  machines, so two hosts claiming runs in one store there could run a run twice or damage the store:
+  :meth:`ResultsStore.claim` refuses, in one line with the way out, a claim on such a file system from
+  a host other than the ones that already claimed runs there.
+
 Limits: a ``running`` row owned by a process on *another* host is treated as alive (its liveness
-cannot be checked) -- use :meth:`ResultsStore.release` to free it by hand. SQLite's WAL mode needs
-a local file system (not NFS). One :class:`ResultsStore` object is safe to share between threads
+cannot be checked) -- use :meth:`ResultsStore.release` to free it by hand. One :class:`ResultsStore` object is safe to share between threads
 (its operations are serialised); across :func:`os.fork` it reopens its connection in the child.
 """
 
@@ -60,8 +65,8 @@ from typing import Any
 from ..atomic import json_default, write_json_atomic
 from ..errors import ContrastfitError
 
-__all__ = ["REBUILD_HINT", "ResultsStore", "STORE_NAME", "StoreError", "Unit", "check_written", "file_lock", "read_written",
-           "run_pending"]
+__all__ = ["NETWORK_FILESYSTEMS", "REBUILD_HINT", "ResultsStore", "STORE_NAME", "StoreError", "Unit", "check_written",
+           "file_lock", "filesystem_type", "read_written", "run_pending"]
 
 #: File name of the store inside an experiment's output folder.
 STORE_NAME = "results.sqlite"
@@ -87,6 +92,32 @@ REBUILD_HINT = ("rebuild it from the runs' results.json files with `contrastfit 
 class StoreError(ContrastfitError):
     """The results store cannot be used: not an SQLite database, a damaged one, or a run whose record does
     not match its id. One line naming the file."""
+
+
+#: File system types (``/proc/self/mounts``) whose locks and shared memory do not hold across machines.
+NETWORK_FILESYSTEMS = frozenset({"nfs", "nfs4", "cifs", "smb3", "smbfs", "ncpfs", "afs", "9p", "lustre", "gpfs",
+                                 "beegfs", "ceph", "glusterfs", "fuse.glusterfs", "fuse.sshfs", "fuse.s3fs",
+                                 "fuse.gcsfuse", "davfs", "fuse.juicefs", "pvfs2", "orangefs"})
+
+
+def filesystem_type(path: str | os.PathLike) -> str | None:
+    """The type of the file system ``path`` is on (the longest mount point above it in
+    ``/proc/self/mounts``); None where that cannot be read (not Linux)."""
+    target = os.path.realpath(path)
+    best, kind = "", None
+    try:
+        with open("/proc/self/mounts", encoding="utf-8") as fh:
+            for line in fh:
+                fields = line.split()
+                if len(fields) < 3:
+                    continue
+                point = fields[1].replace("\\040", " ")
+                inside = target == point or target.startswith(point.rstrip("/") + "/")
+                if inside and len(point) >= len(best):
+                    best, kind = point, fields[2]
+    except OSError:
+        return None
+    return kind
 
 
 def _unreadable(path: Path, exc: BaseException) -> StoreError:
@@ -197,6 +228,7 @@ class ResultsStore:
         self._conn: sqlite3.Connection | None = None
         self._conn_pid = -1
         self._key = os.path.realpath(self.path)
+        self.filesystem = filesystem_type(self.path.parent)
         self._connection()
 
     # -- connection and transactions -------------------------------------------------------------
@@ -280,6 +312,15 @@ class ResultsStore:
         under a live process (or one on another host).
         """
         with self._transaction() as conn:
+            if self.filesystem in NETWORK_FILESYSTEMS:
+                other = conn.execute("SELECT host FROM runs WHERE host IS NOT NULL AND host != ? LIMIT 1",
+                                     (self.host,)).fetchone()
+                if other is not None:
+                    raise StoreError(
+                        f"{self.path} is on a network file system ({self.filesystem}) where host {other[0]} already "
+                        f"claimed runs: SQLite's locks do not hold across machines there, so {self.host} would risk "
+                        "running a run twice or damaging the store; give each machine an output folder on its own "
+                        "disk, then copy their runs/ folders into one and import them with --rebuild-store")
             row = conn.execute("SELECT status, host, pid, started FROM runs WHERE run_id = ?", (run_id,)).fetchone()
             if row is not None:
                 status, host, pid, started = row
