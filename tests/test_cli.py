@@ -270,7 +270,10 @@ def _tab_file(tmp_path):
 def test_datasets_lists_builtin_sizes(capsys):
     assert main(["datasets", "--json"]) == 0
     rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
-    assert set(rows) == {"mr", "imdb", "bbc-news", "boolq", "medmcqa-subject", "vader-tweets", "toxicity-attributes"}
+    from contrastfit.data import BUILTIN_DATASETS
+
+    assert set(rows) == set(BUILTIN_DATASETS) | {"toxicity-attributes"}
+    assert {"mr", "imdb", "bbc-news", "boolq", "medmcqa-subject", "vader-tweets", "trec", "banking77"} <= set(rows)
     assert rows["mr"]["splits"] == {"train": 6823, "validation": 854, "test": 853}
     assert sorted(rows["bbc-news"]["labels"]) == ["business", "entertainment", "politics", "sport", "tech"]
     assert [name for name, r in rows.items() if r["multi_label"]] == ["toxicity-attributes"]

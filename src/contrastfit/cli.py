@@ -217,6 +217,10 @@ def build_parser() -> argparse.ArgumentParser:
                                    "contrastfit.export.OnnxClassifier.")
     p.add_argument("run", help="output folder of `contrastfit train`")
     p.add_argument("--output", required=True, help="folder to write the export to")
+    p.add_argument("--format", choices=["onnx", "setfit"], default="onnx",
+                   help="onnx (default): an ONNX graph and the tokenizer; setfit: a folder that "
+                        "setfit.SetFitModel.from_pretrained loads, with the same probabilities (a model whose head is "
+                        "a logistic regression: the default recipe, linear-probe, setfit)")
     p.add_argument("--verify-file", help="texts to verify on, all of them: one per line (a tab separates a pair) or a "
                                          "table (default: the model's own data)")
     p.add_argument("--check-data", metavar="FILE",
@@ -497,6 +501,20 @@ def cmd_export(args: argparse.Namespace) -> int:
         raise ContrastfitError("--verify-file and --check-data both name the texts to check the export on: give one")
     if args.check_rows < 1:
         raise ContrastfitError(f"--check-rows {args.check_rows}: give a number of texts >= 1")
+    if args.format == "setfit":
+        onnx_only = [o for o, v in (("--quantize", args.quantize), ("--opset", args.opset), ("--task", args.task),
+                                    ("--min-agreement", args.min_agreement), ("--max-prob-diff", args.max_prob_diff),
+                                    ("--verify-file", args.verify_file)) if v is not None]
+        if onnx_only:
+            raise ContrastfitError(f"{onnx_only[0]} is an option of the ONNX export; --format setfit takes --check-data")
+        from .setfit_format import SETFIT_CONFIG, export_setfit
+
+        record = export_setfit(args.run, args.output, check_data=args.check_data, text_column=args.text_column)
+        check = record["verification"]
+        print(f"wrote {args.output} ({SETFIT_CONFIG}, labels {', '.join(record['labels'])}): SetFit's probabilities "
+              f"match contrastfit's to {check['max_prob_diff']:.1e} on {check['texts']} texts; texts: "
+              f"{check['check_data']['description']}; load it with setfit.SetFitModel.from_pretrained")
+        return 0
     given = {k: getattr(args, k) for k in ("min_agreement", "max_prob_diff") if getattr(args, k) is not None}
     if given and args.quantize is None:
         raise ContrastfitError(f"--{next(iter(given)).replace('_', '-')} checks an int8 export: add --quantize int8 "
