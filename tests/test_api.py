@@ -142,6 +142,14 @@ def test_in_memory_data_is_the_same_data_as_the_file(tiny_encoder_dir, tmp_path)
     config = TrainConfig(data=frame, text_column="sentence", label_column="sentiment", **_fast(tiny_encoder_dir, epochs=1))
     result = train(config)
     assert result["data"]["train_hash"] == from_file["data"]["train_hash"] and config.data is frame
+    # the data as train()'s first argument, as SetFit's and sentence-transformers' trainers take it
+    result = train(frame, text_column="sentence", label_column="sentiment", **_fast(tiny_encoder_dir, epochs=1))
+    assert result["data"]["train_hash"] == from_file["data"]["train_hash"]
+    assert result["data"]["source"]["form"] == "DataFrame"
+    result = train(str(csv_path), label_column="sentiment", **_fast(tiny_encoder_dir, epochs=1))
+    assert result["data"]["train_hash"] == from_file["data"]["train_hash"]
+    with pytest.raises(ConfigError, match=r"give the training data once: as train\(\)'s first argument"):
+        train(frame, data=frame)
 
 
 def test_string_labels_are_stripped_and_sorted_and_numbers_stay_numbers(tiny_encoder_dir):

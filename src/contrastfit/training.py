@@ -483,12 +483,14 @@ DATA_FIELDS = ("data", "validation_data", "test_data")
 
 
 
-def train(config: TrainConfig | None = None, *, texts: Any = None, labels: Any = None,
+def train(config: TrainConfig | Any = None, *, texts: Any = None, labels: Any = None,
           text_data: TextData | None = None, callbacks: list[TrainerCallback] | None = None,
           **overrides: Any) -> "TrainResult":
     """Train one model and return its result: the run's record with the model as ``result.model``.
 
-    The data: ``texts=[...]`` and ``labels=[...]`` (one label per text), or ``data=``: a built-in
+    The first argument is a :class:`TrainConfig`, or the training data itself (``train(df,
+    label_column="sentiment")``, as ``data=``). The data: ``texts=[...]`` and ``labels=[...]`` (one
+    label per text), or ``data=``: a built-in
     name, a file, or in memory, ``(texts, labels)``, a pandas DataFrame, a ``datasets.Dataset``, a
     dict of columns or a list of row dicts (columns named with ``text_column`` / ``label_column`` /
     ``text_pair_column`` as in a file). ``validation_data`` and ``test_data`` take a file or the same
@@ -514,6 +516,11 @@ def train(config: TrainConfig | None = None, *, texts: Any = None, labels: Any =
     ``resume=True`` continues the run from that checkpoint. Resuming loads the checkpoint with
     weights-only unpickling (:func:`contrastfit.pipeline.weights_only_loading`).
     """
+    if config is not None and not isinstance(config, TrainConfig):  # train(df, ...): the data first
+        if "data" in overrides or texts is not None or labels is not None:
+            raise ConfigError("give the training data once: as train()'s first argument, or as data= or "
+                              "texts= and labels=")
+        config, overrides = None, {**overrides, "data": config}
     config, memory = _config_with_memory_data(config, texts, labels, overrides)
     config.validate()
     if memory and text_data is not None:
