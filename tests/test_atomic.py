@@ -126,3 +126,34 @@ def test_files_and_folders_get_the_modes_the_umask_gives(tmp_path, umask_022):
     model = tmp_path / "model"
     assert mode(model) == 0o755 and mode(model / "encoder") == 0o755
     assert mode(model / "contrastfit.json") == 0o644 and mode(model / "encoder" / "model.safetensors") == 0o644
+
+
+def test_a_folder_claimed_by_two_processes_at_once_is_never_seen_half_made(tmp_path):
+    """Two runners started at the same moment on a new output folder: each checks the folder and claims
+    it; neither may see it unmarked and not empty (the other's marker half-written) and refuse it."""
+    import multiprocessing
+
+    from contrastfit.atomic import check_output, claim_folder, written_by_contrastfit
+
+    ctx = multiprocessing.get_context("fork")
+    for i in range(20):
+        target = tmp_path / f"run{i}"
+        with ctx.Pool(2) as pool:
+            results = pool.starmap(_check_and_claim, [(str(target),)] * 4)
+        assert results == ["ok"] * 4, results
+        assert written_by_contrastfit(target) and sorted(p.name for p in target.iterdir()) == [".contrastfit"]
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary folder left
+    del check_output, claim_folder
+
+
+def _check_and_claim(path: str) -> str:
+    from contrastfit.atomic import check_output, claim_folder
+    from contrastfit.errors import ContrastfitError
+
+    try:
+        check_output(path)
+        claim_folder(path)
+        check_output(path)
+        return "ok"
+    except ContrastfitError as exc:
+        return str(exc)

@@ -289,6 +289,17 @@ def claim_folder(path: str | os.PathLike) -> Path:
     """Create folder ``path`` (with its parents) and mark it as contrastfit's (:data:`MARKER`) unless it
     already is; :func:`check_output` decides beforehand whether it may be written. Returns the path."""
     folder = Path(path)
+    if not folder.exists():
+        # a new folder appears with its marker (renamed into place whole), so a second process claiming
+        # or checking it at the same moment never sees it half-made: unmarked and not empty
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        new = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}.new-"))
+        os.chmod(new, umask_mode(folder=True))
+        _write_marker(new, ())
+        try:
+            os.rename(new, folder)
+        except OSError:  # another process made it first
+            shutil.rmtree(new, ignore_errors=True)
     folder.mkdir(parents=True, exist_ok=True)
     if not written_by_contrastfit(folder):
         _write_marker(folder, ())
