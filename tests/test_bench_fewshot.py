@@ -45,10 +45,48 @@ def test_each_missed_goal_is_named_with_its_number(fewshot):
                               "default": [0.58, 0.62, 0.66]},
                     {"linear-probe": 1, "setfit-lib": 6, "default": 9})
     goal = _row(fewshot.goal_markdown(fewshot.summarise(recs)), "mr", 4)[10]
-    assert "SetFit +2: +1.0" in goal
-    assert "std 4.0 > 1.0 (p=" in goal  # with the paired test of the two stds
-    assert "time 1.50x" in goal
-    assert "probe +5: +2.0" in goal
+    assert "floor" not in goal  # 62.0 is above the best rival (SetFit, 61.0)
+    assert "std 4.0 > 1.0 + 1 (p=" in goal  # with the paired test of the two stds
+    assert "time 1.50x" in goal  # SetFit's step count unknown: the time goal holds
+    behind = _records("mr", 4, {"linear-probe": [0.60, 0.60, 0.60], "setfit-lib": [0.70, 0.71, 0.72],
+                                "default": [0.68, 0.69, 0.70]},
+                      {"linear-probe": 1, "setfit-lib": 6, "default": 1})
+    assert _row(fewshot.goal_markdown(fewshot.summarise(behind)), "mr", 4)[10] == "floor: -2.0 vs SetFit"
+    near = _records("mr", 4, {"linear-probe": [0.60, 0.60, 0.60], "setfit-lib": [0.70, 0.71, 0.72],
+                              "default": [0.695, 0.705, 0.715]}, {"linear-probe": 1, "setfit-lib": 6, "default": 1})
+    assert _row(fewshot.goal_markdown(fewshot.summarise(near)), "mr", 4)[10] == "met"  # 0.5 below: within the floor
+
+
+def test_the_time_goal_holds_only_where_setfit_trains_more_than_30_steps(fewshot):
+    recs = _records("mr", 8, {"linear-probe": [0.6] * 3, "setfit-lib": [0.6, 0.61, 0.62], "default": [0.7, 0.71, 0.72]},
+                    {"linear-probe": 1, "setfit-lib": 10, "default": 9})
+    for r in recs:
+        r["steps"] = 20 if r["system"] == "setfit-lib" else 15
+    assert _row(fewshot.goal_markdown(fewshot.summarise(recs)), "mr", 8)[10] == "met"
+    for r in recs:
+        r["steps"] = 40 if r["system"] == "setfit-lib" else 15
+    assert _row(fewshot.goal_markdown(fewshot.summarise(recs)), "mr", 8)[10] == "time 0.90x"
+
+
+def test_the_kinds_table_averages_each_kind_ranks_the_systems_and_checks_the_means(fewshot):
+    recs = (_records("mr", 8, {"linear-probe": [0.60, 0.60], "setfit-lib": [0.62, 0.62], "default": [0.70, 0.70]},
+                     {"linear-probe": 1, "setfit-lib": 10, "default": 1})
+            + _records("trec", 8, {"linear-probe": [0.50, 0.50], "setfit-lib": [0.80, 0.80], "default": [0.70, 0.70]},
+                       {"linear-probe": 1, "setfit-lib": 10, "default": 1})
+            + _records("mr:codes", 8, {"default": [0.66, 0.66]}, {"default": 1}))
+    table = fewshot.goal_markdown(fewshot.summarise(recs))
+    kinds = {c[0]: c for c in (_cells(ln) for ln in table.splitlines() if ln.startswith("| ")) if len(c) == 8}
+    assert kinds["sentiment"][1:6] == ["1", "70.0", "60.0", "62.0", "+8.0 (1)"]
+    assert kinds["question type"][5:8] == ["-10.0 (1)", "+20.0 (1)", "1"]  # 10 below SetFit: the floor missed
+    assert kinds["sentiment, label codes"][1:3] == ["1", "66.0"]
+    assert kinds["**all**"][1:3] == ["3", "68.7"]
+    assert "default 1.50, probe 3.00, SetFit 1.50" in table  # ranks over mr and trec, where all three ran
+    assert "the default is -1.0 against SetFit (goal +3: missed by 4.0)" in table
+    assert "the default is +15.0 against probe (goal +5: met)" in table
+
+
+def _cells(line: str) -> list[str]:
+    return [c.strip() for c in line.strip().strip("|").split("|")]
 
 
 def test_the_paired_std_test_is_pitman_morgans(fewshot):
@@ -82,7 +120,7 @@ def test_a_skipped_setfit_and_the_ceiling_are_stated(fewshot):
     table = fewshot.goal_markdown(summary)
     cells = _row(table, "bbc-news", 16)
     assert cells[5] == "not run: SetFit's default would take 320 steps (> --setfit-max-steps 100)"
-    assert cells[10] == "probe +5: +1.0 (ceiling 97.5)"  # the probe is within 5 points of the ceiling
+    assert cells[8].startswith("+1.0") and cells[10] == "met"  # the probe's margin is a goal on the mean, not a cell
     # the line says whether the ceiling's run mixed its encoder with the pretrained one (the default since WiSE-FT)
     assert ("Ceiling, bbc-news: the default recipe on the whole training split (1699 examples, 319 steps, "
             "no weight interpolation): 97.5%") in table
@@ -157,7 +195,7 @@ def test_fastfit_gets_its_columns_and_a_default_below_it_is_a_miss(fewshot):
     assert cells[12] == "met"
     behind = _records("medmcqa-subject", 4, {**accs, "fastfit": [0.55, 0.56, 0.57]}, secs)
     cells = _row(fewshot.goal_markdown(fewshot.summarise(behind)), "medmcqa-subject", 4)
-    assert cells[10].startswith("-4.0") and cells[12] == "below FastFit: -4.0"
+    assert cells[10].startswith("-4.0") and cells[12] == "floor: -4.0 vs FastFit"
 
 
 def test_crossfit_scores_each_candidate_on_the_held_out_half_and_trains_the_better_on_everything(fewshot, monkeypatch):
