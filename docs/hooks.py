@@ -5,7 +5,8 @@
   :func:`contrastfit.cli.build_parser` builds; for ``train`` that parser is generated from the
   :class:`contrastfit.TrainConfig` fields declared with :func:`contrastfit.settings.setting`
   (:func:`contrastfit.cli.add_config_options`), for ``pretrain`` from
-  :class:`contrastfit.pretrain.PretrainOptions`, whose bounds the table also gives. An unknown
+  :class:`contrastfit.pretrain.PretrainOptions` (for ``serve`` from :class:`contrastfit.serve.ServeOptions`),
+  whose bounds the table also gives. An unknown
   command fails the build.
 * ``<!-- hparams: METHOD [METHOD ...] -->`` becomes the table of those methods' hyper-parameters
   (name and option, default, allowed values, help), read from each method's ``Hparams`` declaration
@@ -53,7 +54,9 @@ def option_rows(command: str) -> list[tuple[str, str, str, str, str]]:
     """(group, option, default, allowed values, help) for each option of ``contrastfit COMMAND``,
     in ``--help`` order."""
     from contrastfit.cli import build_parser
+    from contrastfit.distillation import DistillOptions
     from contrastfit.pretrain import PretrainOptions
+    from contrastfit.serve import ServeOptions
     from contrastfit.training import TrainConfig
 
     parser = build_parser()
@@ -62,7 +65,8 @@ def option_rows(command: str) -> list[tuple[str, str, str, str, str]]:
         raise ValueError(f"<!-- options: {command} -->: contrastfit has no command {command!r} "
                          f"(commands: {', '.join(subparsers.choices)})")
     sub = subparsers.choices[command]
-    declared = {"train": TrainConfig, "pretrain": PretrainOptions}.get(command)
+    declared = {"train": TrainConfig, "pretrain": PretrainOptions, "distill": DistillOptions,
+                "serve": ServeOptions}.get(command)
     fields = declared.__dataclass_fields__ if declared is not None else {}
     rows = []
     for group in sub._action_groups:

@@ -175,3 +175,30 @@ def ref_jaccard_supcon(x, label_sets, t, eps=0.0):
         log_denominator = lse([cos(x[i], x[a], eps, eps) / t for a in range(n) if a != i])
         per_anchor.append(-sum(w * (cos(x[i], x[p], eps, eps) / t - log_denominator) for p, w in weights.items()) / total)
     return sum(per_anchor) / len(per_anchor) if per_anchor else None
+
+
+def ref_soft_target_kl(student, teacher, t):
+    """Hinton et al. 2015 (soft_target_kl's docstring): t^2 / n sum_i sum_c p_ic (log p_ic - log q_ic),
+    p = softmax(teacher_i / t), q = softmax(student_i / t), with 0 log 0 = 0; None for no rows."""
+    n, classes = student.shape
+    if n == 0:
+        return None
+    total = 0
+    for i in range(n):
+        log_p_denominator = lse([teacher[i, c] / t for c in range(classes)])
+        log_q_denominator = lse([student[i, c] / t for c in range(classes)])
+        for c in range(classes):
+            log_p = teacher[i, c] / t - log_p_denominator
+            p = torch.exp(log_p)
+            if p.item() > 0:
+                total = total + p * (log_p - (student[i, c] / t - log_q_denominator))
+    return t * t * total / n
+
+
+def ref_similarity_distillation(student, teacher, eps_s=0.0, eps_t=0.0):
+    """SetFit's distillation (similarity_distillation's docstring): the mean over pairs i < j of
+    (cos(s_i, s_j) - cos(t_i, t_j))^2; None with fewer than two rows."""
+    n = student.shape[0]
+    terms = [(cos(student[i], student[j], eps_s, eps_s) - cos(teacher[i], teacher[j], eps_t, eps_t)) ** 2
+             for i in range(n) for j in range(i + 1, n)]
+    return sum(terms) / len(terms) if terms else None

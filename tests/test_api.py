@@ -100,7 +100,8 @@ def test_validation_is_held_out_only_where_the_run_chooses_something_on_it(tiny_
     assert (asked["data"]["train_size"], asked["data"]["validation_size"]) == (21, 3)
     # the rule for every method: a step, a head epoch (AdamW heads) or label thresholds chosen there
     chooses = {name for name in available_methods() if validation_split_for(TrainConfig(method=name)) == 0.1}
-    assert {name for name in available_methods()} - chooses == {"ce-scl-lr", "setfit", "linear-probe", "zero-shot"}
+    assert {name for name in available_methods()} - chooses == {"ce-scl-lr", "setfit", "linear-probe", "zero-shot",
+                                                                 "distill-cosine"}
     assert {"ce", "supcl-seq", "simcse-unsup", "lacon"} <= chooses
     assert validation_split_for(TrainConfig(method="ce", select_best=False)) == 0.0
     assert validation_split_for(TrainConfig(multi_label=True)) == 0.1  # thresholds on validation

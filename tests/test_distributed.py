@@ -331,48 +331,145 @@ def test_single_process_is_the_identity():
     assert v is x and y is labels
 
 
-@pytest.mark.parametrize("extra", [[], ["--gradient-cache", "3", "--memory-size", "16"]], ids=["plain", "cached-memory"])
-def test_torchrun_two_processes_train_save_once_and_reload(tmp_path, tiny_encoder_dir, sentiment_csv, extra):
+#: The torchrun runs' training options besides the data, model and output. ``trained``: a kept model that
+#: has moved from the pretrained one (every step kept, no warm-up, a rate that moves the tiny encoder in 4
+#: steps: with model selection this toy set's best step is often the first, taken at the warm-up's
+#: learning rate of 0), the rows still split for validation; ``cached-memory``: one epoch with model
+#: selection (the Trainer loads the best checkpoint on every process), gradient caching and a memory.
+TORCHRUN_RUNS = {
+    "trained": ["--min-steps", "4", "--warmup-ratio", "0", "--learning-rate", "1e-3", "--no-select-best",
+                "--validation-split", "0.1"],
+    "cached-memory": ["--epochs", "1", "--min-steps", "6", "--gradient-cache", "3", "--memory-size", "16"],
+}
+
+
+def _torchrun_train(launches: list[list[str]], data: Path, model_dir: Path, out: Path, options: list[str],
+                    timeout: float = 600) -> list[tuple[int, str, str]]:
+    """``torchrun LAUNCH -m contrastfit train ...`` (``ce-scl``, 8 rows a process, on the CPU), one launch
+    per item of ``launches`` (the launcher's options), all started at once (the nodes of one run):
+    ``(returncode, stdout, stderr)`` of each."""
+    import subprocess
+    import sys
+
+    train = ["-m", "contrastfit", "train", "--data", str(data), "--text-column", "sentence", "--label-column",
+             "sentiment", "--model", str(model_dir), "--method", "ce-scl", "--batch-size", "8", "--output", str(out),
+             "--quiet", "--cpu", *options]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    procs = [subprocess.Popen([sys.executable, "-m", "torch.distributed.run", *launch, *train], env=env, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE) for launch in launches]
+    try:
+        outputs = [proc.communicate(timeout=timeout) for proc in procs]
+    finally:
+        for proc in procs:  # a launch left waiting for its peer (the other failed) is not left behind
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+    return [(proc.returncode, *output) for proc, output in zip(procs, outputs)]
+
+
+def _failure(stderr: str) -> str:
+    return "\n".join(l for l in stderr.splitlines() if "contrastfit" in l or "Error" in l)[-3000:]
+
+
+@pytest.fixture(scope="module")
+def toy_csv(tmp_path_factory) -> Path:
+    from conftest import write_sentiment_csv
+
+    return write_sentiment_csv(tmp_path_factory.mktemp("toy") / "toy.csv")
+
+
+@pytest.fixture(scope="module")
+def one_node_run(tmp_path_factory, tiny_encoder_dir, toy_csv) -> tuple[Path, int, str, str]:
+    """``torchrun --standalone --nproc-per-node 2`` of the ``trained`` options, once for the module: the
+    run the save-and-reload test checks and the one the two-node run must equal."""
+    out = tmp_path_factory.mktemp("one-node") / "run"
+    (result,) = _torchrun_train([["--standalone", "--nproc-per-node", "2"]], toy_csv, tiny_encoder_dir, out,
+                                TORCHRUN_RUNS["trained"])
+    return (out, *result)
+
+
+@pytest.mark.parametrize("case", list(TORCHRUN_RUNS))
+def test_torchrun_two_processes_train_save_once_and_reload(request, tmp_path, tiny_encoder_dir, toy_csv, case):
     """``torchrun --nproc-per-node 2 -m contrastfit train``: gloo on 2 CPU processes, the global-batch
     SupCon term, as users run it, and with gradient caching (the Trainer's DDP wrapping, ``no_sync`` and the last chunk
     through the DDP forward) and a cross-batch memory (attached while training, on every process);
     one model written by rank 0, without the memory, which reloads with the predictions the run
     evaluated."""
-    import subprocess
-    import sys
-
     from contrastfit import ContrastiveClassifier
     from contrastfit.evaluation import evaluate_model
     from contrastfit.data import data_hash
     from contrastfit.training import TrainConfig, prepare_data
 
-    out = tmp_path / "run"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-           "-m", "contrastfit", "train", "--data", str(sentiment_csv), "--text-column", "sentence",
-           "--label-column", "sentiment", "--model", str(tiny_encoder_dir), "--method", "ce-scl",
-           "--batch-size", "8", "--min-steps", "6", "--epochs", "1", "--output", str(out), "--quiet", "--cpu", *extra]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
-    assert proc.returncode == 0, "\n".join(l for l in proc.stderr.splitlines() if "contrastfit" in l or "Error" in l)[-3000:]
-    assert proc.stdout.count(f"saved to {out}") == 1  # the first process writes and reports
+    if case == "trained":
+        out, returncode, stdout, stderr = request.getfixturevalue("one_node_run")
+    else:
+        out = tmp_path / "run"
+        ((returncode, stdout, stderr),) = _torchrun_train([["--standalone", "--nproc-per-node", "2"]], toy_csv,
+                                                          tiny_encoder_dir, out, TORCHRUN_RUNS[case])
+    assert returncode == 0, _failure(stderr)
+    assert stdout.count(f"saved to {out}") == 1  # the first process writes and reports
     record = json.loads((out / "results.json").read_text())
-    assert record["training"]["world_size"] == 2
     assert record["training"]["world_size"] == 2  # from the Trainer: each process alone would say 1
-    if extra:
+    if case == "cached-memory":
         assert record["training"]["gradient_cache_chunk"] == 3 and record["training"]["memory_size"] == 16
         assert record["training"]["steps"] >= 2  # the memory (16 = one global batch) was used from step 2 on
-    assert not list(tmp_path.glob(".run.*"))  # no second writer's leftovers
+    assert not list(out.parent.glob(".run.*"))  # no second writer's leftovers
     from safetensors.torch import load_file
 
     assert not [k for k in load_file(str(out / "head.safetensors")) if "memory" in k]
     model = ContrastiveClassifier.from_pretrained(out)
     # the same validation split as the run (the file is split with the run's seed)
-    held_out = prepare_data(TrainConfig(data=str(sentiment_csv), text_column="sentence", label_column="sentiment",
+    held_out = prepare_data(TrainConfig(data=str(toy_csv), text_column="sentence", label_column="sentiment",
                                     model=str(tiny_encoder_dir), method="ce-scl", output=str(tmp_path / "x"))).validation
     assert record["data"]["validation_hash"] == data_hash(held_out)
     again = evaluate_model(model, held_out)
     assert again["accuracy"] == pytest.approx(record["metrics"]["validation"]["accuracy"])
     assert again["confusion_matrix"] == record["metrics"]["validation"]["confusion_matrix"]
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_torchrun_two_nodes_train_the_one_node_model(tmp_path, tiny_encoder_dir, toy_csv, one_node_run):
+    """Two "nodes" on this machine: two torchrun launches (``--nnodes 2 --nproc-per-node 1``, the c10d
+    rendezvous at 127.0.0.1, gloo between them), as docs/scale.md shows for two machines. The global batch
+    is the one of one node with two processes (the sampler's batches go to global ranks 0 and 1 in turn),
+    and so is everything computed on it: the SupCon term over the rows gathered across the nodes, DDP's
+    average of the gradients. So the model equals the one-node run's, weight for weight (to 1e-6), and
+    has moved from the pretrained encoder (the equality is not that of two untrained models); exactly one
+    process of the two launches writes it. (That a 2-process step equals one process's step on the
+    concatenated batch is the step tests' part, above.)"""
+    from safetensors.torch import load_file
+
+    one_out, returncode, _, stderr = one_node_run
+    assert returncode == 0, _failure(stderr)
+    port = _free_port()
+    launch = ["--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d", "--rdzv-endpoint",
+              f"127.0.0.1:{port}", "--rdzv-id", "two-nodes", "--local-addr", "127.0.0.1"]
+    # which launch hosts the rendezvous store: said here, as both run on the endpoint's host (on two
+    # machines, torchrun infers it from the endpoint's address)
+    out = tmp_path / "run"
+    results = _torchrun_train([[*launch, "--rdzv-conf", f"is_host={int(node == 0)}"] for node in range(2)],
+                              toy_csv, tiny_encoder_dir, out, TORCHRUN_RUNS["trained"])
+    for node, (code, _, err) in enumerate(results):
+        assert code == 0, f"node {node}: {_failure(err)}"
+    assert sum(stdout.count(f"saved to {out}") for _, stdout, _ in results) == 1  # global rank 0 alone writes
+    one, two = (json.loads((folder / "results.json").read_text())["training"] for folder in (one_out, out))
+    assert two["world_size"] == one["world_size"] == 2 and two["steps"] == one["steps"] >= 4
+    assert two["train_loss"] == pytest.approx(one["train_loss"], abs=1e-6)
+    pretrained = load_file(str(tiny_encoder_dir / "model.safetensors"))
+    for name in ("encoder/model.safetensors", "head.safetensors"):
+        expected, got = load_file(str(one_out / name)), load_file(str(out / name))
+        assert set(got) == set(expected), name
+        for key, weight in expected.items():
+            assert torch.allclose(got[key], weight, rtol=0, atol=1e-6), f"{name}: {key}"
+    trained = load_file(str(out / "encoder/model.safetensors"))
+    assert max(float((trained[k] - pretrained[k]).abs().max()) for k in pretrained) > 1e-3
 
 
 def test_experiments_refuse_a_multi_process_launch(monkeypatch, tmp_path):
@@ -430,3 +527,22 @@ def test_more_processes_than_gpus_is_a_one_line_error(monkeypatch):
     assert cpu_processes(False) is False
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert cpu_processes(False) is True
+
+
+def test_a_multi_node_launch_needs_a_gpu_per_process_of_each_machine(monkeypatch):
+    """``torchrun --nnodes 2 --nproc-per-node 4`` on two machines of 4 GPUs: 8 processes in all
+    (``WORLD_SIZE``), 4 on each machine (``LOCAL_WORLD_SIZE``): NCCL, one GPU each, not refused for
+    having fewer GPUs than the whole run has processes; 4 processes on a machine of 2 GPUs are."""
+    from contrastfit.distributed import cpu_processes, local_processes
+    from contrastfit.errors import ConfigError
+
+    monkeypatch.setenv("WORLD_SIZE", "8")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
+    assert local_processes() == 4 and cpu_processes(False) is False
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    with pytest.raises(ConfigError, match=r"^4 processes were launched but only 2 GPU\(s\) are visible"):
+        cpu_processes(False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert cpu_processes(False) is True  # gloo across the machines

@@ -53,6 +53,8 @@ CASES = [
     ("simcse-sup", {}),
     ("simcse-sup", {"augmented": True}),  # an extra call on the unpaired anchors' rows
     ("diffcse", {}),  # generator sampling before the calls, discriminator after
+    ("distill-kl", {}),  # the teacher's targets looked up by the rows' token ids
+    ("distill-cosine", {}),
 ]
 CHUNKS = [1, 4, 20]  # every row alone; 4 + 4 + 1 (does not divide 9); one chunk larger than the batch
 
@@ -64,6 +66,15 @@ def _model(tiny_encoder_dir, name, hparams, seed=0, device="cpu"):
     if name == "diffcse":  # the unigram generator is built from the tokenised training set
         ids = model.tokenize(TEXTS)["input_ids"]
         model.method.prepare(model, datasets.Dataset.from_dict({"input_ids": ids}))
+    if name.startswith("distill-"):  # the teacher's targets of the texts, made before training
+        from contrastfit.methods.distill_base import TeacherTargets, teacher_targets
+
+        g = torch.Generator().manual_seed(seed + 1)
+        targets = TeacherTargets(TEXTS, logits=3 * torch.randn(len(TEXTS), 2, generator=g),
+                                 embeddings=torch.randn(len(TEXTS), 16, generator=g))
+        with teacher_targets(targets):
+            ids = model.tokenize(TEXTS)["input_ids"]
+            model.method.prepare(model, datasets.Dataset.from_dict({"input_ids": ids}))
     return model
 
 

@@ -257,3 +257,106 @@ def test_from_pretrained_offline_with_the_real_client_is_one_line(monkeypatch):
     with pytest.raises(ModelError, match="downloading it from the Hugging Face Hub failed") as err:
         ContrastiveClassifier.from_pretrained("contrastfit-nobody/no-such-model")
     assert "\n" not in str(err.value)
+
+
+def test_push_sets_the_cards_license_language_and_datasets(tmp_path, tiny_encoder_dir, local_hub, capsys):
+    """``push --license --language --dataset`` (repeatable): the uploaded card's metadata has them (read
+    back with huggingface_hub), as does the uploaded contrastfit.json; the folder's own card is kept
+    otherwise (an edited body stays) and the folder is left as it was."""
+    from huggingface_hub import ModelCard, metadata_load
+
+    from contrastfit.cli import main
+
+    folder, _ = _run_folder(tmp_path, tiny_encoder_dir)
+    card = (folder / "README.md").read_text(encoding="utf-8")
+    (folder / "README.md").write_text(card.replace("## Limitations", "My own notes.\n\n## Limitations"), encoding="utf-8")
+    before = (folder / "README.md").read_bytes(), (folder / "contrastfit.json").read_bytes()
+    assert main(["push", str(folder), "--repo", "me/carded", "--license", "mit", "--language", "en",
+                 "--language", "de", "--dataset", "me/reviews", "--dataset", "stanfordnlp/imdb"]) == 0
+    capsys.readouterr()
+    repo = local_hub.root / "me" / "carded"
+    meta = metadata_load(repo / "README.md")
+    assert (meta["license"], meta["language"], meta["datasets"]) == ("mit", ["en", "de"], ["me/reviews", "stanfordnlp/imdb"])
+    assert meta["library_name"] == "contrastfit" and meta["pipeline_tag"] == "text-classification"
+    assert "My own notes." in ModelCard.load(repo / "README.md").text
+    assert json.loads((repo / "contrastfit.json").read_text())["card"]["license"] == "mit"
+    assert ((folder / "README.md").read_bytes(), (folder / "contrastfit.json").read_bytes()) == before
+    # without a card in the folder, the one written from the records has them
+    (folder / "README.md").unlink()
+    assert main(["push", str(folder), "--repo", "me/fresh", "--license", "apache-2.0", "--dataset", "me/reviews"]) == 0
+    meta = metadata_load(local_hub.root / "me" / "fresh" / "README.md")
+    assert (meta["license"], meta["datasets"]) == ("apache-2.0", ["me/reviews"]) and "language" not in meta
+    # and from Python
+    _, model = _run_folder(tmp_path / "again", tiny_encoder_dir)
+    model.push_to_hub("me/py", license="mit", language="fr")
+    assert metadata_load(local_hub.root / "me" / "py" / "README.md")["language"] == ["fr"]
+    capsys.readouterr()
+    assert main(["push", str(folder), "--repo", "me/x", "--language", "English"]) == 2
+    assert capsys.readouterr().err == "contrastfit: error: --language 'English' is not a language code (e.g. en, de, pt-BR)\n"
+    assert not (local_hub.root / "me" / "x").exists()
+
+
+def test_from_pretrained_passes_revision_and_token_to_snapshot_download(tmp_path, tiny_encoder_dir, monkeypatch):
+    """A Hub id is downloaded with ``huggingface_hub.snapshot_download(revision=..., token=...)`` (a stand-in
+    here that records its arguments and returns a local folder); a revision for a local folder is one line."""
+    import huggingface_hub
+
+    from contrastfit.multitask import MultiTaskModel
+
+    folder, model = _run_folder(tmp_path, tiny_encoder_dir)
+    calls = []
+
+    def snapshot_download(repo_id, **kwargs):
+        calls.append({"repo_id": repo_id, **kwargs})
+        return str(folder)
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", snapshot_download)
+    loaded = ContrastiveClassifier.from_pretrained("me/tiny", revision="v1.0", token="hf_secret")
+    assert calls == [{"repo_id": "me/tiny", "repo_type": "model", "revision": "v1.0", "token": "hf_secret"}]
+    np.testing.assert_allclose(loaded.predict_logits(TEXTS), model.predict_logits(TEXTS), atol=1e-6)
+    ContrastiveClassifier.from_pretrained("me/tiny")
+    assert calls[-1] == {"repo_id": "me/tiny", "repo_type": "model", "revision": None, "token": None}
+    with pytest.raises(ModelError, match=r"holds a single-task model"):  # the same download path for multi-task
+        MultiTaskModel.from_pretrained("me/tiny", revision="abc123")
+    assert calls[-1]["revision"] == "abc123"
+    with pytest.raises(ModelError, match=r"is a local folder, not a Hub id: revision='v1.0' applies") as err:
+        ContrastiveClassifier.from_pretrained(folder, revision="v1.0")
+    assert "\n" not in str(err.value)
+
+    def missing(repo_id, **kwargs):
+        raise OSError("404 Client Error. Revision Not Found for url: https://huggingface.co/api/models/me/tiny.\nmore")
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", missing)
+    with pytest.raises(ModelError, match=r"^me/tiny: no such local folder, and downloading it at revision v9 from the "
+                                         r"Hugging Face Hub failed: 404 Client Error. Revision Not Found"):
+        ContrastiveClassifier.from_pretrained("me/tiny", revision="v9")
+
+
+def test_progress_false_silences_save_load_and_push(tmp_path, tiny_encoder_dir, local_hub, capfd):
+    """``progress=False`` on save_pretrained, from_pretrained (a folder or a Hub id) and push_to_hub: nothing
+    on stdout or stderr (transformers' writing and loading bars, the Hub client's); the libraries'
+    settings are back afterwards. The default still shows the bars."""
+    import datasets
+    from huggingface_hub.utils import are_progress_bars_disabled
+    from transformers.utils import logging as hf_logging
+
+    from contrastfit.multitask import MultiTaskModel
+
+    datasets.enable_progress_bars()  # whatever an earlier test (the CLI's quiet mode) left
+    hf_logging.enable_progress_bar()
+    model = _trained_like(tiny_encoder_dir, "mean")
+    capfd.readouterr()
+    folder = model.save_pretrained(tmp_path / "run", progress=False)
+    loaded = ContrastiveClassifier.from_pretrained(folder, progress=False)
+    model.push_to_hub("me/quiet", progress=False)
+    ContrastiveClassifier.from_pretrained("me/quiet", progress=False)
+    assert capfd.readouterr() == ("", "")
+    assert hf_logging.is_progress_bar_enabled() and datasets.is_progress_bar_enabled() and not are_progress_bars_disabled()
+    np.testing.assert_allclose(loaded.predict_logits(TEXTS), model.predict_logits(TEXTS), atol=1e-6)
+    with pytest.raises(ModelError):  # the flag reaches the multi-task class too (this folder is single-task)
+        MultiTaskModel.from_pretrained(folder, progress=False)
+    assert capfd.readouterr() == ("", "")
+    model.save_pretrained(tmp_path / "loud")
+    ContrastiveClassifier.from_pretrained(tmp_path / "loud")
+    err = capfd.readouterr().err
+    assert "Loading weights" in err and "Writing" in err

@@ -151,3 +151,40 @@ def test_train_refuses_an_output_file_before_loading_anything(tmp_path):
     file.write_text("x", encoding="utf-8")
     with pytest.raises(ConfigError, match="is a file"):  # the data name is bad too: the output is checked first
         train(data="no-such-data-set", output=str(file), model=str(tmp_path / "no-model"))
+
+
+def test_train_without_data_is_one_line_and_no_builtin_set(tmp_path, monkeypatch):
+    """No default data set: ``train()`` without data (or with only other settings) is refused before
+    anything loads or any output folder is made, in one line."""
+    from contrastfit import train
+    from contrastfit.data import loading
+
+    assert TrainConfig().data is None
+    monkeypatch.setattr(loading, "load_data", lambda *a, **k: pytest.fail("no data should load"))
+    for call in (lambda: train(), lambda: train(output=str(tmp_path / "run"), method="ce"),
+                 lambda: train(TrainConfig(shots=8))):
+        with pytest.raises(ConfigError, match=r"^train\(\) needs training data: data= .* or texts= and labels=; "
+                                              r"there is no default data set$") as err:
+            call()
+        assert "\n" not in str(err.value)
+    assert not (tmp_path / "run").exists()
+
+
+def test_the_train_command_without_data_says_so_in_one_line(tmp_path, capsys):
+    """``contrastfit train`` without ``--data``: one line that it is needed (no argparse usage block),
+    exit 2; with ``--output`` missing as well, the same line says so too."""
+    from contrastfit.cli import NO_DATA, main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["train", "--output", str(tmp_path / "run"), "--method", "ce"])
+    assert exc.value.code == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err == f"contrastfit: error: {NO_DATA}\n"
+    assert "--data is needed" in NO_DATA and "no default data set" in NO_DATA
+    with pytest.raises(SystemExit):
+        main(["train"])
+    assert capsys.readouterr().err == f"contrastfit: error: {NO_DATA} (--output is needed too)\n"
+    with pytest.raises(SystemExit):  # another missing option: argparse's own message, as before
+        main(["train", "--data", "mr"])
+    assert "the following arguments are required: --output" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()

@@ -18,6 +18,8 @@ _EXPORTS = {
     "ContrastiveClassifier": "modeling",
     "MultiTaskConfig": "multitask", "MultiTaskModel": "multitask", "Task": "multitask", "train_multitask": "multitask",
     "TrainConfig": "training", "train": "training",
+    "distill": "distillation",
+    "SearchResult": "experiments.search", "hyperparameter_search": "experiments.search",
 }
 
 
@@ -41,7 +43,7 @@ def __dir__():
 
 __all__ = [
     "ConfigError", "ContrastfitError", "ContrastiveClassifier", "DataError", "ModelError", "MultiTaskConfig",
-    "MultiTaskModel", "SupConLoss", "Task", "TextData", "TextEncoder", "TrainConfig", "available_methods",
-    "evaluate_model", "get_method", "load_backbone", "load_data", "pretrain", "set_dropout", "supcon", "train",
-    "train_multitask",
+    "MultiTaskModel", "SearchResult", "SupConLoss", "Task", "TextData", "TextEncoder", "TrainConfig",
+    "available_methods", "distill", "evaluate_model", "get_method", "hyperparameter_search", "load_backbone", "load_data",
+    "pretrain", "set_dropout", "supcon", "train", "train_multitask",
 ]

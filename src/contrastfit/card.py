@@ -1,17 +1,23 @@
 """The model card of a saved model: ``README.md`` in its folder, written from its record.
 
-A card is Markdown with the YAML front matter the Hugging Face Hub reads (``base_model`` as a Hub id,
-the built-in alias mapped to its id; ``license``; ``language``; ``library_name``; ``pipeline_tag``;
-``tags``; ``datasets``; ``metrics``; ``model-index`` with the evaluation results), then what the model is (method and paper),
-the data it was trained on (source, sampling, sizes, hashes), how it was trained (settings, steps,
-the validation-selected step), its validation and test metrics (with the probabilities' NLL and
-ECE, and the temperature when ``contrastfit calibrate`` fitted one; for a multi-label model micro-F1,
-macro-F1 and subset accuracy, the headline metrics also in the front matter, and each label's F1 and
-threshold), how to use it, what it cannot
-claim, and the library versions. No absolute local path is written (a local file appears by its
-name only). Everything comes from ``results.json`` and ``contrastfit.json``:
-the card states nothing the record does not hold. ``contrastfit train`` writes it with the model;
-``contrastfit card RUN`` writes it again (``calibrate`` does, after fitting a temperature).
+A card is Markdown with the YAML front matter the Hugging Face Hub reads, built with huggingface_hub's
+own classes (``ModelCardData``, ``EvalResult``, ``ModelCard``): ``base_model`` as a Hub id (a built-in
+model's alias, its folder or a Hub cache folder mapped to its id; left out for another local folder);
+``license``; ``language``; ``library_name``; ``pipeline_tag``; ``tags``; ``datasets`` (the Hub data
+sets trained on); ``metrics``; ``widget`` (one training text per label, where the record holds them);
+``model-index`` with the evaluation results of each evaluated split, named (validation, test). The
+licence, languages and data sets can be set (:func:`card_settings`: ``contrastfit card RUN --license L
+--language xx --dataset owner/name``, ``contrastfit push``); the settings are kept in the folder's
+``contrastfit.json`` (``card``), so a card written again (``calibrate``) keeps them. Then the card
+says what the model is (method and paper), the data it was trained on (source, sampling, sizes,
+hashes), how it was trained (settings, steps, the validation-selected step), its validation and test
+metrics (with the probabilities' NLL and ECE, and the temperature when ``contrastfit calibrate``
+fitted one; for a multi-label model micro-F1, macro-F1 and subset accuracy, the headline metrics also
+in the front matter, and each label's F1 and threshold), how to use it, what it cannot claim, and the
+library versions. No absolute local path is written (a local file appears by its name only).
+Everything comes from ``results.json`` and ``contrastfit.json``: the card states nothing the record
+does not hold. ``contrastfit train`` writes it with the model; ``contrastfit card RUN`` writes it
+again (``calibrate`` does, after fitting a temperature).
 """
 
 from __future__ import annotations
@@ -20,13 +26,15 @@ import json
 import os
 import re
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
-from .atomic import write_text_atomic
-from .errors import ModelError
+from .atomic import write_json_atomic, write_text_atomic
+from .errors import ConfigError, ModelError
+from .folder import CONFIG_NAME as CONFIG_FILE
 from .record import RESULTS_NAME, Record
 
-__all__ = ["CARD_NAME", "HUB_ID", "model_card", "multitask_card", "public_record", "write_model_card"]
+__all__ = ["CARD_NAME", "HUB_ID", "card_settings", "model_card", "multitask_card", "public_record",
+           "set_card_metadata", "write_model_card"]
 
 CARD_NAME = "README.md"
 _CLASSIFICATION = ("accuracy", "f1", "macro_f1", "mcc", "nll", "ece")
@@ -36,9 +44,20 @@ _REGRESSION = ("pearson", "spearman", "mse")
 #: model-index's), then the others of :func:`~contrastfit.evaluation.multilabel.multilabel_metrics`.
 _MULTILABEL_HEADLINE = ("micro_f1", "macro_f1", "subset_accuracy")
 _MULTILABEL = (*_MULTILABEL_HEADLINE, "samples_f1", "hamming_loss")
+_SPLITS = ("validation", "test")
 
 #: A Hugging Face Hub model id, ``owner/name``.
 HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
+#: A Hub data set id: ``owner/name``, or a bare ``name`` (the canonical data sets).
+HUB_DATASET_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9][A-Za-z0-9_.-]*)?$")
+#: A language code as the Hub takes it (ISO 639-1 or -3, optionally with a region or script: ``pt-BR``).
+LANGUAGE = re.compile(r"^[a-z]{2,3}(?:[-_][A-Za-z0-9]{2,8})*$")
+#: A Hub licence identifier (``apache-2.0``, ``mit``, ``cc-by-4.0``, ``other``): no white space.
+LICENSE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
+#: The folder name of a Hub model in the huggingface_hub cache: ``models--owner--name``.
+_CACHE_FOLDER = re.compile(r"^models--([A-Za-z0-9][A-Za-z0-9_.-]*)--([A-Za-z0-9][A-Za-z0-9_.-]*)$")
+#: Longest training text used as a widget example (a longer one is used only when a label has no shorter).
+_EXAMPLE_CHARS = 500
 
 
 def public_record(obj: Any) -> Any:
@@ -58,59 +77,173 @@ def _fmt(value: Any, metric: bool = False) -> str:
     return "-" if value is None else str(value)
 
 
-def hub_base_model(base: Any) -> str | None:
-    """``base`` as a Hub model id: a built-in alias mapped to its id, a Hub id as it is; None for a
-    local folder (which is no Hub id)."""
+def _as_list(value: str | Sequence[str] | None) -> list[str] | None:
+    if value is None:
+        return None
+    return [value] if isinstance(value, str) else list(value)
+
+
+def card_settings(license: str | None = None, language: str | Sequence[str] | None = None,
+                  datasets: str | Sequence[str] | None = None) -> dict[str, Any]:
+    """The card metadata a user sets, checked: ``license`` (a Hub licence id, e.g. ``apache-2.0``),
+    ``language`` (codes, e.g. ``en``) and ``datasets`` (Hub data set ids, ``owner/name``); only those
+    given (not None), a list for the last two. A malformed value is a one-line :class:`ConfigError`."""
+    out: dict[str, Any] = {}
+    if license is not None:
+        if not LICENSE.match(license):
+            raise ConfigError(f"--license {license!r} is not a Hub licence id (e.g. apache-2.0, mit, cc-by-4.0, other)")
+        out["license"] = license
+    languages = _as_list(language)
+    if languages is not None:
+        bad = next((code for code in languages if not isinstance(code, str) or not LANGUAGE.match(code)), None)
+        if bad is not None or not languages:
+            raise ConfigError(f"--language {bad!r} is not a language code (e.g. en, de, pt-BR)")
+        out["language"] = list(dict.fromkeys(languages))
+    names = _as_list(datasets)
+    if names is not None:
+        bad = next((name for name in names if not isinstance(name, str) or not HUB_DATASET_ID.match(name)), None)
+        if bad is not None or not names:
+            raise ConfigError(f"--dataset {bad!r} is not a Hub data set id (owner/name)")
+        out["datasets"] = list(dict.fromkeys(names))
+    return out
+
+
+def _builtin_folders() -> dict[str, str]:
+    """``{resolved folder: alias}`` of the built-in models that are installed."""
+    from .encoders import BUILTIN_MODEL_CARDS, builtin_model_path
+
+    out = {}
+    for alias in BUILTIN_MODEL_CARDS:
+        try:
+            out[str(builtin_model_path(alias).resolve())] = alias
+        except ModelError:  # not installed here
+            pass
+    return out
+
+
+def _builtin_alias(base: Any) -> str | None:
+    """The built-in model ``base`` names: its alias (``minilm-l6``), or its installed folder."""
     from .encoders import BUILTIN_MODEL_CARDS
 
+    if not isinstance(base, str):
+        return None
     if base in BUILTIN_MODEL_CARDS:
-        return str(BUILTIN_MODEL_CARDS[base]["hub_id"])
-    if isinstance(base, str) and HUB_ID.match(base) and not Path(base).exists():
         return base
-    return None
+    path = Path(base).expanduser()
+    return _builtin_folders().get(str(path.resolve())) if path.is_dir() else None
 
 
-def _front_matter(base: Any, tags: list[str], datasets: list[str], metrics: list[str],
-                  model_index: list[dict[str, Any]] | None = None) -> str:
-    import yaml
+def hub_base_model(base: Any) -> str | None:
+    """``base`` (the record's ``model``) as a Hub model id: a built-in model (by alias or by its
+    installed folder) mapped to its id, a folder of the Hub cache (``.../models--owner--name/snapshots/REV``)
+    to ``owner/name``, a Hub id as it is; None for another local folder (which is no Hub id)."""
+    from .encoders import BUILTIN_MODEL_CARDS
+
+    if not isinstance(base, str) or not base:
+        return None
+    alias = _builtin_alias(base)
+    if alias is not None:
+        return str(BUILTIN_MODEL_CARDS[alias]["hub_id"])
+    path = Path(base).expanduser()
+    if path.exists():
+        cached = next((m for m in map(_CACHE_FOLDER.match, path.parts) if m), None)
+        return f"{cached.group(1)}/{cached.group(2)}" if cached else None
+    return base if HUB_ID.match(base) else None
+
+
+def _card_data(base: Any, tags: list[str], datasets: list[str], metrics: list[str], settings: Mapping[str, Any],
+               eval_results: list[Any] | None = None, model_name: str | None = None,
+               widget: list[dict[str, str]] | None = None):
+    """The front matter as ``huggingface_hub.ModelCardData``: the user's ``settings``
+    (:func:`card_settings`) over what the record says (the base model's licence and languages where
+    contrastfit knows them, the Hub data sets trained on)."""
+    from huggingface_hub import ModelCardData
 
     from .encoders import BUILTIN_MODEL_CARDS
 
-    known = BUILTIN_MODEL_CARDS.get(base, {})
-    front: dict[str, Any] = {}
-    hub_id = hub_base_model(base)
-    if hub_id:
-        front["base_model"] = hub_id
-    front["license"] = known.get("license", "unknown")  # the base model's licence, where contrastfit knows it
-    if known.get("language"):
-        front["language"] = list(known["language"])
-    front.update({"library_name": "contrastfit", "pipeline_tag": "text-classification", "tags": tags})
-    if datasets:
-        front["datasets"] = datasets
-    front["metrics"] = metrics
-    if model_index:
-        front["model-index"] = model_index
-    return "---\n" + yaml.safe_dump(front, sort_keys=False, allow_unicode=True) + "---"
+    alias = _builtin_alias(base)
+    known = BUILTIN_MODEL_CARDS[alias] if alias is not None else {}
+    language = settings["language"] if "language" in settings else known.get("language")
+    return ModelCardData(
+        base_model=hub_base_model(base),
+        license=settings.get("license", known.get("license", "unknown")),  # the base model's, where contrastfit knows it
+        language=list(language) if language else None,
+        library_name="contrastfit", pipeline_tag="text-classification", tags=tags,
+        datasets=settings.get("datasets", datasets) or None, metrics=metrics or None,
+        model_name=model_name if eval_results else None, eval_results=eval_results or None,
+        widget=widget or None)
 
 
-def _model_index(name: str, data: dict[str, Any], metrics: dict[str, dict[str, Any]], names: Sequence[str]) -> list:
-    """The Hub's ``model-index``: one result per evaluated split, with the metrics in ``names``."""
-    hub = _hub_names(data)
-    results = []
-    for split in ("validation", "test"):
-        values = [{"type": m, "value": float(metrics[split][m]), "name": f"{split} {m}"}
-                  for m in names if isinstance(metrics.get(split, {}).get(m), (int, float))]
-        if values:
-            results.append({"task": {"type": "text-classification", "name": "Text Classification"},
-                            "dataset": {"name": str(data.get("name", "?")), "type": hub[0] if hub else str(data.get("name", "?")),
-                                        "split": split},
-                            "metrics": values})
-    return [{"name": name, "results": results}] if results else []
+def _render(card_data, body: list[str]) -> str:
+    """The card: ``card_data``'s YAML front matter, then the Markdown ``body`` (read back by
+    ``huggingface_hub.ModelCard``, which refuses metadata it cannot parse)."""
+    from huggingface_hub import ModelCard
+
+    card = ModelCard("---\n" + card_data.to_yaml() + "\n---\n\n" + "\n".join(body))
+    return str(card)
 
 
-def _hub_names(*data: dict[str, Any]) -> list[str]:
-    """The Hub data sets among ``data`` records (built-in and local data are not on the Hub)."""
-    return [str(d.get("source", {}).get("name", d.get("name"))) for d in data if d.get("source", {}).get("kind") == "hub"]
+def _dataset_of(data: Mapping[str, Any]) -> tuple[str, str, str | None, str | None]:
+    """``(name, type, config, revision)`` of the data a model-index result is on: the Hub id as the type
+    for Hub data, else the data's name."""
+    name = str(data.get("name", "?"))
+    source = data.get("source")
+    if isinstance(source, Mapping) and source.get("kind") == "hub":
+        return name, str(source.get("name", name)), source.get("config"), source.get("revision")
+    return name, name, None, None
+
+
+def _eval_results(data: Mapping[str, Any], metrics: Mapping[str, Any], names: Sequence[str]) -> list[Any]:
+    """The Hub's ``model-index`` as ``huggingface_hub.EvalResult`` s: one per evaluated split and metric of
+    ``names`` the record holds, with the split named (validation, test); nothing for a split not evaluated."""
+    from huggingface_hub import EvalResult
+
+    name, kind, config, revision = _dataset_of(data)
+    out = []
+    for split in _SPLITS:
+        values = metrics[split] if split in metrics else {}
+        for metric in names:
+            value = values[metric] if metric in values else None
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                out.append(EvalResult(task_type="text-classification", task_name="Text Classification",
+                                      dataset_type=kind, dataset_name=name, dataset_config=config,
+                                      dataset_revision=revision, dataset_split=split, metric_type=metric,
+                                      metric_value=float(value), metric_name=f"{split} {metric}"))
+    return out
+
+
+def _hub_names(*data: Mapping[str, Any]) -> list[str]:
+    """The Hub data sets among ``data`` records (built-in, local and in-memory data are not on the Hub)."""
+    out = []
+    for d in data:
+        source = d.get("source")
+        if isinstance(source, Mapping) and source.get("kind") == "hub":
+            out.append(str(source.get("name", d.get("name"))))
+    return list(dict.fromkeys(out))
+
+
+def _widget(data: Mapping[str, Any]) -> list[dict[str, str]]:
+    """The Hub widget's examples: the record's training text of each label (``data.examples``)."""
+    examples = data.get("examples")
+    if not isinstance(examples, list) or data.get("text_pair"):
+        return []
+    return [{"text": str(e["text"]), "example_title": str(e["label"])} for e in examples
+            if isinstance(e, Mapping) and "text" in e and "label" in e]
+
+
+def label_examples(train, label_names: Sequence[str] | None) -> list[dict[str, str]]:
+    """One training text per label for the card's widget, ``[{"label", "text"}]`` in label order: each
+    label's first text of at most :data:`_EXAMPLE_CHARS` characters (else its first); none for a
+    regression target or sentence pairs."""
+    from .data.types import LABEL, TEXT, TEXT_PAIR
+
+    if label_names is None or TEXT_PAIR in train.column_names or LABEL not in train.column_names:
+        return []
+    chosen: dict[int, str] = {}
+    for text, label in zip(train[TEXT], train[LABEL]):
+        if label not in chosen or (len(chosen[label]) > _EXAMPLE_CHARS >= len(text)):
+            chosen[label] = text
+    return [{"label": str(name), "text": chosen[i]} for i, name in enumerate(label_names) if i in chosen]
 
 
 def _data_rows(data: dict[str, Any], prefix: str = "") -> list[str]:
@@ -164,8 +297,8 @@ def _calibration_sentence(calibration: dict[str, Any], subject: str = "the proba
 
 def model_card(record: Record | dict[str, Any], config: dict[str, Any]) -> str:
     """The card of a model from its run record (``results.json``, a :class:`~contrastfit.record.Record` or
-    its dict) and its ``contrastfit.json`` (which holds the calibration, if any); a multi-task record gets
-    :func:`multitask_card`."""
+    its dict) and its ``contrastfit.json`` (which holds the calibration, if any, and the card settings
+    ``card``: :func:`card_settings`); a multi-task record gets :func:`multitask_card`."""
     from .methods import available_methods
 
     record = record if isinstance(record, Record) else Record.from_dict(record)
@@ -173,32 +306,35 @@ def model_card(record: Record | dict[str, Any], config: dict[str, Any]) -> str:
         return multitask_card(record, config)
     method = record.method or config.get("method")
     spec = available_methods().get(method)
-    data = record.data or {}
+    data: dict[str, Any] = dict(record.data) if record.data else {}
     metrics = record.metrics
-    task = data.get("task") or config.get("task", "classification")
-    labels = data.get("label_names") or config.get("label_names")
-    multi_label = bool(data.get("multi_label") or config.get("multi_label"))
+    task = record.task or config.get("task", "classification")
+    labels = record.label_names if record.label_names is not None else config.get("label_names")
+    labels = list(labels) if labels else []
+    multi_label = bool(data.get("multi_label", config.get("multi_label", False)))
+    pairs = bool(data.get("text_pair", False))
     names = _REGRESSION if task == "regression" else _MULTILABEL if multi_label else _CLASSIFICATION
     base = record.model or config.get("base_model")
     shown_base = hub_base_model(base) or (Path(str(base)).name if base else "?")
+    title = f"{method} on {data.get('name', '?')}"
 
     tags = ["contrastfit", str(method), task, *(["multi-label"] if multi_label else [])]
     indexed = _MULTILABEL_HEADLINE if multi_label else names  # the model-index's metrics; the front matter's less nll, ece
-    out = [_front_matter(base, tags, _hub_names(data), [m for m in indexed if m not in ("nll", "ece")],
-                         _model_index(f"{method} on {data.get('name', '?')}", data, metrics, indexed)),
-           "", f"# {method} on {data.get('name', '?')}", ""]
+    front = _card_data(base, tags, _hub_names(data), [m for m in indexed if m not in ("nll", "ece")],
+                       config.get("card", {}), _eval_results(data, metrics, indexed), title, _widget(data))
+    out = [f"# {title}", ""]
     what = f"`{shown_base}` fine-tuned with contrastfit's `{method}` method"
     if spec is not None:
         what += f": {spec.description}. Paper: {spec.reference}"
     if task == "regression":
         what += ". It predicts one score per text."
     elif multi_label:
-        what += f". It gives each {'text pair' if data.get('text_pair') else 'text'} a set of labels (none, one or " \
-                f"several) of {len(labels or [])}: " + ", ".join(f"`{n}`" for n in labels or []) + \
+        what += f". It gives each {'text pair' if pairs else 'text'} a set of labels (none, one or " \
+                f"several) of {len(labels)}: " + ", ".join(f"`{n}`" for n in labels) + \
                 ". Each label has its own sigmoid probability and threshold."
     else:
-        what += f". It classifies {'text pairs' if data.get('text_pair') else 'texts'} into {len(labels or [])} labels: " \
-                + ", ".join(f"`{n}`" for n in labels or []) + "."
+        what += f". It classifies {'text pairs' if pairs else 'texts'} into {len(labels)} labels: " \
+                + ", ".join(f"`{n}`" for n in labels) + "."
     out += [what, "", "## Training data", "", "| split | rows | hash | sampling |", "|---|---|---|---|",
             *_data_rows(data), "", f"Source: `{json.dumps(public_record(data.get('source', {})), sort_keys=True)}`.", ""]
     out += _settings(record, record.hparams or {})
@@ -208,26 +344,26 @@ def model_card(record: Record | dict[str, Any], config: dict[str, Any]) -> str:
                     f"({_fmt(selection.get('best_value'), metric=True)}) of {len(selection.get('evaluations', []))} evaluations."]
     out.append("")
 
-    splits = [s for s in ("validation", "test") if s in metrics]
+    splits = [s for s in _SPLITS if s in metrics]
     if splits:
         out += ["## Evaluation", "", *_metric_table("model", [(str(method), metrics)], names, splits), ""]
         if any("ece" in metrics[s] for s in splits):
             out += ["`nll` is the mean cross-entropy of the predicted probabilities and `ece` their expected "
                     "calibration error (15 bins), both before any temperature scaling.", ""]
         if multi_label:
-            out += _multilabel_results(metrics, splits, record.training.get("thresholds") or {})
+            out += _multilabel_results(metrics, splits, record.training.get("thresholds", {}))
     calibration = config.get("calibration")
     if calibration:
         out += ["## Calibration", "", _calibration_sentence(calibration), ""]
 
-    example = "a fine film" + ("\\tgreat acting" if data.get("text_pair") else "")
+    example = "a fine film" + ("\\tgreat acting" if pairs else "")
     out += ["## Usage", "", "```python", "from contrastfit import ContrastiveClassifier", "",
             'model = ContrastiveClassifier.from_pretrained("path/to/this/folder")',
             f'model.{"predict" if task == "regression" or multi_label else "predict_proba"}(["a fine film"]'
-            + (', ["great acting"]' if data.get("text_pair") else "") + ")", "```", "",
+            + (', ["great acting"]' if pairs else "") + ")", "```", "",
             f"or `echo -e \"{example}\" | contrastfit predict path/to/this/folder`.", ""]
     out += _loading(config)
-    return "\n".join(out + _closing(record, data.get("train_size", "?")))
+    return _render(front, out + _closing(record, data.get("train_size", "?")))
 
 
 def _multilabel_results(metrics: dict[str, Any], splits: list[str], thresholds: dict[str, Any]) -> list[str]:
@@ -236,7 +372,7 @@ def _multilabel_results(metrics: dict[str, Any], splits: list[str], thresholds: 
            "`subset_accuracy` the fraction of texts whose whole label set is right; `samples_f1` is F1 per text, "
            "averaged, and `hamming_loss` the fraction of wrong (text, label) decisions (lower is better). Each label "
            "is decided at its own threshold (the training table's `threshold_rule`).", ""]
-    per_label = {s: metrics[s].get("per_label") or {} for s in splits}
+    per_label = {s: metrics[s].get("per_label", {}) for s in splits}
     labels = list(thresholds) or list(next((p for p in per_label.values() if p), {}))
     if labels:
         out += ["| label | threshold | " + " | ".join(f"{s} F1 (support)" for s in splits) + " |",
@@ -281,43 +417,46 @@ def multitask_card(record: Record | dict[str, Any], config: dict[str, Any] | Non
     """The card of a multi-task model (one encoder, a head per task) from its ``results.json`` and its
     ``contrastfit.json`` (which holds each calibrated task's temperature)."""
     record = record if isinstance(record, Record) else Record.from_dict(record)
-    tasks = record.tasks or {}
+    config = config if config is not None else {}
+    tasks: dict[str, dict[str, Any]] = dict(record.tasks) if record.tasks else {}
     specs = {name: t.get("spec", {}) for name, t in tasks.items()}
+    task_data = {name: t.get("data", {}) for name, t in tasks.items()}
     base = record.model
     shown_base = hub_base_model(base) or (Path(str(base)).name if base else "?")
     kinds = sorted({s.get("type", "?") for s in specs.values()})
-    metric_names = sorted({s.get("metric") for s in specs.values() if s.get("metric")})
-    out = [_front_matter(base, ["contrastfit", "multi-task", *kinds], _hub_names(*(t.get("data", {}) for t in tasks.values())),
-                         metric_names),
-           "", f"# Multi-task model: {', '.join(tasks)}", "",
+    metric_names = sorted({s["metric"] for s in specs.values() if s.get("metric")})
+    schedule = record.schedule["name"] if record.schedule and "name" in record.schedule else None
+    front = _card_data(base, ["contrastfit", "multi-task", *kinds], _hub_names(*task_data.values()), metric_names,
+                       config.get("card", {}))
+    out = [f"# Multi-task model: {', '.join(tasks)}", "",
            f"`{shown_base}` fine-tuned by contrastfit on {len(tasks)} tasks at once: one shared encoder, one head per task "
            "(the CS224N report's multi-task setup, Behrman & Christoglou). Each batch holds one task; the "
-           f"schedule was `{(record.schedule or {}).get('name')}`.", "",
+           f"schedule was `{schedule}`.", "",
            "| task | type | head | objective | weight | labels | selection metric |", "|---|---|---|---|---|---|---|"]
     for name, s in specs.items():
-        labels = ", ".join(f"`{n}`" for n in s.get("label_names") or []) or "(a score)"
+        labels = ", ".join(f"`{n}`" for n in s.get("label_names", None) or ()) or "(a score)"
         pairs = " (pairs)" if s.get("pairs") and s.get("type") != "pair-classification" else ""
         out.append(f"| {name} | {s.get('type')}{pairs} | {s.get('head')} | "
                    f"{s.get('objective')} | {_fmt(s.get('weight'))} | {labels} | {s.get('metric')} |")
     out += ["", "## Training data", "", "| task: split | rows | hash | sampling |", "|---|---|---|---|"]
-    for name, t in tasks.items():
-        out += _data_rows(t.get("data", {}), prefix=f"{name}: ")
+    for name, data in task_data.items():
+        out += _data_rows(data, prefix=f"{name}: ")
     out.append("")
     out += _settings(record, {})
-    selection = record.training.get("selection") or {}
-    if selection.get("best_step") is not None:
-        out += ["", f"The kept step is {selection.get('best_step')}, the best validation "
+    selection = record.training.get("selection")
+    if selection and selection.get("best_step") is not None:
+        out += ["", f"The kept step is {selection['best_step']}, the best validation "
                     + ("average of the tasks' selection metrics." if record.select_on == "average"
                        else f"selection metric of task {record.select_on}.")]
     out.append("")
     metrics = record.metrics
-    splits = [s for s in ("validation", "test") if s in metrics]
+    splits = [s for s in _SPLITS if s in metrics]
     if splits:
         rows = [(name, {s: metrics[s].get(name, {}) for s in splits}) for name in tasks]
         out += ["## Evaluation", "", *_metric_table("task", rows, (*_CLASSIFICATION, *_REGRESSION), splits), "",
                 "Average of the tasks' selection metrics: "
                 + ", ".join(f"{s} {_fmt(metrics[s].get('average'), metric=True)}" for s in splits) + ".", ""]
-    calibration = (config or {}).get("calibration") or {}
+    calibration = config.get("calibration")
     if calibration:
         out += ["## Calibration", ""]
         out += [f"- {_calibration_sentence(c, f'the probabilities of task {name}')}" for name, c in calibration.items()]
@@ -327,20 +466,49 @@ def multitask_card(record: Record | dict[str, Any], config: dict[str, Any] | Non
             'model = MultiTaskModel.from_pretrained("path/to/this/folder")',
             f'model.predict(["a fine film"], task="{first}")', "```", "",
             f"or `contrastfit predict path/to/this/folder --task {first} \"a fine film\"`.", ""]
-    rows = ", ".join(f"{t.get('data', {}).get('train_size', '?')} ({name})" for name, t in tasks.items())
-    return "\n".join(out + _closing(record, rows))
+    rows = ", ".join(f"{data.get('train_size', '?')} ({name})" for name, data in task_data.items())
+    return _render(front, out + _closing(record, rows))
 
 
-def write_model_card(folder: str | os.PathLike) -> Path:
-    """Write ``README.md`` (:func:`model_card`) in a model's output folder (single- or multi-task), atomically."""
-    folder = Path(folder)
+def _read_records(folder: Path) -> tuple[Record, dict[str, Any]]:
     try:
         record = Record.from_dict(json.loads((folder / RESULTS_NAME).read_text(encoding="utf-8")),
                                   str(folder / RESULTS_NAME))
-        config = json.loads((folder / "contrastfit.json").read_text(encoding="utf-8"))
+        config = json.loads((folder / CONFIG_FILE).read_text(encoding="utf-8"))
     except FileNotFoundError as exc:
         raise ModelError(f"{folder}: no {Path(exc.filename).name}; a model card is written from a finished run's "
                          "results.json and contrastfit.json") from None
     except json.JSONDecodeError as exc:
         raise ModelError(f"{folder}: a record is not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    return record, config
+
+
+def write_model_card(folder: str | os.PathLike, *, license: str | None = None,
+                     language: str | Sequence[str] | None = None,
+                     datasets: str | Sequence[str] | None = None) -> Path:
+    """Write ``README.md`` (:func:`model_card`) in a model's output folder (single- or multi-task),
+    atomically. ``license``, ``language`` and ``datasets`` (:func:`card_settings`), where given, set
+    those metadata fields and are kept in the folder's ``contrastfit.json`` (``card``) for the next
+    card written there; those not given stay as a previous call set them."""
+    folder = Path(folder)
+    settings = card_settings(license, language, datasets)  # checked before anything is read or written
+    record, config = _read_records(folder)
+    if settings:
+        config["card"] = {**config.get("card", {}), **settings}
+        write_json_atomic(folder / CONFIG_FILE, config)
     return write_text_atomic(folder / CARD_NAME, model_card(record, config))
+
+
+def set_card_metadata(path: str | os.PathLike, settings: Mapping[str, Any]) -> Path:
+    """Set the metadata ``settings`` (:func:`card_settings`) in the model card ``path`` (a README.md
+    kept as it is otherwise, e.g. one the user edited), atomically, through ``huggingface_hub.ModelCard``."""
+    from huggingface_hub import ModelCard
+
+    path = Path(path)
+    try:
+        card = ModelCard.load(path)
+    except ValueError as exc:  # metadata that is not a mapping
+        raise ModelError(f"{path}: the model card's metadata cannot be read ({exc})") from None
+    for key, value in settings.items():
+        setattr(card.data, key, value)
+    return write_text_atomic(path, str(card))

@@ -1,5 +1,5 @@
 """Command line: ``contrastfit train | evaluate | predict | explain | calibrate | export | serve | card |
-pretrain | datasets | methods | experiment | report | compare``.
+pretrain | distill | datasets | methods | experiment | report | compare``.
 
 Every user error (:class:`~contrastfit.errors.ContrastfitError`) is printed as one line,
 ``contrastfit: error: ...``, with exit status 2 and no traceback.
@@ -126,6 +126,40 @@ def add_config_options(parser: argparse.ArgumentParser, names: Sequence[str] | N
     return groups
 
 
+#: What ``contrastfit train`` without ``--data`` says (there is no default data set).
+NO_DATA = ("--data is needed: a built-in name (see `contrastfit datasets`), a local .csv/.tsv/.jsonl/.json/.parquet "
+           "file or a Hugging Face data set name; there is no default data set")
+
+
+def _missing_data_in_one_line(parser: argparse.ArgumentParser) -> None:
+    """``parser`` (``train``) refuses a command line without ``--data`` in one line on standard error,
+    :data:`NO_DATA`, exit code 2, instead of argparse's usage block; its other errors are argparse's."""
+    usual = parser.error
+
+    def error(message: str):
+        missing = message.partition("the following arguments are required: ")[2]
+        if "--data" in [m.strip() for m in missing.split(",")]:
+            others = [m.strip() for m in missing.split(",") if m.strip() != "--data"]
+            also = f" ({', '.join(others)} {'is' if len(others) == 1 else 'are'} needed too)" if others else ""
+            parser.exit(2, f"contrastfit: error: {NO_DATA}{also}\n")
+        usual(message)
+
+    parser.error = error
+
+
+def _add_card_args(p: argparse.ArgumentParser) -> None:
+    """The model card's metadata a user sets (``card`` and ``push``): :func:`contrastfit.card.card_settings`."""
+    p.add_argument("--license", default=None, metavar="ID",
+                   help="the card's licence, a Hub licence id (e.g. apache-2.0, mit; default: the base model's "
+                        "where contrastfit knows it, else unknown)")
+    p.add_argument("--language", action="append", default=None, metavar="CODE",
+                   help="a language of the model (repeatable, e.g. --language en --language de; default: the base "
+                        "model's where contrastfit knows it)")
+    p.add_argument("--dataset", action="append", default=None, metavar="OWNER/NAME",
+                   help="a Hub data set the model was trained on (repeatable; default: the Hub data set of the run, "
+                        "if it trained on one)")
+
+
 def _add_text_input_args(p: argparse.ArgumentParser, verb: str) -> None:
     """A trained run and texts from arguments or --file (read by :func:`_read_predict_inputs`)."""
     p.add_argument("run", help="output folder of `contrastfit train`")
@@ -137,8 +171,10 @@ def _add_text_input_args(p: argparse.ArgumentParser, verb: str) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     from . import __version__
+    from .distillation import DistillOptions
     from .export import CHECK_ROWS
     from .pretrain import PretrainOptions
+    from .serve import ServeOptions
 
     parser = argparse.ArgumentParser(prog="contrastfit", description="Fine-tune text classifiers with supervised contrastive objectives; `contrastfit COMMAND --help` for each.")
     parser.add_argument("--version", action="version", version=f"contrastfit {__version__}")
@@ -148,6 +184,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("train", help="fine-tune an encoder with one method",
                        description="Fine-tune an encoder with one method; writes the model and results.json to --output.")
     groups = add_config_options(p, required=("data", "output"))
+    _missing_data_in_one_line(p)
     for name, spec in hparam_options().items():
         groups["method"].add_argument("--" + name.replace("_", "-"), dest=f"hp_{name}", **spec)
     groups["method"].add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
@@ -244,32 +281,16 @@ def build_parser() -> argparse.ArgumentParser:
     _add_task_arg(p, "export")
 
     # -- serve ---------------------------------------------------------------------------------
-    p = sub.add_parser("serve", help="serve a model over HTTP (POST /predict, GET /health)",
-                       description="A small HTTP server (standard library) for a trained model, a multi-task folder's "
-                                   "--task, or an ONNX export: POST /predict with {\"texts\": [...]} (and \"pairs\") "
-                                   "answers {\"predictions\": [{\"label\", \"probabilities\"}, ...]}; GET /health "
-                                   "answers the labels.")
+    p = sub.add_parser("serve", help="serve a model over HTTP (POST /predict, GET /health, /metrics, /docs)",
+                       description="An HTTP server (FastAPI on uvicorn: the `serve` extra) for a trained model, a "
+                                   "multi-task folder's --task, or an ONNX export: POST /predict with {\"texts\": [...]} "
+                                   "(and \"pairs\") answers {\"predictions\": [{\"label\", \"probabilities\"}, ...]}, "
+                                   "and the Hugging Face payload {\"inputs\": ...} as Hugging Face inference does; "
+                                   "GET /health answers the labels, /metrics Prometheus metrics, /docs and "
+                                   "/openapi.json the schema.")
     p.add_argument("run", help="output folder of `contrastfit train`, or of `contrastfit export`")
     _add_task_arg(p, "serve")
-    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
-    p.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 picks a free one)")
-    p.add_argument("--threads", type=int, default=1,
-                   help="the model's intra-op threads, PyTorch's or ONNX Runtime's; 0: the library's default "
-                        "(one per core) (default 1: see Benchmarks)")
-    p.add_argument("--batch-size", type=int, default=8,
-                   help="most texts per forward pass: a larger request runs in chunks of this size, other "
-                        "requests between them (default 8: see Benchmarks)")
-    p.add_argument("--workers", type=int, default=1,
-                   help="model threads: forward passes at a time, each with --threads threads, on copies of the "
-                        "model that share its weights (default 1: see Benchmarks)")
-    p.add_argument("--max-texts", type=int, default=256, help="most texts in one request; more: 413 (default 256)")
-    p.add_argument("--max-body", type=int, default=8 * 1024 * 1024,
-                   help="most bytes in a request body; more: 413 (default 8 MiB)")
-    p.add_argument("--timeout", type=float, default=30.0,
-                   help="seconds a connection may take to send its request: an idle one is closed, a body not "
-                        "complete by then gets 408 (default 30)")
-    p.add_argument("--max-connections", type=int, default=64,
-                   help="connections handled at a time; more get 503 at once (default 64)")
+    add_config_options(p, source=ServeOptions)
 
     # -- card ----------------------------------------------------------------------------------
     p = sub.add_parser("card", help="write a trained model's model card (README.md) again",
@@ -277,6 +298,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "training settings, metrics, calibration, usage, limitations, versions), from the "
                                    "folder's results.json and contrastfit.json. `train` writes it with the model.")
     p.add_argument("run", help="output folder of `contrastfit train`")
+    _add_card_args(p)
 
     # -- push ----------------------------------------------------------------------------------
     p = sub.add_parser("push", help="upload a trained model folder with its model card to the Hugging Face Hub",
@@ -287,6 +309,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--repo", required=True, help="Hub repository id, owner/name")
     p.add_argument("--private", action="store_true", help="create the repository as private")
     p.add_argument("--message", default=None, help="commit message")
+    _add_card_args(p)
 
     # -- pretrain ------------------------------------------------------------------------------
     p = sub.add_parser("pretrain", help="train the encoder alone on a corpus (SimCSE / DiffCSE stage 1), save an encoder folder",
@@ -297,6 +320,19 @@ def build_parser() -> argparse.ArgumentParser:
     add_config_options(p, required=("data", "output"), source=PretrainOptions)
     p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
                    help="a hyper-parameter of the method (repeatable), e.g. --param temperature=0.05")
+
+    # -- distill -------------------------------------------------------------------------------
+    p = sub.add_parser("distill", help="train a small student on unlabelled texts against a trained teacher",
+                       description="Distillation: the teacher (a trained model folder) predicts once for every text of "
+                                   "--data (unlabelled: a .txt file with one text per line, a table or a data set "
+                                   "name), and the student encoder (--model) trains against those predictions "
+                                   "(--method distill-cosine, the default: SetFit's, its pair similarities; "
+                                   "distill-kl: its probabilities). Writes a model folder with the teacher's labels and results.json "
+                                   "to --output, as `train` does.")
+    p.add_argument("teacher", help=DistillOptions.__dataclass_fields__["teacher"].metadata["help"])
+    add_config_options(p, required=("data", "output"), source=DistillOptions)
+    p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
+                   help="a hyper-parameter of the method (repeatable), e.g. --param temperature=2")
 
     # -- datasets / methods --------------------------------------------------------------------
     p = sub.add_parser("datasets", help="list the built-in data sets (single- and multi-label) with sizes and labels")
@@ -319,6 +355,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rebuild-store", action="store_true",
                    help="move OUTPUT/results.sqlite aside (e.g. an unreadable one) and rebuild it from the runs' "
                         "results.json files: finished runs are imported, not trained again")
+    from .experiments.executors import EXECUTOR_SECTIONS
+
+    for source in EXECUTOR_SECTIONS.values():  # the config's executor keys (declared once there); not given: the config's
+        add_config_options(p, source=source)
+        p.set_defaults(**{f.name: None for f in config_option_fields(source=source)})
 
     # -- report / compare ----------------------------------------------------------------------
     p = sub.add_parser("report", help="write report.md and report.html of an experiment folder",
@@ -454,37 +495,39 @@ def _train_overlap(args: argparse.Namespace, model, ds):
 def cmd_card(args: argparse.Namespace) -> int:
     from .card import write_model_card
 
-    print(f"wrote {write_model_card(args.run)}")
+    print(f"wrote {write_model_card(args.run, license=args.license, language=args.language, datasets=args.dataset)}")
     return 0
 
 
 def cmd_push(args: argparse.Namespace) -> int:
     from .hub import push_to_hub
 
-    print(f"pushed {args.folder} to {push_to_hub(args.folder, args.repo, private=args.private, commit_message=args.message)}")
+    url = push_to_hub(args.folder, args.repo, private=args.private, commit_message=args.message, license=args.license,
+                      language=args.language, datasets=args.dataset)
+    print(f"pushed {args.folder} to {url}")
     return 0
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from .serve import check_settings, make_server
+    from .serve import ServeOptions, check_settings, make_server, require_serving
 
-    check_settings(cli=True, port=args.port, threads=args.threads, workers=args.workers,  # before the model loads
-                   max_texts=args.max_texts, max_body=args.max_body, timeout=args.timeout,
-                   max_connections=args.max_connections)
+    options = {f.name: getattr(args, f.name) for f in config_option_fields(source=ServeOptions)}
+    check_settings(cli=True, **options)  # before the model loads
+    require_serving()
     model = _load_model(args)
-    server = make_server(model, args.host, args.port, name=str(args.run), max_texts=args.max_texts,
-                         max_body=args.max_body, timeout=args.timeout, batch_size=args.batch_size,
-                         threads=args.threads or None, max_connections=args.max_connections, workers=args.workers)
-    host, port = server.server_address[:2]
+    server = make_server(model, ServeOptions(**options), name=str(args.run), log=True)
     import signal
 
     def stop(signum, frame):
         raise KeyboardInterrupt
 
-    # Ctrl-C and a service manager's SIGTERM stop the server (a shell's background job starts with SIGINT ignored)
+    # Ctrl-C and a service manager's SIGTERM stop the server: uvicorn takes them while it serves (it answers
+    # the requests in progress, then stops) and raises them again after, here (a shell's background job starts
+    # with SIGINT ignored)
     signal.signal(signal.SIGINT, stop)
     signal.signal(signal.SIGTERM, stop)
-    print(f"serving {args.run} on http://{host}:{port} (POST /predict, GET /health); Ctrl-C stops", file=sys.stderr)
+    print(f"serving {args.run} on {server.url} (POST /predict, GET /health, /metrics, /docs); Ctrl-C stops",
+          file=sys.stderr, flush=True)
     try:
         server.serve_forever()
     except KeyboardInterrupt:
@@ -725,10 +768,24 @@ def cmd_methods(args: argparse.Namespace) -> int:
 def cmd_experiment(args: argparse.Namespace) -> int:
     from .experiments import load_config, run_experiment
 
+    from .experiments.executors import EXECUTOR_SECTIONS, executor_overrides
+
     overrides = list(args.set or [])
     if args.output:
         overrides.append(f"output={json.dumps(args.output)}")
+    executor = executor_overrides({f.name: getattr(args, f.name) for source in EXECUTOR_SECTIONS.values()
+                                   for f in config_option_fields(source=source)})
     config = load_config(args.config, overrides)
+    if executor:
+        from .experiments.config import MultiTaskExperimentConfig
+
+        if isinstance(config, MultiTaskExperimentConfig):
+            raise ContrastfitError(f"{args.config} is a multi-task experiment, which runs in this process; "
+                                   "--executor, --ray-address and --slurm-cluster run a single-task grid")
+        if args.search:
+            raise ContrastfitError("--executor runs the grid; a --search runs its trials in this process (start "
+                                   "more `--search optuna` processes on one search.storage to share a study)")
+        config = load_config(args.config, overrides + executor)
     if args.search:
         from .experiments.config import MultiTaskExperimentConfig
         from .experiments.search import run_search
@@ -771,9 +828,19 @@ def cmd_pretrain(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_distill(args: argparse.Namespace) -> int:
+    from .distillation import DistillOptions, distill
+
+    options = {f.name: getattr(args, f.name) for f in config_option_fields(source=DistillOptions)}
+    result = distill(args.teacher, **options, hparams=_parse_params(args.param) or None)
+    print(f"saved to {args.output}")
+    return 0 if result else 1
+
+
 #: What each command writes, checked before it starts: (attribute, option, a folder?).
 _OUTPUTS: dict[str, list[tuple[str, str, bool]]] = {
     "train": [("output", "--output", True)], "pretrain": [("output", "--output", True)],
+    "distill": [("output", "--output", True)],
     "export": [("output", "--output", True)], "experiment": [("output", "--output", True)],
     "predict": [("output", "--output", False)], "evaluate": [("json_out", "--json", False)],
     "explain": [("output", "--output", False), ("plot", "--plot", False)],
@@ -782,7 +849,7 @@ _OUTPUTS: dict[str, list[tuple[str, str, bool]]] = {
 
 #: What a command reads (attributes of its arguments), which no output may be or hold.
 _INPUTS = ("data", "validation_data", "test_data", "run", "model", "folder", "file", "verify_file", "check_data",
-           "config", "label_descriptions")
+           "config", "label_descriptions", "teacher")
 
 
 def _check_output_path(value: str, option: str, folder: bool) -> None:
@@ -830,7 +897,7 @@ def _check_arguments(args: argparse.Namespace) -> None:
 
 
 COMMANDS = {"train": cmd_train, "evaluate": cmd_evaluate, "calibrate": cmd_calibrate, "card": cmd_card, "push": cmd_push, "export": cmd_export, "serve": cmd_serve, "predict": cmd_predict, "datasets": cmd_datasets,
-            "pretrain": cmd_pretrain,
+            "pretrain": cmd_pretrain, "distill": cmd_distill,
             "methods": cmd_methods, "explain": cmd_explain, "experiment": cmd_experiment, "report": cmd_report, "compare": cmd_compare}
 
 

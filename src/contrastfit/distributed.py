@@ -43,7 +43,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-__all__ = ["world", "is_distributed", "launched_processes", "cpu_processes", "GlobalBatch", "gather", "gather_views"]
+__all__ = ["world", "is_distributed", "launched_processes", "local_processes", "cpu_processes", "GlobalBatch", "gather", "gather_views"]
 
 
 def is_distributed() -> bool:
@@ -62,6 +62,18 @@ def launched_processes() -> int:
         return 1
 
 
+def local_processes() -> int:
+    """How many of the launched processes run on this machine (``LOCAL_WORLD_SIZE``, set by torchrun;
+    :func:`launched_processes` where it is not set): a multi-node launch starts ``WORLD_SIZE`` processes
+    in all, ``LOCAL_WORLD_SIZE`` on each machine."""
+    import os
+
+    try:
+        return max(1, int(os.environ["LOCAL_WORLD_SIZE"]))
+    except (KeyError, ValueError):
+        return launched_processes()
+
+
 def cpu_processes(use_cpu: bool = False) -> bool:
     """Whether the Trainer must be told ``use_cpu``: asked for, or several processes launched on a
     machine without CUDA. (Accelerate sets up a multi-process CPU run, gloo, only when told the run
@@ -69,14 +81,16 @@ def cpu_processes(use_cpu: bool = False) -> bool:
 
     Several processes on CUDA need a GPU each (NCCL refuses two processes on one device with an
     "invalid usage" error from deep inside the first collective): fewer visible GPUs than processes
-    is a one-line :class:`~contrastfit.errors.ConfigError` naming both counts and ``--cpu``."""
+    on this machine (:func:`local_processes`; a multi-node run has more processes in all than any one
+    machine has GPUs) is a one-line :class:`~contrastfit.errors.ConfigError` naming both counts and ``--cpu``."""
     processes = launched_processes()
     if use_cpu or (processes > 1 and not torch.cuda.is_available()):
         return True
-    if processes > 1 and torch.cuda.device_count() < processes:
+    here = local_processes()
+    if processes > 1 and torch.cuda.device_count() < here:
         from .errors import ConfigError
 
-        raise ConfigError(f"{processes} processes were launched but only {torch.cuda.device_count()} GPU(s) are "
+        raise ConfigError(f"{here} processes were launched but only {torch.cuda.device_count()} GPU(s) are "
                           f"visible: launch at most one process per GPU, or add --cpu to train on the CPU (gloo)")
     return False
 

@@ -31,12 +31,13 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from .atomic import write_json_atomic, write_text_atomic
-from .card import CARD_NAME, HUB_ID, model_card, public_record
+from .card import CARD_NAME, HUB_ID, card_settings, model_card, public_record, set_card_metadata
 from .errors import ModelError
 from .folder import CONFIG_NAME
+from .progress import progress_bars
 
 __all__ = ["ST_FILES", "mark_encoder_without_head", "push_to_hub", "resolve_model_folder",
            "sentence_transformers_layout", "write_sentence_transformers"]
@@ -156,19 +157,27 @@ def _reason(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
-def resolve_model_folder(name: str | os.PathLike) -> Path:
+def resolve_model_folder(name: str | os.PathLike, *, revision: str | None = None,
+                         token: str | bool | None = None) -> Path:
     """``name`` itself when it is a local folder (or not a Hub id: the folder checks then explain);
-    else the local copy of the Hub repository ``owner/name`` (``huggingface_hub.snapshot_download``)."""
+    else the local copy of the Hub repository ``owner/name`` at ``revision`` (a branch, tag or commit;
+    None: the main branch), downloaded with ``token`` (None: the saved login or ``HF_TOKEN``) by
+    ``huggingface_hub.snapshot_download``. A ``revision`` for a local folder is a one-line
+    :class:`~contrastfit.errors.ModelError` (a folder has one version)."""
     path = Path(name)
     text = os.fspath(name)
     if path.exists() or not HUB_ID.match(text):
+        if revision is not None:
+            raise ModelError(f"{text} is a local folder, not a Hub id: revision={revision!r} applies to a model "
+                             "downloaded from the Hugging Face Hub")
         return path
     try:
         from huggingface_hub import snapshot_download
 
-        return Path(snapshot_download(repo_id=text, repo_type="model"))
-    except Exception as exc:  # offline, no such repository, no access, network errors
-        raise ModelError(f"{text}: no such local folder, and downloading it from the Hugging Face Hub failed: "
+        return Path(snapshot_download(repo_id=text, repo_type="model", revision=revision, token=token))
+    except Exception as exc:  # offline, no such repository or revision, no access, network errors
+        at = f" at revision {revision}" if revision is not None else ""
+        raise ModelError(f"{text}: no such local folder, and downloading it{at} from the Hugging Face Hub failed: "
                          f"{_reason(exc)}") from None
 
 
@@ -180,15 +189,21 @@ def _link_or_copy(src: str, dst: str) -> None:
 
 
 def push_to_hub(folder: str | os.PathLike, repo_id: str, *, private: bool = False,
-                commit_message: str | None = None, token: str | None = None) -> str:
+                commit_message: str | None = None, token: str | None = None, license: str | None = None,
+                language: str | Sequence[str] | None = None, datasets: str | Sequence[str] | None = None,
+                progress: bool = True) -> str:
     """Upload the contrastfit model folder ``folder`` to the Hub repository ``repo_id`` (created if
     needed) with its model card; returns the repository's URL. What is uploaded: ``encoder/``, the
     weights, ``contrastfit.json``, ``results.json`` if present (absolute local paths in both written
     as file names), the sentence-transformers files and ``README.md`` (written from the records if
-    the folder has none); not ``checkpoints/`` or hidden files."""
+    the folder has none); not ``checkpoints/`` or hidden files. ``license``, ``language`` and
+    ``datasets`` (Hub data set ids; :func:`contrastfit.card.card_settings`) are set in the uploaded
+    card's metadata (a README.md of the folder is kept otherwise) and in the uploaded ``contrastfit.json``;
+    the folder itself is left as it is. ``progress=False``: no upload progress bar."""
     folder = Path(folder)
     if not HUB_ID.match(repo_id):
         raise ModelError(f"--repo {repo_id!r} is not a Hub repository id (owner/name)")
+    settings = card_settings(license, language, datasets)
     if not (folder / CONFIG_NAME).is_file():
         raise ModelError(f"{folder} is not a contrastfit output folder (no {CONFIG_NAME})")
     try:
@@ -204,16 +219,21 @@ def push_to_hub(folder: str | os.PathLike, repo_id: str, *, private: bool = Fals
     with tempfile.TemporaryDirectory(prefix="contrastfit-push-") as tmp:
         staging = Path(tmp) / folder.name  # a copy (hard links where possible) whose records are made public
         shutil.copytree(folder, staging, ignore=shutil.ignore_patterns("checkpoints", ".*"), copy_function=_link_or_copy)
+        if settings:
+            config["card"] = {**config.get("card", {}), **settings}
         write_json_atomic(staging / CONFIG_NAME, public_record(config))
         if record is not None:
             write_json_atomic(staging / "results.json", public_record(record))
         if not (staging / CARD_NAME).is_file():
             write_text_atomic(staging / CARD_NAME, model_card(record if record is not None else config, config))
+        elif settings:  # the folder's own card (perhaps edited): only these fields change
+            set_card_metadata(staging / CARD_NAME, settings)  # a new file: the hard-linked original stays
         api = HfApi(token=token)
         try:
-            url = api.create_repo(repo_id=repo_id, repo_type="model", private=private, exist_ok=True)
-            api.upload_folder(repo_id=repo_id, repo_type="model", folder_path=str(staging),
-                              commit_message=commit_message or f"Upload contrastfit model from {folder.name}")
+            with progress_bars(progress):
+                url = api.create_repo(repo_id=repo_id, repo_type="model", private=private, exist_ok=True)
+                api.upload_folder(repo_id=repo_id, repo_type="model", folder_path=str(staging),
+                                  commit_message=commit_message or f"Upload contrastfit model from {folder.name}")
         except Exception as exc:  # offline, no token, no write access
             raise ModelError(f"pushing {folder} to the Hugging Face Hub as {repo_id} failed: {_reason(exc)}") from None
     return str(getattr(url, "url", url) or f"https://huggingface.co/{repo_id}")

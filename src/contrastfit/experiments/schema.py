@@ -4,7 +4,8 @@ Every mapping of an experiment config is one model here: the top level (:class:`
 ``protocol:`` (a union discriminated on ``kind`` of the registered protocols' models, each declared in
 its own file of :mod:`.protocols` with its function), ``training:`` (exactly the
 fields of :class:`contrastfit.training.TrainConfig` an experiment may set, derived from that
-dataclass), the ``methods`` entries, ``data_options``, ``attributions`` and ``search``; and a
+dataclass), the ``methods`` entries, ``data_options``, ``attributions``, ``search`` and where the runs
+train (``executor``, ``ray``, ``slurm``: the declarations of :mod:`.executors`); and a
 multi-task experiment (a config with ``tasks:``, :class:`MultiTaskExperiment`): its ``tasks``
 (:class:`TaskEntry`, the fields of :class:`contrastfit.multitask.Task`), ``training``
 (:class:`MultiTaskTraining`, the fields of :class:`contrastfit.multitask.MultiTaskConfig` an experiment
@@ -59,9 +60,10 @@ from ..multitask.tasks import Task
 from ..multitask.training import MultiTaskConfig
 from ..pretrain import PRETRAIN_METHODS, PretrainOptions
 from ..schema import Schema, describe_error
-from ..settings import declared_model
+from ..settings import declared_model, declared_type
 from ..training import TrainConfig
 from .analyses import available_analyses
+from .executors import ExecutorChoice, RayOptions, SlurmOptions
 from .fields import (Number, PositiveNumber, as_list, asked, explained, hparams_of, invalid, method_name,
                      one_or_more)
 from .protocols import ProtocolOptions, registered_protocols
@@ -69,7 +71,7 @@ from .protocols import ProtocolOptions, registered_protocols
 __all__ = [
     "DATA_OPTIONS", "MULTITASK_RUN_FIELDS", "PROTOCOLS", "RUN_FIELDS", "TRAINING_KEYS", "Attributions", "DataOptions", "Experiment",
     "MethodEntry", "MultiTaskExperiment", "MultiTaskTraining", "MultiTaskVariant", "PretrainEntry", "Protocol",
-    "Search", "SearchDimension", "TaskEntry", "Training", "TrainingGrid", "as_list", "model_label",
+    "Ray", "Search", "Slurm", "SearchDimension", "TaskEntry", "Training", "TrainingGrid", "as_list", "model_label",
     "parse_experiment",
 ]
 
@@ -239,6 +241,15 @@ class Search(Schema):
 
     _method = field_validator("method")(method_name)
 
+    @field_validator("storage")
+    @classmethod
+    def _storage_form(cls, storage: str | None) -> str | None:
+        """``journal``, ``journal:PATH`` (Optuna's journal file) or a database URL (:mod:`.studies`)."""
+        if storage is not None and not (storage == "journal" or storage.startswith("journal:") or "://" in storage):
+            raise invalid(f"storage must be journal, journal:PATH (a file on a shared folder) or a database URL "
+                          f"(sqlite:///FILE, postgresql://HOST/DB, ...), got {storage!r}")
+        return storage
+
     @field_validator("space")
     @classmethod
     def _space_of_the_method(cls, space: dict[str, SearchDimension], info: ValidationInfo):
@@ -247,6 +258,19 @@ class Search(Schema):
                 for value in dim.choices if dim.choices is not None else (dim.low, dim.high):
                     hparams_of(info.data["method"], {name: value})
         return space
+
+
+# ---------------------------------------------------------------------------------------------
+# executor, ray, slurm: where the grid's runs train (declared in .executors, as the CLI's options are)
+# ---------------------------------------------------------------------------------------------
+
+#: ``executor:``: ``local``, ``ray`` or ``slurm`` (:class:`.executors.ExecutorChoice`).
+ExecutorName = declared_type(str, ExecutorChoice.__dataclass_fields__["executor"].metadata)
+Ray = declared_model(RayOptions, number=Number, base=_Settings, name="Ray",
+                     doc="``ray:``: the Ray cluster and each run's task (:class:`.executors.RayOptions`).")
+Slurm = declared_model(SlurmOptions, number=Number, base=_Settings, name="Slurm",
+                       doc="``slurm:``: submitit's executor and each array task's resources "
+                           "(:class:`.executors.SlurmOptions`).")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -284,6 +308,9 @@ class Experiment(Schema):
     attributions: Attributions = Field(default_factory=Attributions)
     report: bool = True
     search: Search | None = None
+    executor: ExecutorName = "local"  # type: ignore[valid-type]
+    ray: Ray = Field(default_factory=Ray)  # type: ignore[valid-type]
+    slurm: Slurm = Field(default_factory=Slurm)  # type: ignore[valid-type]
     output: str
 
     @field_validator("analyses")
@@ -327,6 +354,13 @@ class Experiment(Schema):
                 check_multilabel_method(self.search.method)
             except ConfigError as exc:
                 raise invalid(f"search: {exc}") from None
+        return self
+
+    @model_validator(mode="after")
+    def _transfer_sources_on_ray(self):
+        if self.executor == "ray" and self.protocol.kind == "transfer":
+            raise invalid("executor ray: a transfer protocol trains each source model once, in OUTPUT/sources, "
+                          "which Ray workers do not share; run it with executor local or slurm")
         return self
 
     @model_validator(mode="after")

@@ -66,7 +66,7 @@ from ..atomic import json_default, write_json_atomic
 from ..errors import ContrastfitError
 
 __all__ = ["NETWORK_FILESYSTEMS", "REBUILD_HINT", "ResultsStore", "STORE_NAME", "StoreError", "Unit", "check_written",
-           "file_lock", "filesystem_type", "read_written", "run_pending"]
+           "file_lock", "filesystem_type", "import_written", "read_written", "run_pending", "settle"]
 
 #: File name of the store inside an experiment's output folder.
 STORE_NAME = "results.sqlite"
@@ -413,7 +413,9 @@ class ResultsStore:
 
 class Unit:
     """One run of an experiment's plan: its ``run_id`` in the store, a ``label`` for the progress line,
-    ``work`` (trains it; returns its record), what its claim records (``claim``), ``written``, a
+    ``work`` (trains it; returns its record; a single-task run's takes the folder to train in, by default
+    its own, which the ``ray`` executor replaces by a worker's scratch folder), what its claim records
+    (``claim``), ``written``, a
     file holding its record once it finished (its ``results.json``), which is imported when the runner
     died before the store heard of it, and ``identity``, the run's identity (``{"sha256", "spec"}``,
     :mod:`contrastfit.experiments.identity`) that its record must carry (``tags.run_identity``) to be
@@ -492,6 +494,36 @@ def _check_done(store: ResultsStore, unit: Unit, result: Any) -> None:
                          f"says (its run identity differs); {REBUILD_HINT}, or use a new output folder")
 
 
+def import_written(store: ResultsStore, unit: Unit, claimed: bool = False) -> bool:
+    """Record the run of ``unit.written`` (a finished run's ``results.json`` the store has not heard of) as
+    done: True when the file held the unit's record (:func:`read_written`; one that does not is set aside,
+    False). ``claimed``: the caller holds the run's claim (a driver whose Slurm task wrote the file); else
+    the run is claimed first, and left alone when a live process holds it. What ``--rebuild-store`` and a
+    restarted runner do with every finished folder, and what the ``slurm`` executor does with each run its
+    tasks finish."""
+    record = read_written(unit.written, unit.identity)
+    if record is None:
+        return False
+    if claimed or store.claim(unit.run_id, {"imported": True}):
+        store.finish(unit.run_id, record)
+    return True
+
+
+def settle(store: ResultsStore, unit: Unit) -> bool:
+    """True when ``unit`` needs no training: done in the store (reused only with its identity, its
+    ``results.json`` kept whole: :func:`check_written`), or finished with a ``results.json`` the store never
+    heard of, which is imported (:func:`import_written`)."""
+    row = store.get(unit.run_id)
+    if row is not None and row["status"] == "done":
+        _check_done(store, unit, row["result"])
+        if unit.written is not None:  # what --rebuild-store trusts: kept whole
+            check_written(unit.written, row["result"])
+        return True
+    if unit.written is not None and unit.written.is_file():  # finished, but the store never heard of it
+        return import_written(store, unit)
+    return False
+
+
 def run_pending(store: ResultsStore, units: Sequence[Unit]) -> tuple[int, int, list[str]]:
     """Run every unit the store does not hold as done, in order: claim it (a unit claimed by a live
     process is left to it), run its ``work``, record its result with :meth:`ResultsStore.finish` (or
@@ -507,20 +539,9 @@ def run_pending(store: ResultsStore, units: Sequence[Unit]) -> tuple[int, int, l
     ran, skipped, elsewhere = 0, 0, []
     for i, unit in enumerate(units, 1):
         label = f"[{i}/{len(units)}] {unit.label}"
-        row = store.get(unit.run_id)
-        if row is not None and row["status"] == "done":
-            _check_done(store, unit, row["result"])
-            if unit.written is not None:  # what --rebuild-store trusts: kept whole
-                check_written(unit.written, row["result"])
+        if settle(store, unit):
             skipped += 1
             continue
-        if unit.written is not None and unit.written.is_file():  # finished, but the store never heard of it
-            record = read_written(unit.written, unit.identity)
-            if record is not None:
-                if store.claim(unit.run_id, {"imported": True}):
-                    store.finish(unit.run_id, record)
-                skipped += 1
-                continue
         if not store.claim(unit.run_id, unit.claim):
             elsewhere.append(unit.run_id)
             print(f"{label}: running in another process, left to it", flush=True)

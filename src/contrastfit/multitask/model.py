@@ -305,21 +305,27 @@ class MultiTaskModel(nn.Module):
         return {"format_version": FORMAT_VERSION, "kind": KIND, "tasks": [t.to_dict() for t in self.tasks],
                 "pooling": self.encoder.pooling, "max_length": self.max_length, **self.info}
 
-    def save_pretrained(self, directory: str | os.PathLike) -> Path:
+    def save_pretrained(self, directory: str | os.PathLike, *, progress: bool = True) -> Path:
         """Write ``encoder/``, ``heads.safetensors`` and ``contrastfit.json`` to ``directory`` atomically
         (:func:`contrastfit.modeling.save_model_folder`: built next to it and swapped in by renames; a
-        failed save leaves the previous model intact; other entries such as ``results.json`` are kept)."""
-        return save_model_folder(directory, self, HEADS_NAME, self.config_dict())
+        failed save leaves the previous model intact; other entries such as ``results.json`` are kept).
+        ``progress=False``: no progress bar."""
+        return save_model_folder(directory, self, HEADS_NAME, self.config_dict(), progress=progress)
 
     @classmethod
-    def from_pretrained(cls, directory: str | os.PathLike, device: str | torch.device | None = None) -> "MultiTaskModel":
-        """The model saved in ``directory`` (:func:`contrastfit.modeling.load_model_folder`), in eval mode."""
+    def from_pretrained(cls, directory: str | os.PathLike, device: str | torch.device | None = None, *,
+                        revision: str | None = None, token: str | bool | None = None,
+                        progress: bool = True) -> "MultiTaskModel":
+        """The model saved in ``directory`` (:func:`contrastfit.modeling.load_model_folder`), in eval mode;
+        a Hub id (``owner/name``) is downloaded at ``revision`` with ``token``, as
+        :meth:`contrastfit.ContrastiveClassifier.from_pretrained` does. ``progress=False``: no progress bar."""
         def build(cfg: dict[str, Any], encoder: TextEncoder, tokenizer) -> tuple["MultiTaskModel", str]:
             tasks = [TaskSpec.from_dict(t) for t in cfg["tasks"]]
             info = {k: v for k, v in cfg.items() if k not in ("format_version", "kind", "tasks", "pooling", "max_length")}
             return cls(encoder, tokenizer, tasks, cfg["max_length"], info=info), f"the tasks in {CONFIG_NAME}"
 
-        return load_model_folder(directory, HEADS_NAME, KIND, build, device)
+        return load_model_folder(directory, HEADS_NAME, KIND, build, device, revision=revision, token=token,
+                                 progress=progress)
 
 
 class TaskModel(nn.Module):

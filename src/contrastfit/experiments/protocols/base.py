@@ -168,7 +168,7 @@ def derived(data: TextData, train: datasets.Dataset, validation: datasets.Datase
             test: datasets.Dataset | None, label_names: list[str] | None = None) -> TextData:
     return TextData(name=data.name, train=train, validation=validation, test=test,
                     label_names=list(data.label_names) if label_names is None and data.label_names is not None
-                    else label_names, source=dict(data.source))
+                    else label_names, source=dict(data.source), label_type=data.label_type)
 
 
 def validation_subset(data: TextData, validation_size: int | None, seed: int) -> tuple[datasets.Dataset | None, dict[str, Any]]:

@@ -76,7 +76,7 @@ def class_sweep(
             order = np.random.default_rng(derive_seed(seed, "classes", s)).permutation(data.num_labels)
             classes = sorted(order[:k].tolist())
             names = [data.label_names[c] for c in classes]
-            sub = TextData(name=data.name, label_names=names, source=dict(data.source),
+            sub = TextData(name=data.name, label_names=names, source=dict(data.source), label_type=data.label_type,
                            **{split: _select_classes(getattr(data, split), split_labels[split], classes)
                               for split in ("train", "validation", "test")})
             train, info = draw_train(sub, sub.train, base_params, derive_seed(seed, "train", s))
