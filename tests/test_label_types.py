@@ -49,6 +49,11 @@ def test_integer_labels_are_predicted_as_ints_through_save_and_load(tiny_encoder
     assert json.loads((tmp_path / "model" / "contrastfit.json").read_text())["label_type"] == "int"
     again = loaded.predict(texts[:6])
     assert again == predicted and all(type(p) is int for p in again)
+    # the rows `contrastfit predict` writes and `serve` answers {"texts": ...} with: the label as an int too
+    from contrastfit.inference import prediction_rows
+
+    row = prediction_rows(loaded, texts[:1], None)[0]
+    assert row["label"] == predicted[0] and type(row["label"]) is int and set(row["probabilities"]) == {"0", "1"}
 
 
 def test_string_labels_stay_strings_and_numbers_as_text_stay_text(tiny_encoder_dir, tmp_path):

@@ -57,7 +57,8 @@ def rows(model, scores) -> list[dict[str, Any]]:
 
         return [{"labels": labels, "probabilities": {n: round(float(p), 6) for n, p in zip(names, s)}}
                 for labels, s in zip(lists_of_labels(names, scores, model.thresholds), scores)]
-    return [{"label": names[int(s.argmax())], "probabilities": {n: round(float(p), 6) for n, p in zip(names, s)}}
+    labels = getattr(model, "labels", None) or names  # ints where the training labels were (a model's own)
+    return [{"label": labels[int(s.argmax())], "probabilities": {n: round(float(p), 6) for n, p in zip(names, s)}}
             for s in scores]
 
 

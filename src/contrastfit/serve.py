@@ -215,7 +215,7 @@ class InferenceRequest(BaseModel):
 
 
 class ClassPrediction(BaseModel):
-    label: str
+    label: int | str  # an int where the model was trained on integer labels
     probabilities: dict[str, float]
 
 
