@@ -261,8 +261,36 @@ def test_executor_options_are_refused_where_they_do_not_apply(grid, capsys):
 
     assert main(["experiment", str(ROOT / "examples" / "cs224n_multitask.yaml"), "--executor", "ray"]) == 2
     assert "is a multi-task experiment" in capsys.readouterr().err
-    assert main(["experiment", str(grid.path), "--search", "optuna", "--executor", "ray"]) == 2
-    assert "--executor runs the grid" in capsys.readouterr().err
+    assert main(["experiment", str(grid.path), "--search", "optuna", "--executor", "slurm"]) == 2
+    assert "on Slurm, start `--search optuna` jobs that share one search.storage" in capsys.readouterr().err
+
+
+# -- Optuna: trials as Ray tasks; one study, two processes ----------------------------------------------------
+
+def test_a_search_runs_its_trials_as_ray_tasks_each_once(grid, ray_cluster, tmp_path, capsys):
+    """executor: ray with a search: the driver asks and tells the study, the trials train on Ray's workers
+    (two at a time on the 2-CPU cluster), each of the budget once, each into its own folder."""
+    import optuna
+
+    from contrastfit.experiments.search import run_search
+
+    raw = {**grid.raw, "methods": ["ce-scl"], "output": str(tmp_path / "out"), "executor": "ray",
+           "search": {"method": "ce-scl", "trials": 4, "space": {"temperature": {"low": 0.05, "high": 1.0}}}}
+    path = tmp_path / "search.yaml"
+    path.write_text(yaml.safe_dump(raw), encoding="utf-8")
+    best = run_search(load_config(path), progress=False)
+    printed = capsys.readouterr().out
+    assert "ray: trials as tasks of 1 CPU(s), 2 at a time on a local Ray cluster" in printed
+    study = optuna.load_study(study_name="tiny", storage=f"sqlite:///{tmp_path / 'out' / 'optuna.sqlite3'}")
+    done = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    assert len(study.trials) == 4 and len(done) == 4
+    assert best["trials"] == 4 and best["value"] == max(t.value for t in done)
+    for t in done:  # trained on a worker, into the trial's folder, its value the run's validation accuracy
+        record = json.loads((tmp_path / "out" / "search" / f"trial{t.number}-seed0" / "results.json").read_text())
+        assert record["metrics"]["validation"]["accuracy"] == pytest.approx(t.value)
+        assert f"trial {t.number}: {t.value:.4f}" in printed
+    again = run_search(load_config(path), progress=False)  # the budget is spent: no trial more
+    assert again["trials"] == 4
 
 
 # -- Optuna: one study, two processes -------------------------------------------------------------------------

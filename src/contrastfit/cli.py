@@ -782,9 +782,9 @@ def cmd_experiment(args: argparse.Namespace) -> int:
         if isinstance(config, MultiTaskExperimentConfig):
             raise ContrastfitError(f"{args.config} is a multi-task experiment, which runs in this process; "
                                    "--executor, --ray-address and --slurm-cluster run a single-task grid")
-        if args.search:
-            raise ContrastfitError("--executor runs the grid; a --search runs its trials in this process (start "
-                                   "more `--search optuna` processes on one search.storage to share a study)")
+        if args.search and args.executor == "slurm":
+            raise ContrastfitError("--search runs its trials in this process or, with --executor ray, as Ray tasks; "
+                                   "on Slurm, start `--search optuna` jobs that share one search.storage")
         config = load_config(args.config, overrides + executor)
     if args.search:
         from .experiments.config import MultiTaskExperimentConfig

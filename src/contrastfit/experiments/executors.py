@@ -231,7 +231,7 @@ def _install(unit: Unit, files: dict[str, bytes]) -> None:
             path.write_bytes(data)
 
 
-def _ray_error(ray: Any, error: BaseException, retries: int) -> BaseException:
+def ray_error(ray: Any, error: BaseException, retries: int) -> BaseException:
     """The error a run's task ended with, as the user should read it: what the run raised (a
     ContrastfitError stays one line), or a worker that died more often than ``max_retries`` allows."""
     if isinstance(error, ray.exceptions.RayTaskError):
@@ -242,17 +242,33 @@ def _ray_error(ray: Any, error: BaseException, retries: int) -> BaseException:
                             "each run more memory (ray.num_cpus, the cluster's nodes)")
 
 
-def _run_on_ray(ray: Any, config: Any, store: ResultsStore, pending: list[Unit], progress: _Progress) -> None:
-    options = config.ray
+@contextlib.contextmanager
+def ray_session(ray: Any, options: "RayOptions"):
+    """Ray at ``options.address`` (or a local cluster) for the block; a cluster this process joined or
+    started is left again at the end, one already running is used as it is."""
     started_here = not ray.is_initialized()
     if started_here:
         import logging
 
         ray.init(address=options.address, include_dashboard=False, logging_level=logging.WARNING)
     try:
-        task = ray.remote(train_in_scratch).options(
-            num_cpus=options.num_cpus, num_gpus=options.num_gpus, max_retries=options.max_retries,
-            retry_exceptions=False, name="contrastfit-run")
+        yield ray
+    finally:
+        if started_here:
+            ray.shutdown()
+
+
+def ray_task(ray: Any, function: Any, options: "RayOptions", name: str) -> Any:
+    """``function`` as a Ray task with the config's resources; a dead worker's task is retried
+    (``max_retries``), an error the function raises is not."""
+    return ray.remote(function).options(num_cpus=options.num_cpus, num_gpus=options.num_gpus,
+                                        max_retries=options.max_retries, retry_exceptions=False, name=name)
+
+
+def _run_on_ray(ray: Any, config: Any, store: ResultsStore, pending: list[Unit], progress: _Progress) -> None:
+    options = config.ray
+    with ray_session(ray, options):
+        task = ray_task(ray, train_in_scratch, options, "contrastfit-run")
         cpus = ray.cluster_resources().get("CPU", 0)
         where = options.address or "a local Ray cluster"
         print(f"ray: {len(pending)} run(s) as tasks of {options.num_cpus:g} CPU(s)"
@@ -266,7 +282,7 @@ def _run_on_ray(ray: Any, config: Any, store: ResultsStore, pending: list[Unit],
                 try:
                     record, files = ray.get(ready[0])
                 except ray.exceptions.RayError as exc:
-                    progress.failed(store, unit, _ray_error(ray, exc, options.max_retries), len(refs))
+                    progress.failed(store, unit, ray_error(ray, exc, options.max_retries), len(refs))
                     continue
                 _install(unit, files)
                 store.finish(unit.run_id, record)
@@ -275,9 +291,6 @@ def _run_on_ray(ray: Any, config: Any, store: ResultsStore, pending: list[Unit],
             for ref in refs:
                 ray.cancel(ref, force=True)
             raise
-    finally:
-        if started_here:
-            ray.shutdown()
     progress.raise_first()
 
 

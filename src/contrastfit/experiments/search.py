@@ -22,7 +22,8 @@ Each trial trains the method with the sampled hyper-parameters on the first run 
 (its first setting and training sample) for every seed, and its value is the mean validation
 metric. Trials are stored by Optuna in its own storage (SQLite by default), so an interrupted
 search continues where it stopped, and several processes, on one machine or many, share one study
-through a journal file or a database URL, together running ``trials`` trials (:mod:`.studies`).
+through a journal file or a database URL, together running ``trials`` trials (:mod:`.studies`); with
+``executor: ray`` one process runs them as Ray tasks, asking and telling the study itself.
 The block's schema is :class:`contrastfit.experiments.schema.Search`; a trial's TrainConfig is
 assembled by :func:`~contrastfit.experiments.config.run_config`, as the grid's runs are: the
 experiment's ``training:`` settings and its run data options, so on label sets
@@ -40,7 +41,7 @@ from ..methods import get_method
 from .schema import SearchDimension
 
 __all__ = ["SearchResult", "hyperparameter_search", "mean_validation_score", "parse_space", "run_search",
-           "suggest_params"]
+           "suggest_params", "trial_score"]
 
 
 def _suggest(trial, name: str, dim: SearchDimension, default: Any):
@@ -118,13 +119,16 @@ def run_search(config, progress: bool = True) -> dict[str, Any]:
     except ImportError:
         raise ConfigError("--search optuna needs optuna: pip install 'contrastfit[search]'") from None
     from ..atomic import write_json_atomic
-    from .config import MethodVariant, load_experiment_data, run_config
+    from .config import load_experiment_data
     from .plan import protocol_runs
     from .studies import open_storage, run_trials
 
     search = getattr(config, "search", None)  # a multi-task config has none
     if search is None:
         raise ConfigError("the config has no 'search' block")
+    if config.executor == "slurm":
+        raise ConfigError("a search runs its trials in this process or, with executor: ray, as Ray tasks; on "
+                          "Slurm, start `--search optuna` jobs that share one search.storage (journal:PATH)")
     out = Path(config.output)
     out.mkdir(parents=True, exist_ok=True)
     storage, where, lock = open_storage(search.storage, out)  # .studies: shared by every process on it
@@ -138,16 +142,13 @@ def run_search(config, progress: bool = True) -> dict[str, Any]:
     def objective(trial) -> float:
         nonlocal metric
         hparams = suggest_params(trial, search.space, spec.defaults.__getitem__)
-        runs = (
-            (run_config(config, MethodVariant(search.method, tuple(hparams.items())), data=config.data,
-                        output=str(out / "search" / f"trial{trial.number}-seed{seed}"), model=config.model,
-                        seed=seed, save_model=False, resume=True, progress=progress, evaluate_test=False,
-                        tags={"experiment": config.name, "trial": trial.number}), first.data)
-            for seed in config.seeds)
-        value, metric = mean_validation_score(runs, metric)
+        value, metric = trial_score(config, search.method, hparams, trial.number, metric, progress, first)
         return value
 
-    run_trials(study, objective, search.trials, lock)  # with the other processes on this storage
+    if config.executor == "ray":  # the trials as Ray tasks; this process alone asks and tells the study
+        metric = _run_trials_on_ray(config, study, spec, metric, lock)
+    else:
+        run_trials(study, objective, search.trials, lock)  # with the other processes on this storage
     best = {"method": search.method, "params": study.best_params, "value": study.best_value,
             "metric": f"validation {metric}", "trials": len(study.trials), "storage": where,
             "setting": first.setting}
@@ -155,6 +156,69 @@ def run_search(config, progress: bool = True) -> dict[str, Any]:
     print(f"best {search.method} on validation {metric}: {study.best_value:.4f} with {study.best_params} "
           f"({len(study.trials)} trials; storage {where})")
     return best
+
+
+def trial_score(config, method: str, hparams: Mapping[str, Any], number: int, metric: str | None,
+                progress: bool = False, first=None) -> tuple[float, str]:
+    """One trial's value: ``method`` with ``hparams`` trained on the protocol's first run (``first``; read
+    from the config's data when not given, as on a Ray worker) for every seed, into
+    ``OUTPUT/search/trial<number>-seed<seed>``; the mean validation ``metric`` and the metric's name."""
+    from .config import MethodVariant, load_experiment_data, run_config
+    from .plan import protocol_runs
+
+    if first is None:
+        first = protocol_runs(config, load_experiment_data(config))[0]
+    out = Path(config.output)
+    runs = (
+        (run_config(config, MethodVariant(method, tuple(hparams.items())), data=config.data,
+                    output=str(out / "search" / f"trial{number}-seed{seed}"), model=config.model,
+                    seed=seed, save_model=False, resume=True, progress=progress, evaluate_test=False,
+                    tags={"experiment": config.name, "trial": number}), first.data)
+        for seed in config.seeds)
+    return mean_validation_score(runs, metric)
+
+
+def _run_trials_on_ray(config, study, spec, metric: str | None, lock) -> str | None:
+    """The study's trials as Ray tasks (``executor: ray``, the config's ``ray:`` resources), as many at a
+    time as the cluster's CPUs hold: this process asks each trial's values and tells its result, so the
+    study's storage is written from here only; a trial whose worker died is retried by Ray
+    (``max_retries``), one whose training raised is told failed and its error raised."""
+    import optuna
+
+    from ..errors import ContrastfitError
+    from .executors import executor_package, ray_error, ray_session, ray_task
+    from .studies import next_trial
+
+    search, options = config.search, config.ray
+    ray = executor_package("ray")
+    with ray_session(ray, options):
+        task = ray_task(ray, trial_score, options, "contrastfit-trial")
+        slots = max(1, int(ray.cluster_resources().get("CPU", 1) // max(options.num_cpus, 1e-9)))
+        print(f"ray: trials as tasks of {options.num_cpus:g} CPU(s), {slots} at a time on "
+              f"{options.address or 'a local Ray cluster'}", flush=True)
+        running: dict[Any, Any] = {}
+        try:
+            while True:
+                while len(running) < slots and (trial := next_trial(study, search.trials, lock)) is not None:
+                    hparams = suggest_params(trial, search.space, spec.defaults.__getitem__)
+                    running[task.remote(config, search.method, hparams, trial.number, metric)] = trial
+                if not running:
+                    return metric
+                (ready,), _ = ray.wait(list(running), num_returns=1)
+                trial = running.pop(ready)
+                try:
+                    value, metric = ray.get(ready)
+                except ray.exceptions.RayError as exc:
+                    study.tell(trial, state=optuna.trial.TrialState.FAIL)
+                    error = ray_error(ray, exc, options.max_retries)
+                    raise ContrastfitError(f"trial {trial.number}: {error}") from None
+                study.tell(trial, value)
+                print(f"trial {trial.number}: {value:.4f} with {trial.params}", flush=True)
+        except BaseException:
+            for ref, trial in running.items():
+                ray.cancel(ref, force=True)
+                study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            raise
 
 
 # -- from Python ------------------------------------------------------------------------------------
