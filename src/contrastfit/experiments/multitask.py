@@ -52,6 +52,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..atomic import write_text_atomic
+from ..encoders import DEFAULT_MODEL
 from ..errors import ContrastfitError
 from ..versions import library_versions
 from .config import MultiTaskExperimentConfig, multitask_settings
@@ -374,7 +375,7 @@ def write_multitask_report(folder: str | os.PathLike) -> dict[str, Any]:
     tables = summary_tables(summary)
     rows = summary["rows"]
     page = Page(f"Multi-task experiment report: {raw.get('name') or folder.name}", facts=[
-        ("folder", f"`{folder}`"), ("model", str(raw.get("model", "minilm-l6"))),
+        ("folder", f"`{folder}`"), ("model", str(raw.get("model", DEFAULT_MODEL))),
         ("tasks", ", ".join(f"{n} ({summary['metrics'][n]})" for n in summary["tasks"])),
         ("variants", ", ".join(r["variant"] for r in rows)),
         ("seeds", ", ".join(map(str, sorted({s for r in rows for s in r["seeds"]})))),

@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from ..encoders import DEFAULT_MODEL
 from ..errors import ConfigError
 from .config import ExperimentConfig, MethodVariant
 
@@ -44,7 +45,7 @@ class Job:
     variant: MethodVariant
     seed: int
     run: Any  # ProtocolRun
-    model: str = "minilm-l6"  # the encoder the run starts from
+    model: str = DEFAULT_MODEL  # the encoder the run starts from
     model_label: str | None = None  # its name in the tables when the experiment compares several (``models:``)
 
     @property

@@ -53,6 +53,7 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import (BaseModel, BeforeValidator, Field, NonNegativeInt, PositiveInt, ValidationError,
                       ValidationInfo, field_validator, model_validator)
 
+from ..encoders import DEFAULT_MODEL
 from ..errors import ConfigError
 from ..evaluation.attributions import BASELINES
 from ..multitask.schedule import SCHEDULES
@@ -290,7 +291,7 @@ class Experiment(Schema):
 
     name: str = "experiment"
     data: str
-    model: str = "minilm-l6"
+    model: str = DEFAULT_MODEL
     models: one_or_more(Annotated[str, Field(min_length=1)]) | None = None
     methods: one_or_more(MethodEntry)
     protocol: Annotated[Protocol, BeforeValidator(_protocol_shorthands)] = Field(
@@ -472,7 +473,7 @@ class MultiTaskExperiment(Schema):
     that many times the number of tasks); without it the runs follow MultiTaskConfig's step rule."""
 
     name: str = "experiment"
-    model: str = "minilm-l6"
+    model: str = DEFAULT_MODEL
     tasks: Annotated[list[TaskEntry], Field(min_length=1)]  # type: ignore[valid-type]
     variants: Annotated[list[MultiTaskVariant], Field(min_length=1)]
     steps_per_task: PositiveInt | None = None
