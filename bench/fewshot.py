@@ -44,6 +44,10 @@ Training seconds are wall-clock from loading the pretrained encoder to a trained
 (``auto``: a GPU where one is visible); each record names its device.
 
     python bench/fewshot.py --data mr bbc-news --shots 8 16 --samples 5
+    python bench/fewshot.py --figure fewshot heldout_kinds   # trains nothing: the figure of docs/benchmarks.md
+
+docs/benchmarks.md shows these records through ``docs/hooks_bench.py``, which calls :func:`goal_markdown`,
+:func:`kinds_markdown`, :func:`misses_markdown`, :func:`markdown` and :func:`datasets_markdown` at build time.
 """
 
 from __future__ import annotations
@@ -237,7 +241,10 @@ def run_setfit_lib(data: TextData, seed: int, model: str, workdir: Path, device:
     pred = np.asarray(sf.predict(setfit_texts(data.test, sf), batch_size=64))
     m = classification_metrics(data.test["label"], pred.astype(int), data.label_names)
     return {"accuracy": m["accuracy"], "macro_f1": m["macro_f1"], "train_s": train_s,
-            "steps": trainer.state.global_step if hasattr(trainer, "state") else None,
+            # SetFit 1.x trains through a sentence-transformers trainer (`st_trainer`), whose state counts the steps;
+            # else the count its defaults imply (what --setfit-max-steps is checked against)
+            "steps": getattr(getattr(getattr(trainer, "st_trainer", trainer), "state", None), "global_step", None)
+            or setfit_steps(data.train["label"]),
             "method": "setfit (library)", "setfit_version": _version("setfit")}
 
 
@@ -413,12 +420,12 @@ def cell_misses(systems: dict[str, dict]) -> list[str]:
     return misses
 
 
-def goal_markdown(summary: dict[str, Any]) -> str:
+def goal_markdown(summary: dict[str, Any], kinds: bool = True) -> str:
     """One row per (data set, K): the zero-shot floor, the probe, the SetFit library (FastFit's paper recipe
     where any cell has it) and the default recipe, the default's margins, its time against SetFit's, and
     the parts of :data:`GOAL` it misses, each by how much (:func:`cell_misses`; a full-data ceiling where
-    ``--ceiling`` ran one). Then the averages over the cells against the goal's means, a summary per kind
-    of task and the mean rank of each system (:func:`kinds_markdown`)."""
+    ``--ceiling`` ran one). Then, unless ``kinds`` is false, the averages over the cells against the goal's
+    means, a summary per kind of task and the mean rank of each system (:func:`kinds_markdown`)."""
     cells: dict[tuple, dict[str, dict]] = {}
     for r in summary["rows"]:
         cells.setdefault((r["data"], r["shots"]), {})[r["system"]] = r
@@ -462,7 +469,59 @@ def goal_markdown(summary: dict[str, Any]) -> str:
         mixed = "no weight interpolation" if c.get("wise_ft") is None else f"--wise-ft {c['wise_ft']:g}"
         lines.append(f"\nCeiling, {data}: the default recipe on the whole training split ({c['train_size']} examples, "
                      f"{c['steps']} steps, {mixed}): {100 * c['accuracy']:.1f}% in {c['train_s']:.0f} s.")
-    return "\n".join(lines) + "\n" + kinds_markdown(summary)
+    return "\n".join(lines) + "\n" + (kinds_markdown(summary) if kinds else "")
+
+
+def goal_statement() -> str:
+    """:data:`GOAL` in words (the sentence the documentation shows above the cells that miss it)."""
+    g = GOAL
+    return (f"The goal (`GOAL` in bench/fewshot.py): in every (data set, K) cell the default is at most {g['floor']:g} point below the best of the probe, "
+            f"SetFit and FastFit (the floor), its sample-to-sample std is at most SetFit's + {g['std_margin']:g}, "
+            f"and it trains in at most {g['time_ratio']:g}x SetFit's time wherever SetFit trains more than "
+            f"{g['setfit_steps']} steps; over all cells it is on average at least SetFit + {g['mean_vs_setfit']:g} "
+            f"and probe + {g['mean_vs_probe']:g} points.")
+
+
+def misses_markdown(summary: dict[str, Any]) -> str:
+    """A list item per (data set, K) cell where the default misses part of :data:`GOAL`, each part with its
+    number (:func:`cell_misses`), in the goal table's order; a line saying so where no cell misses."""
+    cells: dict[tuple, dict[str, dict]] = {}
+    for r in summary["rows"]:
+        cells.setdefault((r["data"], r["shots"]), {})[r["system"]] = r
+    lines = [f"- {data}, K = {shots}: " + "; ".join(misses)
+             for (data, shots), systems in sorted(cells.items())
+             if "default" in systems and (misses := cell_misses(systems))]
+    return "\n".join(lines) + "\n" if lines else "No cell misses the goal.\n"
+
+
+#: the built-in sets the default recipe's settings were chosen on (its schedule, weight interpolation, head C)
+CHOSE_DEFAULTS = ("mr", "imdb", "bbc-news", "medmcqa-subject")
+#: the built-in sets no study has used: kept out of every choice, to score the next default once, at the end
+HELD_OUT = ("hwu64", "20newsgroups", "disaster-tweets", "election-tweets", "yahoo-answers")
+
+
+def base_data(data: str) -> str:
+    """The built-in set a record's ``data`` names: ``mr:codes`` and a CSV copy ``.gpu/mr`` are ``mr``."""
+    name = data.replace("\\", "/").rsplit("/", 1)[-1]
+    return name[: -len(CODES)] if name.endswith(CODES) else name
+
+
+def datasets_markdown(records: dict[str, list[dict[str, Any]]]) -> str:
+    """One row per built-in single-label set: its kind of task, its part in the bench (chose the default's
+    settings: :data:`CHOSE_DEFAULTS`; held out: :data:`HELD_OUT`; scored only: in a record; else not used
+    yet) and how many of the records (``records``: record name -> its runs) score it."""
+    from contrastfit.data.builtin import BUILTIN_DATASETS
+
+    scored: dict[str, list[str]] = {}
+    for name, runs in sorted(records.items()):
+        for data in sorted({base_data(r["data"]) for r in runs if isinstance(r.get("data"), str)}):
+            scored.setdefault(data, []).append(name)
+    lines = ["| data set | kind of task | part in the bench | committed records that score it |", "|---|---|---|---|"]
+    for name in bench_sets():
+        part = ("held out" if name in HELD_OUT else "chose the default's settings" if name in CHOSE_DEFAULTS
+                else "scored only" if name in scored else "not used yet")
+        lines.append(f"| {name} | {BUILTIN_DATASETS[name].kind} | {part} | {len(scored.get(name, [])) or '–'} |")
+    return "\n".join(lines) + "\n"
 
 
 def data_kind(data: str) -> str:
@@ -582,6 +641,114 @@ def plot(summary: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
+#: the systems of the accuracy figure, in its legend's order, with their names there
+FIGURE_SYSTEMS = {"zero-shot": "zero-shot (label names)", PROBE: "linear probe", REFERENCE: "SetFit library",
+                  FASTFIT_PAPER: "FastFit (paper recipe)", "default": "contrastfit default"}
+FIGURE = "fewshot_accuracy.png"
+
+
+def accuracy_figure(summaries: list[dict[str, Any]], path: Path) -> None:
+    """The few-shot results across data sets: a panel per data set (in the order of ``summaries``, then of
+    their rows), test accuracy (mean and std over the samples) against K for each system of
+    :data:`FIGURE_SYSTEMS`; the zero-shot floor, which takes no example, as a dashed line."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from contrastfit.atomic import atomic_open
+
+    rows: dict[str, list[dict]] = {}
+    for summary in summaries:
+        for r in summary["rows"]:
+            if r["system"] in FIGURE_SYSTEMS:
+                rows.setdefault(r["data"], []).append(r)
+    datas = [d for d in rows if any(r["system"] == "default" for r in rows[d])]
+    if not datas:
+        raise ValueError("no record has the default recipe: nothing to draw")
+    columns = min(3, len(datas))
+    lines = -(-len(datas) // columns)
+    fig, grid = plt.subplots(lines, columns, figsize=(4.3 * columns, 3.2 * lines + 0.7), squeeze=False)
+    for ax in grid.flat[len(datas):]:
+        ax.set_visible(False)
+    colours = {s: plt.cm.tab10(i) for i, s in enumerate(FIGURE_SYSTEMS)}
+    handles = {}
+    shots_all = sorted({r["shots"] for d in datas for r in rows[d]})
+    for ax, data in zip(grid.flat, datas):
+        shots = sorted({r["shots"] for r in rows[data]})
+        for i, system in enumerate(FIGURE_SYSTEMS):
+            mine = sorted((r for r in rows[data] if r["system"] == system), key=lambda r: r["shots"])
+            if not mine:
+                continue
+            if system == "zero-shot":
+                handles[system] = ax.axhline(mine[0]["accuracy_mean"], color=colours[system], linestyle="--",
+                                             linewidth=1.2, label=FIGURE_SYSTEMS[system])
+                continue
+            offset = 2 ** ((i - 2.5) * 0.04)  # side by side at each K, on the log axis
+            handles[system] = ax.errorbar([r["shots"] * offset for r in mine], [r["accuracy_mean"] for r in mine],
+                                          yerr=[r["accuracy_std"] for r in mine], fmt="o-" if len(mine) > 1 else "o",
+                                          capsize=3, markersize=4, color=colours[system], label=FIGURE_SYSTEMS[system])
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(shots_all if len(shots) > 1 else shots)
+        ax.set_xticklabels([str(k) for k in (shots_all if len(shots) > 1 else shots)])
+        ax.minorticks_off()
+        ax.set_xlim(min(shots) / 1.5, max(shots) * 1.5)
+        ax.set_xlabel("K (training examples per class)")
+        ax.set_ylabel("test accuracy %")
+        ax.set_title(f"{data} ({data_kind(data)})", fontsize=10)
+        ax.grid(alpha=0.3)
+    names = [s for s in FIGURE_SYSTEMS if s in handles]
+    fig.legend([handles[s] for s in names], [FIGURE_SYSTEMS[s] for s in names], loc="lower center",
+               ncol=len(names), fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0.7 / (3.2 * lines + 0.7), 1, 1))
+    with atomic_open(path, "wb") as fh:
+        fig.savefig(fh, dpi=90, format="png", metadata={"Software": None})
+    plt.close(fig)
+
+
+#: The README's results table: these records, at this K (`python bench/fewshot.py --readme`)
+README_RECORDS = ("fewshot", "heldout_kinds")
+README_SHOTS = 8
+README_START, README_END = "<!-- results table: python bench/fewshot.py --readme -->", "<!-- end of results table -->"
+
+
+def readme_markdown(summaries: list[dict[str, Any]], shots: int = README_SHOTS) -> str:
+    """The README's table: per data set (in the records' order), test accuracy at ``shots`` examples per
+    class of the probe, the SetFit library and the default recipe, the mean over the samples (how many:
+    the default's), the best in bold; ``not run`` where a system has no run."""
+    names = {PROBE: "probe", REFERENCE: "SetFit", "default": "default"}
+    lines = ["| data | kind | samples | probe | SetFit | default |", "|---|---|--:|--:|--:|--:|"]
+    for summary in summaries:
+        cells: dict[str, dict[str, dict]] = {}
+        for r in summary["rows"]:
+            if r["shots"] == shots and r["system"] in names:
+                cells.setdefault(r["data"], {})[r["system"]] = r
+        for data, systems in cells.items():
+            if "default" not in systems:
+                continue
+            best = max(round(r["accuracy_mean"], 1) for r in systems.values())
+            row = []
+            for system in names:
+                r = systems.get(system)
+                text = "not run" if r is None else f"{r['accuracy_mean']:.1f}"
+                row.append(f"**{text}**" if r is not None and round(r["accuracy_mean"], 1) == best else text)
+            lines.append(f"| {data} | {data_kind(data)} | {systems['default']['n']} | " + " | ".join(row) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def write_readme_table(readme: Path) -> bool:
+    """Rewrite the table between the README's markers from the committed records; True if it changed."""
+    text = readme.read_text(encoding="utf-8")
+    if README_START not in text or README_END not in text:
+        raise ValueError(f"{readme}: no {README_START!r} ... {README_END!r} markers")
+    head, rest = text.split(README_START, 1)
+    table = readme_markdown([summarise(read_records(RESULTS / f"{n}_runs.jsonl")) for n in README_RECORDS])
+    new = head + README_START + "\n" + table + rest[rest.index(README_END):]
+    if new != text:
+        readme.write_text(new, encoding="utf-8")
+    return new != text
+
+
 # ---------------------------------------------------------------------------------------------
 # Main
 # ---------------------------------------------------------------------------------------------
@@ -636,7 +803,25 @@ def main(argv: list[str] | None = None) -> int:
                    help="python of FastFit's own environment, for the fastfit systems "
                         "(default: $CONTRASTFIT_FASTFIT_PYTHON)")
     p.add_argument("--name", default="fewshot", help="files: bench/results/NAME.{json,md,png} and NAME_runs.jsonl")
+    p.add_argument("--figure", nargs="*", metavar="NAME", default=None,
+                   help=f"train nothing: draw bench/results/{FIGURE} (few-shot accuracy against K, a panel per data "
+                        "set) from the committed records NAME_runs.jsonl (default: fewshot heldout_kinds)")
+    p.add_argument("--readme", action="store_true",
+                   help="train nothing: write the README's results table again from the committed records "
+                        f"({', '.join(README_RECORDS)}; K = {README_SHOTS})")
     args = p.parse_args(argv)
+    if args.readme:
+        readme = Path(__file__).resolve().parents[1] / "README.md"
+        print(f"{readme}: {'table written again' if write_readme_table(readme) else 'table already current'}")
+        return 0
+    if args.figure is not None:
+        names = args.figure or ["fewshot", "heldout_kinds"]
+        missing = [n for n in names if not (RESULTS / f"{n}_runs.jsonl").is_file()]
+        if missing:
+            p.error(f"--figure: no records bench/results/{missing[0]}_runs.jsonl")
+        accuracy_figure([summarise(read_records(RESULTS / f"{n}_runs.jsonl")) for n in names], RESULTS / FIGURE)
+        print(f"written to {RESULTS / FIGURE}")
+        return 0
 
     systems = [s for spec in args.systems for s in (sorted(available_methods()) if spec == "all" else [spec])]
     runs_path = RESULTS / f"{args.name}_runs.jsonl"

@@ -126,6 +126,23 @@ def _table(runs: list[dict], ratios: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def markdown(result: dict) -> str:
+    """The report of a result (``bench/results/gradient_cache.json``): what ran on what machine, the table
+    (:func:`_table`) and the configurations not run or failed."""
+    first = result["runs"][0] if result["runs"] else {"warmup": "?", "steps": "?"}
+    machine = result["machine"]
+    table = _table(result["runs"], result["ratios"])
+    for row in result.get("not_run", []):
+        table += (f"- batch {row['batch']}, gradient cache {row['chunk'] or 'off'}: "
+                  f"{'not run (' + row['not_run'] + ')' if 'not_run' in row else 'failed (' + row['failed'] + ')'}\n")
+    header = (f"# Gradient caching: peak memory and step time\n\n{result['method']} on {result['model']}, "
+              f"{result['data']} training sentences, gradient-cache chunks of {', '.join(map(str, result['chunks']))}; "
+              f"{first['warmup']} warm-up step (8 sentences) + {first['steps']} timed steps per row, each row "
+              f"a fresh process; {machine['cpus']} CPU cores, load average {machine['load_average_before'][0]:.1f} "
+              f"before and {machine['load_average_after'][0]:.1f} after. {result['note']}\n\n")
+    return header + table
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--batch-sizes", default="32,256,1024")
@@ -221,16 +238,9 @@ def main(argv: list[str] | None = None) -> int:
     }
     out = Path(args.output)
     write_text_atomic(out.with_suffix(".json"), json.dumps(result, indent=2) + "\n")
-    table = _table(runs, ratios)
-    for row in skipped:
-        table += (f"- batch {row['batch']}, gradient cache {row['chunk'] or 'off'}: "
-                  f"{'not run (' + row['not_run'] + ')' if 'not_run' in row else 'failed (' + row['failed'] + ')'}\n")
-    header = (f"# Gradient caching: peak memory and step time\n\n{args.method} on {args.model}, {args.data} training "
-              f"sentences, gradient-cache chunks of {', '.join(map(str, chunks))}; {args.warmup} warm-up step (8 sentences) + {args.steps} timed steps per row, each row "
-              f"a fresh process; {os.cpu_count()} CPU cores, load average {load_before[0]:.1f} before and "
-              f"{result['machine']['load_average_after'][0]:.1f} after. {args.note}\n\n")
-    write_text_atomic(out.with_suffix(".md"), header + table)
-    print(table)
+    text = markdown(result)
+    write_text_atomic(out.with_suffix(".md"), text)
+    print(text, end="")
     return 0
 
 

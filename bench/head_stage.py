@@ -31,6 +31,16 @@ from contrastfit.training import tokenize_dataset, train_head  # noqa: E402
 from contrastfit.versions import library_versions  # noqa: E402
 
 
+def markdown(result: dict) -> str:
+    """The table of a result (``bench/results/head_stage.json``): the head's training seconds with cached
+    features and re-encoding every epoch, and the speed-up."""
+    lines = [f"| head training ({result['epochs']} epochs, {result['train_size']} examples) | seconds |", "|---|---|"]
+    lines += [f"| {k} | {v:.1f} |" for k, v in result["seconds"].items()]
+    lines += ["", f"speed-up of caching: {result['speedup']:.1f}x; largest head weight difference "
+                  f"{result['max_head_weight_difference']:.2e}"]
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--method", default="supcl-seq")
@@ -63,10 +73,7 @@ def main(argv: list[str] | None = None) -> int:
         "speedup": timings["re-encoded"] / timings["cached"], "max_head_weight_difference": max_diff,
         "versions": library_versions(),
     }
-    print(f"\n| head training ({args.epochs} epochs, {args.train_size} examples) | seconds |\n|---|---|")
-    for k, v in timings.items():
-        print(f"| {k} | {v:.1f} |")
-    print(f"\nspeed-up of caching: {result['speedup']:.1f}x; largest head weight difference {max_diff:.2e}")
+    print("\n" + markdown(result), end="")
     out = Path(args.output)
     out.parent.mkdir(parents=True, exist_ok=True)
     write_json_atomic(out, result)

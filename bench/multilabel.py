@@ -220,6 +220,35 @@ def summarise(records: list[dict[str, Any]]) -> dict[str, Any]:
     return summary
 
 
+#: the systems as the tables name them (any other system by its own name)
+SYSTEM_NAMES = {"prior": "prior (label frequencies of the sample, no model)",
+                "probe-ovr": "probe OvR (frozen encoder, scikit-learn)", "setfit-ovr": "SetFit, one-vs-rest",
+                "contrastfit": "contrastfit default (`ce-scl-lr`, multi-label)",
+                "contrastfit-names": "contrastfit default with the label names",
+                "contrastfit+wise_ft=0.5": "contrastfit default, `--wise-ft 0.5`"}
+
+
+def markdown(output: dict[str, Any]) -> str:
+    """The tables of an ``--output`` JSON (``bench/results/multilabel*.json``): per K, a row per system with
+    micro-F1, macro-F1 and subset accuracy at tuned thresholds and at 0.5 (mean ± std over the samples, %)
+    and its mean training seconds."""
+    lines = []
+    for k, systems in output["summary"].items():
+        lines += [f"{output['data']} ({len(output['labels'])} labels), {k}, {output['model']}; mean ± std over "
+                  "the samples, %.", "",
+                  "| system | samples | " + " | ".join(f"{name} ({mode})" for mode in ("tuned", "0.5")
+                                                        for name in ("micro-F1", "macro-F1", "subset acc."))
+                  + " | train s |", "|---|---|---|---|---|---|---|---|---|"]
+        known = list(SYSTEM_NAMES)
+        for system, row in sorted(systems.items(), key=lambda kv: known.index(kv[0]) if kv[0] in known else len(known)):
+            cells = [f"{100 * row[f'{mode}.{m}']['mean']:.1f} ± {100 * row[f'{mode}.{m}']['std']:.1f}"
+                     for mode in ("tuned", "at_0.5") for m in HEADLINE]
+            lines.append(f"| {SYSTEM_NAMES.get(system, system)} | {row['samples']} | " + " | ".join(cells)
+                         + f" | {row['train_s']:.0f} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--data", default="toxicity-attributes")

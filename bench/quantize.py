@@ -171,6 +171,41 @@ def _size(folder: Path) -> int:
     return sum(p.stat().st_size for p in folder.iterdir() if p.name.startswith("model.onnx"))
 
 
+def markdown(record: dict[str, Any]) -> str:
+    """The report of a record (``bench/results/quantize*.json``): a table per data set (every model's size,
+    agreement with PyTorch, overall and away from near ties where the record has it, largest probability
+    difference, test accuracy and speed) and a line on the machine."""
+    r0 = record["rows"][0]
+    lines = [f"# int8 export ({record['model']}, default recipe, K = {record['shots']}, sample 0, seed 0)", "",
+             "Agreement: labels of the ONNX model vs PyTorch's on each set's first test sentences (their count "
+             f"beside its name); time: the first {r0['speed_texts']} of them in batches of {record['batch_size']}, "
+             f"best of {record['repeats']}, every model in turn in one process.", ""]
+    for r in record["rows"]:
+        ties = any("decisive_agreement" in q for q in r["quality"].values())  # records before the field: none
+        lines += [f"## {r['data']} ({r['classes']} classes, {r['texts']} test sentences)", "",
+                  "| model | MB | agreement with PyTorch | " + ("away from ties | " if ties else "")
+                  + "largest prob. difference | test accuracy | seconds | x PyTorch | x float ONNX |",
+                  "|---|---|---|---|---|---|---|---|" + ("---|" if ties else "")]
+        for label, sec in r["seconds"].items():
+            q = r["quality"].get(label.split(",")[0], {}) if "," in label else r["quality"].get(label, {})
+            mb = f"{q['bytes'] / 1e6:.1f}" if "bytes" in q else "–"
+            agree = f"{100 * q['agreement']:.1f}%" if "agreement" in q else "–"
+            decisive = (f"{100 * q['decisive_agreement']:.1f}% ({q['near_ties']} ties)" if "decisive_agreement" in q
+                        else "–")
+            diff = f"{q['max_prob_diff']:.3f}" if "max_prob_diff" in q else "–"
+            acc = f"{100 * q['accuracy']:.1f}" if "accuracy" in q else "–"
+            lines.append(f"| {label} | {mb} | {agree} | " + (f"{decisive} | " if ties else "")
+                         + f"{diff} | {acc} | {sec:.2f} | "
+                         f"x{r['speedup_vs_pytorch'][label]:.2f} | x{r['speedup_vs_float_onnx'][label]:.2f} |")
+        lines.append("")
+    cpu = record.get("cpu")  # records before the field name no CPU
+    about = f"{cpu['model']}; {', '.join(cpu['flags']) or 'no AVX2'}; shared, " if cpu else "shared; "
+    lines.append(f"{record['cpus']} CPUs ({about}load average {record['load_average'][0]:.1f} at the end), "
+                 f"torch {record['torch_threads']} threads, torch {record['versions'].get('torch')}, "
+                 f"onnxruntime {record['onnxruntime']}.")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data", nargs="+", default=["mr", "bbc-news"])
@@ -268,31 +303,9 @@ def main(argv: list[str] | None = None) -> int:
               "load_average": os.getloadavg(), "cpu": cpu_features(), "versions": library_versions(),
               "onnxruntime": __import__("onnxruntime").__version__}
     write_json_atomic(out.with_suffix(".json"), record)
-    lines = [f"# int8 export ({args.model}, default recipe, K = {args.shots}, sample 0, seed 0)", "",
-             f"Agreement: labels of the ONNX model vs PyTorch's on the first {args.texts} test sentences; "
-             f"time: the first {args.speed_texts} of them in batches of {args.batch_size}, best of {args.repeats}, "
-             "every model in turn in one process.", ""]
-    for r in rows:
-        lines += [f"## {r['data']} ({r['classes']} classes)", "",
-                  "| model | MB | agreement with PyTorch | away from ties | largest prob. difference | test accuracy | "
-                  "seconds | x PyTorch | x float ONNX |", "|---|---|---|---|---|---|---|---|---|"]
-        for label, sec in r["seconds"].items():
-            q = r["quality"].get(label.split(",")[0], {}) if "," in label else r["quality"].get(label, {})
-            mb = f"{q['bytes'] / 1e6:.1f}" if "bytes" in q else "–"
-            agree = f"{100 * q['agreement']:.1f}%" if "agreement" in q else "–"
-            decisive = (f"{100 * q['decisive_agreement']:.1f}% ({q['near_ties']} ties)" if "decisive_agreement" in q
-                        else "–")
-            diff = f"{q['max_prob_diff']:.3f}" if "max_prob_diff" in q else "–"
-            acc = f"{100 * q['accuracy']:.1f}" if "accuracy" in q else "–"
-            lines.append(f"| {label} | {mb} | {agree} | {decisive} | {diff} | {acc} | {sec:.2f} | "
-                         f"x{r['speedup_vs_pytorch'][label]:.2f} | x{r['speedup_vs_float_onnx'][label]:.2f} |")
-        lines.append("")
-    lines.append(f"{record['cpus']} CPUs ({record['cpu']['model']}; {', '.join(record['cpu']['flags']) or 'no AVX2'}; "
-                 f"shared, load average {record['load_average'][0]:.1f} at the end), "
-                 f"torch {record['torch_threads']} threads, torch {record['versions'].get('torch')}, "
-                 f"onnxruntime {record['onnxruntime']}.")
-    write_text_atomic(out.with_suffix(".md"), "\n".join(lines) + "\n")
-    print("\n".join(lines))
+    text = markdown(record)
+    write_text_atomic(out.with_suffix(".md"), text)
+    print(text, end="")
     return 0
 
 

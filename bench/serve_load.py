@@ -290,6 +290,32 @@ def untrained_run(folder: Path) -> str:
     return str(folder)
 
 
+def markdown(record: dict) -> str:
+    """The report of a record (``bench/results/serve_load_fastapi.json``): how the servers were loaded, and a
+    row per server and round (latencies, throughput, failures, malformed requests answered, idle connections
+    closed, texts per forward pass)."""
+    think = record["think_s"]
+    lines = [f"# `contrastfit serve`: http.server ({OLD_COMMIT}) against FastAPI + uvicorn ({record['model']})", "",
+             f"{record['clients']} clients x {record['requests_each']} requests of 1-8 texts, back to back"
+             f"{f' (a pause of 0-{2 * think:g} s before each)' if think else ''}, each client on one "
+             "connection (kept alive by the new server, closed after each answer by the old one); meanwhile one "
+             "client sends malformed and oversized requests and holds idle connections "
+             f"(--timeout {record['timeout_s']:g}). Both servers `--threads 1 --batch-size 8`, one model worker, "
+             f"each in its own process, one after the other; {record['cpu_cores']} CPU cores shared with other work "
+             f"(1-minute load average {record['load_average_1min_at_end']:.1f} at the end), so the numbers are "
+             "noisy. Latencies in seconds.", "",
+             "| server | round | p50 | p95 | max | requests/s | texts/s | failed | malformed answered 4xx + JSON "
+             "| idle closed | texts per forward pass |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in record["results"]:
+        q, m, i = r["requests"], r["malformed"], r["idle_connections"]
+        per_pass = f"{r['forward_passes']['mean_texts_per_pass']:.1f}" if "forward_passes" in r else "-"
+        lines.append(f"| {r['description']} | {r['round']} | {q['p50_s']:.3f} | {q['p95_s']:.3f} | {q['max_s']:.3f} | "
+                     f"{q['requests_per_s']:.1f} | {q['texts_per_s']:.1f} | {q['failed']}/{q['sent']} | "
+                     f"{m['answered_as_expected']}/{m['sent']} | {i['closed_by_server']}/{i['held']} | {per_pass} |")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--serve-old"]:
@@ -336,26 +362,9 @@ def main(argv: list[str] | None = None) -> int:
     out = ROOT / args.output if not Path(args.output).is_absolute() else Path(args.output)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
-    lines = [f"# `contrastfit serve`: http.server ({OLD_COMMIT}) against FastAPI + uvicorn ({record['model']})", "",
-             f"{args.clients} clients x {args.requests} requests of 1-8 texts, back to back"
-             f"{f' (a pause of 0-{2 * args.think:g} s before each)' if args.think else ''}, each client on one "
-             "connection (kept alive by the new server, closed after each answer by the old one); meanwhile one "
-             "client sends malformed and oversized requests and holds idle connections "
-             f"(--timeout {args.timeout:g}). Both servers `--threads 1 --batch-size 8`, one model worker, "
-             f"each in its own process, one after the other; {os.cpu_count()} CPU cores shared with other work "
-             f"(1-minute load average {record['load_average_1min_at_end']:.1f} at the end), so the numbers are "
-             "noisy. Latencies in seconds.", "",
-             "| server | round | p50 | p95 | max | requests/s | texts/s | failed | malformed answered 4xx + JSON "
-             "| idle closed | texts per forward pass |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
-    for r in results:
-        q, m, i = r["requests"], r["malformed"], r["idle_connections"]
-        per_pass = f"{r['forward_passes']['mean_texts_per_pass']:.1f}" if "forward_passes" in r else "-"
-        lines.append(f"| {r['description']} | {r['round']} | {q['p50_s']:.3f} | {q['p95_s']:.3f} | {q['max_s']:.3f} | "
-                     f"{q['requests_per_s']:.1f} | {q['texts_per_s']:.1f} | {q['failed']}/{q['sent']} | "
-                     f"{m['answered_as_expected']}/{m['sent']} | {i['closed_by_server']}/{i['held']} | {per_pass} |")
-    out.with_suffix(".md").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    print("\n".join(lines))
+    text = markdown(record)
+    out.with_suffix(".md").write_text(text, encoding="utf-8")
+    print(text, end="")
     return 0
 
 

@@ -41,6 +41,30 @@ def _best_time(fn, repeats: int) -> float:
     return min(times)
 
 
+def markdown(record: dict) -> str:
+    """The report of a record (``bench/results/shipping.json``): the calibration table and the export's line."""
+    repeats = record.get("repeats", 3)  # records before the field: the script's default then
+    lines = [f"# Shipping: calibration and ONNX export ({record['model']}, default recipe, K = {record['shots']}, "
+             "sample 0, seed 0)", "",
+             "Temperature fitted on the validation split; NLL (nats) and ECE (15 bins) on the test split. "
+             "Accuracy is the same before and after.", "",
+             "| data | classes | temperature | test accuracy | NLL before | NLL after | ECE before | ECE after |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in record["calibration"]:
+        lines.append(f"| {r['data']} | {r['classes']} | {r['temperature']:.3f} | {100 * r['test_accuracy']:.1f} | "
+                     f"{r['test_nll_before']:.3f} | {r['test_nll_after']:.3f} | {r['test_ece_before']:.3f} | "
+                     f"{r['test_ece_after']:.3f} |")
+    if record.get("export"):
+        e = record["export"]
+        lines += ["", f"ONNX export of the {e['data']} model: {e['export_s']:.1f} s including the verification "
+                      f"(largest logit difference {e['verification']['max_abs_diff']:.1e}). On {e['texts']} test "
+                      f"sentences in batches of {e['batch_size']}, best of {repeats}: PyTorch {e['pytorch_s']:.2f} s, "
+                      f"ONNX Runtime {e['onnxruntime_s']:.2f} s (x{e['speedup']:.2f}); largest logit difference "
+                      f"{e['max_abs_diff_test']:.1e}, same predictions: {e['same_predictions_test']}.",
+                  "", f"{record['cpu_threads']} CPU threads; torch {record['versions'].get('torch')}."]
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data", nargs="+", default=["mr", "bbc-news"])
@@ -90,27 +114,12 @@ def main(argv: list[str] | None = None) -> int:
 
     out = Path(args.output)
     record = {"calibration": rows, "export": export_row, "shots": args.shots, "model": args.model,
-              "versions": library_versions(), "cpu_threads": __import__("torch").get_num_threads()}
+              "repeats": args.repeats, "versions": library_versions(),
+              "cpu_threads": __import__("torch").get_num_threads()}
     write_json_atomic(out.with_suffix(".json"), record)
-    lines = [f"# Shipping: calibration and ONNX export ({args.model}, default recipe, K = {args.shots}, sample 0, seed 0)", "",
-             "Temperature fitted on the validation split; NLL (nats) and ECE (15 bins) on the test split. "
-             "Accuracy is the same before and after.", "",
-             "| data | classes | temperature | test accuracy | NLL before | NLL after | ECE before | ECE after |",
-             "|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        lines.append(f"| {r['data']} | {r['classes']} | {r['temperature']:.3f} | {100 * r['test_accuracy']:.1f} | "
-                     f"{r['test_nll_before']:.3f} | {r['test_nll_after']:.3f} | {r['test_ece_before']:.3f} | "
-                     f"{r['test_ece_after']:.3f} |")
-    if export_row:
-        e = export_row
-        lines += ["", f"ONNX export of the {e['data']} model: {e['export_s']:.1f} s including the verification "
-                      f"(largest logit difference {e['verification']['max_abs_diff']:.1e}). On {e['texts']} test "
-                      f"sentences in batches of {e['batch_size']}, best of {args.repeats}: PyTorch {e['pytorch_s']:.2f} s, "
-                      f"ONNX Runtime {e['onnxruntime_s']:.2f} s (x{e['speedup']:.2f}); largest logit difference "
-                      f"{e['max_abs_diff_test']:.1e}, same predictions: {e['same_predictions_test']}.",
-                  "", f"{record['cpu_threads']} CPU threads; torch {record['versions'].get('torch')}."]
-    write_text_atomic(out.with_suffix(".md"), "\n".join(lines) + "\n")
-    print("\n".join(lines))
+    text = markdown(record)
+    write_text_atomic(out.with_suffix(".md"), text)
+    print(text, end="")
     return 0
 
 

@@ -62,6 +62,20 @@ def one_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: di
     return time.perf_counter() - t0
 
 
+def markdown(result: dict) -> str:
+    """The table of a result (``bench/results/step_time*.json``): each variant's median milliseconds a step
+    and its ratio to the reference method and, where it ran, to the plain transformers CE step."""
+    base, plain = result["reference"], "ratio_to_plain" in result
+    lines = [f"| variant | median ms/step | vs {base} |" + (f" vs {PLAIN} |" if plain else ""),
+             "|---|---|---|" + ("---|" if plain else "")]
+    for v, median in result["median_s"].items():
+        line = f"| {v} | {1000 * median:.0f} | {result['ratio_to_reference'][v]:.2f} |"
+        if plain:
+            line += f" {result['ratio_to_plain'][v]:.2f} |"
+        lines.append(line)
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--methods", default="ce,ce-scl", help="comma-separated contrastfit methods (the first is the reference); 'all' for every method")
@@ -129,13 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     if PLAIN in medians:
         result["ratio_to_plain"] = {v: medians[v] / medians[PLAIN] for v in variants}
-    print(f"\n| variant | median ms/step | vs {base} |" + (f" vs {PLAIN} |" if PLAIN in medians else ""))
-    print("|---|---|---|" + ("---|" if PLAIN in medians else ""))
-    for v in variants:
-        line = f"| {v} | {1000 * medians[v]:.0f} | {result['ratio_to_reference'][v]:.2f} |"
-        if PLAIN in medians:
-            line += f" {result['ratio_to_plain'][v]:.2f} |"
-        print(line)
+    print("\n" + markdown(result), end="")
     out = Path(args.output)
     out.parent.mkdir(parents=True, exist_ok=True)
     write_json_atomic(out, result)

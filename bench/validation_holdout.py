@@ -58,17 +58,25 @@ def main() -> int:
                 fewshot.append_record(RUNS, record)
                 print(json.dumps({k: record[k] for k in ("data", "K", "sample", "split", "train_size", "accuracy")}),
                       flush=True)
-    records = fewshot.read_records(RUNS)
-    print("| data | K | rows | held out (10%) | every row | difference |\n|---|---|---|---|---|---|")
+    print(markdown(fewshot.read_records(RUNS)), end="")
+    return 0
+
+
+def markdown(records: list[dict]) -> str:
+    """The table of the records: per cell, the rows given and trained on with 10% held out, the accuracy
+    (mean ± std over the samples) held out and on every row, and the paired differences."""
+    lines = ["| data | K | rows | held out (10%) | every row | difference |", "|---|---|---|---|---|---|"]
     for name, shots in CELLS:
         by = {(r["sample"], r["split"]): r for r in records if (r["data"], r["K"]) == (name, shots)}
         samples = sorted({s for s, _ in by})
+        if not samples:
+            continue
         old = np.array([by[s, 0.1]["accuracy"] for s in samples]) * 100
         new = np.array([by[s, None]["accuracy"] for s in samples]) * 100
-        print(f"| {name} | {shots} | {by[samples[0], None]['rows']} -> {by[samples[0], 0.1]['train_size']} | "
-              f"{old.mean():.1f} ± {old.std(ddof=1):.1f} | {new.mean():.1f} ± {new.std(ddof=1):.1f} | "
-              f"{(new - old).mean():+.1f} ({', '.join(f'{d:+.1f}' for d in new - old)}) |")
-    return 0
+        lines.append(f"| {name} | {shots} | {by[samples[0], None]['rows']} -> {by[samples[0], 0.1]['train_size']} | "
+                     f"{old.mean():.1f} ± {old.std(ddof=1):.1f} | {new.mean():.1f} ± {new.std(ddof=1):.1f} | "
+                     f"{(new - old).mean():+.1f} ({', '.join(f'{d:+.1f}' for d in new - old)}) |")
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":

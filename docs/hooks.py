@@ -1,7 +1,7 @@
 """MkDocs hooks (mkdocs.yml `hooks:`): what the documentation generates instead of repeating.
 
 * ``<!-- options: COMMAND -->`` on a line of its own in a page becomes the Markdown table of
-  ``contrastfit COMMAND``'s options (option, default, allowed values, help), read from the parser
+  ``contrastfit COMMAND``'s arguments and options (option, default, allowed values, help), read from the parser
   :func:`contrastfit.cli.build_parser` builds; for ``train`` that parser is generated from the
   :class:`contrastfit.TrainConfig` fields declared with :func:`contrastfit.settings.setting`
   (:func:`contrastfit.cli.add_config_options`), for ``pretrain`` from
@@ -12,6 +12,16 @@
   (name and option, default, allowed values, help), read from each method's ``Hparams`` declaration
   (:func:`contrastfit.methods.base.hparam`); a default or a name that not every listed method shares
   says which methods it is for. An unknown method fails the build.
+* ``<!-- schema: NAME -->`` becomes the table of one mapping of an experiment config (key, type,
+  default, constraints, description), read from its pydantic model in
+  :mod:`contrastfit.experiments.schema` (:func:`schema_models` names them: ``experiment``, ``methods``,
+  ``training``, ``protocol.few-shot``, ..., ``multitask``, ``multitask.tasks``, ...); a key whose value
+  is another such mapping links to that mapping's table on the page. An unknown name fails the build.
+* ``<!-- datasets: GROUP -->`` becomes the table of the built-in data sets of ``GROUP`` (``core``: the
+  sets :mod:`contrastfit.data.builtin` declares; ``more``: those :mod:`contrastfit.data.sets` registers;
+  ``multi-label``), read from the registry and the loaded data (sizes, splits, labels); a set whose
+  package is not installed where the site is built says so, with its install command. An unknown group
+  fails the build.
 * The images under ``bench/results/`` are served at the same path in the site, so that a page's
   ``![...](bench/results/x.png)`` works without a copy of the file in ``docs/``.
 """
@@ -28,6 +38,9 @@ if str(ROOT / "src") not in sys.path:
 
 MARKER = re.compile(r"^<!-- options: ([a-z-]+) -->$", re.MULTILINE)
 HPARAMS_MARKER = re.compile(r"^<!-- hparams: ([a-z -]+) -->$", re.MULTILINE)
+SCHEMA_MARKER = re.compile(r"^<!-- schema: ([a-z0-9_.-]+) -->$", re.MULTILINE)
+DATASETS_MARKER = re.compile(r"^<!-- datasets: ([a-z-]+) -->$", re.MULTILINE)
+HEADING = re.compile(r"^(#{1,6}) +(.+?) *#*$", re.MULTILINE)
 SERVED_IMAGES = ("bench/results",)
 IMAGE_SUFFIXES = {".png", ".svg", ".jpg", ".jpeg", ".gif"}
 
@@ -69,6 +82,12 @@ def option_rows(command: str) -> list[tuple[str, str, str, str, str]]:
                 "serve": ServeOptions}.get(command)
     fields = declared.__dataclass_fields__ if declared is not None else {}
     rows = []
+    for action in sub._actions:  # the positional arguments first, as the usage line has them
+        if action.option_strings or isinstance(action, argparse._SubParsersAction):
+            continue
+        name = action.metavar or action.dest.upper()
+        default = {"*": "none; any number", "?": "none", "+": "required; one or more"}.get(action.nargs, "required")
+        rows.append(("arguments", _code(name), default, _type_name(action), (action.help or "").replace("%%", "%")))
     for group in sub._action_groups:
         title = "options" if group.title in ("options", "optional arguments") else group.title
         for action in group._group_actions:
@@ -78,7 +97,7 @@ def option_rows(command: str) -> list[tuple[str, str, str, str, str]]:
             field = fields.get(action.dest)
             meta = field.metadata if field is not None else {}
             help_text = (meta.get("flag_help") or meta.get("help")) if field is not None else (action.help or "")
-            help_text = help_text or ""
+            help_text = (help_text or "").replace("%%", "%")  # argparse's escape of %
             if isinstance(action, (argparse._StoreTrueAction, argparse._StoreFalseAction)):
                 option = _code(flag)
                 on = isinstance(action, argparse._StoreTrueAction)
@@ -154,8 +173,263 @@ def hparams_table(names: list[str]) -> str:
     return "\n".join(lines)
 
 
+# -- the experiment config's schema ---------------------------------------------------------------
+
+def schema_models() -> dict[str, type]:
+    """Every mapping of an experiment config by its name on the page: the key path from the top level,
+    ``protocol.KIND`` for each registered protocol, ``multitask.KEY`` for a multi-task config's."""
+    from contrastfit.experiments import schema
+
+    models = {"experiment": schema.Experiment, "methods": schema.MethodEntry, "training": schema.Training,
+              "data_options": schema.DataOptions, "attributions": schema.Attributions, "search": schema.Search,
+              "search.space": schema.SearchDimension, "ray": schema.Ray, "slurm": schema.Slurm}
+    for kind, options in schema.PROTOCOLS.items():
+        models[f"protocol.{kind}"] = options
+        for name, info in options.model_fields.items():
+            inner = info.annotation
+            if isinstance(inner, type) and issubclass(inner, schema.BaseModel):
+                models[f"protocol.{kind}.{name}"] = inner
+    models.update({"multitask": schema.MultiTaskExperiment, "multitask.tasks": schema.TaskEntry,
+                   "multitask.training": schema.MultiTaskTraining, "multitask.variants": schema.MultiTaskVariant,
+                   "multitask.pretrain": schema.PretrainEntry})
+    return models
+
+
+def same_keys() -> dict[type, str]:
+    """Mappings whose keys are another table's, each value one setting or a list (a method entry's
+    ``training:``) or an override (a multi-task variant's ``training:``)."""
+    from contrastfit.experiments import schema
+
+    return {schema.TrainingGrid: "training", schema.MultiTaskTrainingOverride: "multitask.training"}
+
+
+def _yaml(value: object) -> str:
+    import yaml
+
+    text = yaml.safe_dump(value, default_flow_style=True, sort_keys=False, width=10_000).strip()
+    return text.removesuffix("...").strip()
+
+
+def _unwrap(hint):
+    """(type, metadata) of an ``Annotated`` type; any other type with no metadata."""
+    import typing
+
+    if typing.get_origin(hint) is typing.Annotated:
+        base, *meta = typing.get_args(hint)
+        inner, more = _unwrap(base)
+        return inner, [*meta, *more]
+    return hint, []
+
+
+def _one_or_more(meta) -> bool:
+    from contrastfit.experiments.fields import as_list
+
+    return any(getattr(m, "func", None) is as_list for m in meta)
+
+
+def _model_link(model: type, anchors: dict[str, str]) -> str:
+    names = {m: n for n, m in schema_models().items()}
+    like = same_keys().get(model)
+    name = names.get(model) or like
+    if name is None:
+        return "mapping"
+    link = f"[`{name}`](#{anchors[name]})" if name in anchors else f"`{name}`"
+    if like is not None:
+        return f"mapping: the keys of {link}" + (", each one value or a list (a grid)"
+                                                   if model.__name__.endswith("Grid") else "")
+    return f"mapping: {link}"
+
+
+def _schema_type(hint, anchors: dict[str, str]) -> str:
+    import types
+    import typing
+
+    from pydantic import BaseModel
+
+    hint, meta = _unwrap(hint)
+    origin = typing.get_origin(hint)
+    if origin is list and _one_or_more(meta):
+        return f"{_schema_type(typing.get_args(hint)[0], anchors)}, or a list of them"
+    if origin in (typing.Union, types.UnionType):
+        arms = [a for a in typing.get_args(hint) if a is not type(None)]
+        return " or ".join(_schema_type(a, anchors) for a in arms)
+    if origin is typing.Literal:
+        return ", ".join(_code(v) for v in typing.get_args(hint))
+    if origin is list:
+        return f"list of {_schema_type(typing.get_args(hint)[0], anchors)}"
+    if origin is dict:
+        value = typing.get_args(hint)[1] if typing.get_args(hint) else typing.Any
+        return "mapping" if value is typing.Any else f"mapping of names to {_schema_type(value, anchors)}"
+    if isinstance(hint, type) and issubclass(hint, BaseModel):
+        return _model_link(hint, anchors)
+    return {str: "text", int: "integer", float: "number", bool: "true or false", typing.Any: "any value"}.get(
+        hint, getattr(hint, "__name__", str(hint)))
+
+
+def _schema_constraints(hint, metadata) -> list[str]:
+    """The bounds and lengths a field declares, ``each ...`` for those of its items."""
+    import types
+    import typing
+
+    signs = {"ge": ">=", "gt": ">", "le": "<=", "lt": "<"}
+    out: list[str] = []
+
+    def visit(h, meta, each: str) -> None:
+        h, inner = _unwrap(h)
+        meta = [*meta, *inner]
+        for m in meta:
+            for m in getattr(m, "metadata", None) or [m]:  # a FieldInfo holds its constraints
+                for key, sign in signs.items():
+                    if getattr(m, key, None) is not None:
+                        out.append(f"{each}{sign} {getattr(m, key)}")
+                if getattr(m, "min_length", None) and not (_one_or_more(meta) and m.min_length == 1):
+                    out.append(each + ("not empty" if h is str and m.min_length == 1 else f"at least {m.min_length} "
+                               f"{'character' if h is str else 'value'}{'s' if m.min_length > 1 else ''}"))
+        origin = typing.get_origin(h)
+        if origin in (typing.Union, types.UnionType):
+            for arm in typing.get_args(h):
+                visit(arm, [], each)
+        elif origin in (list, dict) and typing.get_args(h):
+            visit(typing.get_args(h)[-1], [], "each ")
+
+    visit(hint, list(metadata), "")
+    return list(dict.fromkeys(out))
+
+
+def _schema_default(info) -> str:
+    from pydantic import BaseModel
+
+    if info.is_required():
+        return "required"
+    value = info.default_factory() if info.default_factory is not None else info.default
+    if value is None:
+        return "none"
+    if isinstance(value, BaseModel):
+        given = value.model_dump(exclude_unset=True)
+        return _code(_yaml(given)) if given else "each key's default"
+    return _code(_yaml(value))
+
+
+def schema_rows(name: str, anchors: dict[str, str] | None = None) -> list[tuple[str, str, str, str, str]]:
+    """(key, type, default, constraints, description) for each key of the mapping ``name``."""
+    import typing
+
+    models = schema_models()
+    if name not in models:
+        raise ValueError(f"<!-- schema: {name} -->: no such mapping of an experiment config "
+                         f"(known: {', '.join(models)})")
+    rows = []
+    for field_name, info in models[name].model_fields.items():
+        hint = typing.Annotated[(info.annotation, *info.metadata)] if info.metadata else info.annotation
+        rows.append((_code(info.alias or field_name), _schema_type(hint, anchors or {}),
+                     _schema_default(info), ", ".join(_schema_constraints(info.annotation, info.metadata)),
+                     info.description or ""))
+    return rows
+
+
+def schema_table(name: str, anchors: dict[str, str] | None = None) -> str:
+    lines = ["| key | type | default | constraints | description |", "|---|---|---|---|---|"]
+    lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in schema_rows(name, anchors)]
+    return "\n".join(lines)
+
+
+def _slug(heading: str) -> str:
+    from markdown.extensions.toc import slugify
+
+    text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", heading).replace("`", "")
+    return slugify(text, "-")
+
+
+def schema_anchors(markdown: str) -> dict[str, str]:
+    """The anchor of the heading above each ``<!-- schema: NAME -->`` marker of the page, by NAME."""
+    anchors = {}
+    for marker in SCHEMA_MARKER.finditer(markdown):
+        headings = list(HEADING.finditer(markdown, 0, marker.start()))
+        if headings:
+            anchors[marker.group(1)] = _slug(headings[-1].group(2))
+    return anchors
+
+
+# -- the built-in data sets ----------------------------------------------------------------------------
+
+DATASET_GROUPS = ("core", "more", "multi-label")
+
+
+def _count(n: int) -> str:
+    return f"{n:,}"
+
+
+def _labels_text(row: dict) -> str:
+    labels = row["labels"]
+    if row.get("task") == "regression":
+        return (f"regression: {labels['min']}..{labels['max']}, mean {labels['mean']} (sd {labels['std']})")
+    counts = sorted(labels.values())
+    prefix = "label sets, texts per label: " if row.get("multi_label") else ""
+    if len(labels) <= 8:
+        return prefix + ", ".join(f"{label} {_count(n)}" for label, n in labels.items())
+    median = counts[len(counts) // 2] if len(counts) % 2 else (counts[len(counts) // 2 - 1] + counts[len(counts) // 2]) / 2
+    return (f"{prefix}{len(labels)} classes, {_count(counts[0])}-{_count(counts[-1])} each "
+            f"(median {_count(int(median)) if float(median).is_integer() else median})")
+
+
+def dataset_rows(group: str) -> list[tuple[str, ...]]:
+    """(name, kind, package, size, train / validation / test, labels, what it is) for each built-in data
+    set of ``group`` (see :data:`DATASET_GROUPS`)."""
+    import contrastfit.data.sets  # noqa: F401 - registers the sets read from other packages
+    from contrastfit.data.builtin import BUILTIN_DATASETS, describe_builtin
+    from contrastfit.data.multilabel import describe_multilabel_builtin
+
+    if group not in DATASET_GROUPS:
+        raise ValueError(f"<!-- datasets: {group} -->: no such group of built-in data sets "
+                         f"(groups: {', '.join(DATASET_GROUPS)})")
+    if group == "multi-label":
+        described = describe_multilabel_builtin()
+    else:
+        def more(spec) -> bool:
+            reader = getattr(spec.reader, "func", spec.reader)
+            return reader.__module__.startswith("contrastfit.data.sets")
+
+        described = [r for r in _described_builtin(describe_builtin)
+                     if more(BUILTIN_DATASETS[r["name"]]) == (group == "more")]
+    rows = []
+    for r in described:
+        spec = BUILTIN_DATASETS.get(r["name"])
+        version = (spec.pin or spec.version) if spec is not None else None
+        package = f"{r['package']} {version}" if version else r["package"]
+        if r.get("size") is None:
+            size, splits = "", ""
+            labels = f"not installed where this site was built: `{r.get('fetch', '')}`"
+        else:
+            size = _count(r["size"])
+            splits = " / ".join(_count(r["splits"][s]) for s in ("train", "validation", "test"))
+            labels = _labels_text(r)
+        rows.append((_code(r["name"]), r.get("kind") or (spec.kind if spec else ""), package, size, splits, labels,
+                     r["description"]))
+    return rows
+
+
+_DESCRIBED: list = []
+
+
+def _described_builtin(describe) -> list[dict]:
+    """``describe_builtin()`` once per build (it loads every set)."""
+    if not _DESCRIBED:
+        _DESCRIBED.extend(describe())
+    return _DESCRIBED
+
+
+def datasets_table(group: str) -> str:
+    lines = ["| name | kind | package | size | train / validation / test | labels | what it is |",
+             "|---|---|---|--:|---|---|---|"]
+    lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in dataset_rows(group)]
+    return "\n".join(lines)
+
+
 def on_page_markdown(markdown: str, page, config, files) -> str:
     markdown = HPARAMS_MARKER.sub(lambda m: hparams_table(m.group(1).split()), markdown)
+    anchors = schema_anchors(markdown)
+    markdown = SCHEMA_MARKER.sub(lambda m: schema_table(m.group(1), anchors), markdown)
+    markdown = DATASETS_MARKER.sub(lambda m: datasets_table(m.group(1)), markdown)
     return MARKER.sub(lambda m: options_table(m.group(1)), markdown)
 
 

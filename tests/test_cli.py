@@ -404,14 +404,14 @@ def _train_fields():
 
 
 def _docs_train_options() -> dict[str, list[str]]:
-    """docs/cli.md: the table of `train` options, {group: [flags]}, as the site renders it (the page
+    """docs/reference/cli.md: the table of `train` options, {group: [flags]}, as the site renders it (the page
     holds a marker that docs/hooks.py replaces with the table generated from TrainConfig)."""
     import importlib.util
     import re
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1]
-    page = (root / "docs" / "cli.md").read_text(encoding="utf-8")
+    page = (root / "docs" / "reference" / "cli.md").read_text(encoding="utf-8")
     assert "\n<!-- options: train -->\n" in page
     spec = importlib.util.spec_from_file_location("contrastfit_docs_hooks", root / "docs" / "hooks.py")
     hooks = importlib.util.module_from_spec(spec)

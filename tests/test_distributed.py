@@ -437,7 +437,7 @@ def _free_port() -> int:
 
 def test_torchrun_two_nodes_train_the_one_node_model(tmp_path, tiny_encoder_dir, toy_csv, one_node_run):
     """Two "nodes" on this machine: two torchrun launches (``--nnodes 2 --nproc-per-node 1``, the c10d
-    rendezvous at 127.0.0.1, gloo between them), as docs/scale.md shows for two machines. The global batch
+    rendezvous at 127.0.0.1, gloo between them), as docs/how-to/gpus.md shows for two machines. The global batch
     is the one of one node with two processes (the sampler's batches go to global ranks 0 and 1 in turn),
     and so is everything computed on it: the SupCon term over the rows gathered across the nodes, DDP's
     average of the gradients. So the model equals the one-node run's, weight for weight (to 1e-6), and

@@ -30,6 +30,15 @@ def test_no_page_a_user_reads_names_an_internal_issue_number():
     assert not found, found
 
 
+def test_no_page_a_user_reads_is_a_dated_lab_note():
+    """A date belongs to CHANGELOG.md; a record's file name may carry one (`quantize_2026-11-27.json`)."""
+    pattern = re.compile(r"(?<![_\w])20\d\d-\d\d-\d\d")
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    found = [f"{p.relative_to(ROOT)}:{n}: {m.group(0)}" for p in pages
+             for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1) for m in pattern.finditer(line)]
+    assert not found, found
+
+
 def _nav_pages(nav) -> list[str]:
     pages = []
     for item in nav:
@@ -57,13 +66,13 @@ def test_the_design_page_describes_the_tree():
 
 
 def test_every_method_with_hyper_parameters_has_its_generated_table():
-    """docs/methods.md names each such method in a `<!-- hparams: ... -->` marker, which docs/hooks.py
-    replaces with the table read from the method's `Hparams` declaration."""
+    """docs/concepts/losses.md names each such method in a `<!-- hparams: ... -->` marker, which
+    docs/hooks.py replaces with the table read from the method's `Hparams` declaration."""
     import importlib.util
 
     from contrastfit.methods import available_methods
 
-    page = (ROOT / "docs" / "methods.md").read_text(encoding="utf-8")
+    page = (ROOT / "docs" / "concepts" / "losses.md").read_text(encoding="utf-8")
     listed = {name for marker in re.findall(r"^<!-- hparams: ([a-z -]+) -->$", page, re.MULTILINE)
               for name in marker.split()}
     assert listed == {n for n, s in available_methods().items() if s.defaults}
@@ -72,3 +81,13 @@ def test_every_method_with_hyper_parameters_has_its_generated_table():
     spec.loader.exec_module(hooks)
     text = hooks.on_page_markdown(page, None, None, None)
     assert "<!-- hparams:" not in text and "| `temperature` (`--temperature`) | `0.3` | number, > 0 |" in text
+
+
+def test_the_losses_page_lists_every_method_once():
+    """The table "Every method" of docs/concepts/losses.md has a row per registered method."""
+    from contrastfit.methods import available_methods
+
+    page = (ROOT / "docs" / "concepts" / "losses.md").read_text(encoding="utf-8")
+    table = page.split("## Every method", 1)[1].split("\n## ", 1)[0]
+    rows = re.findall(r"^\| `([a-z-]+)`", table, re.MULTILINE)
+    assert sorted(rows) == sorted(available_methods()), rows

@@ -39,8 +39,8 @@ def test_every_file_the_package_reads_is_package_data(pyproject):
 
 
 def test_the_install_page_names_every_extra(pyproject):
-    """docs/install.md has a row for each extra of pyproject.toml, and no row for one it lacks."""
+    """docs/get-started.md has a row for each extra of pyproject.toml, and no row for one it lacks."""
     extras = set(pyproject["project"]["optional-dependencies"])
-    page = (ROOT / "docs" / "install.md").read_text(encoding="utf-8")
+    page = (ROOT / "docs" / "get-started.md").read_text(encoding="utf-8")
     rows = set(re.findall(r"^\| `([a-z0-9-]+)` \|", page, re.M))
     assert rows == extras

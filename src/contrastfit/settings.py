@@ -104,7 +104,8 @@ def declared_model(source: type, *, exclude: Any = (), defaults: Any = None, num
                    each: Any = None, base: Any = None, name: str | None = None, doc: str | None = None) -> Any:
     """A pydantic model (on ``base``, default: a strict schema that refuses NaN) of the dataclass
     ``source``'s fields but ``exclude``: each field's :func:`declared_type` and default (``defaults``
-    over the dataclass's; a field with none is required). With ``each``, every key is optional and
+    over the dataclass's; a field with none is required), its ``help`` as the field's description (what
+    docs/hooks.py shows in the experiment config's tables). With ``each``, every key is optional and
     its type ``each(type)`` (a grid of values, an override). :func:`check_fields` validates with it,
     and the experiment schema's ``training:``, ``tasks:`` and ``pretrain:`` models are it."""
     from pydantic import Field, create_model
@@ -115,14 +116,15 @@ def declared_model(source: type, *, exclude: Any = (), defaults: Any = None, num
         if f.name in exclude:
             continue
         kind = declared_type(hints[f.name], f.metadata, number)
+        described = {"description": f.metadata["help"]} if f.metadata.get("help") else {}  # docs text only
         if each is not None:
-            spec[f.name] = (each(kind), None)
+            spec[f.name] = (each(kind), Field(None, **described))
         elif defaults and f.name in defaults:
-            spec[f.name] = (kind, defaults[f.name])
+            spec[f.name] = (kind, Field(defaults[f.name], **described))
         elif f.default_factory is not MISSING:
-            spec[f.name] = (kind, Field(default_factory=f.default_factory))
+            spec[f.name] = (kind, Field(default_factory=f.default_factory, **described))
         else:
-            spec[f.name] = (kind, ... if f.default is MISSING else f.default)
+            spec[f.name] = (kind, Field(... if f.default is MISSING else f.default, **described))
     base = base or _Values
     return create_model(name or f"{source.__name__}Values", __base__=base, __module__=base.__module__,
                         __doc__=doc, **spec)

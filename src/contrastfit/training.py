@@ -48,7 +48,7 @@ from .trainer import (DEFAULT_LEARNING_RATE, DEFAULT_MIN_STEPS, MIN_USEFUL_STEPS
                       with_method_defaults)
 from .versions import library_versions
 
-#: The default recipe: what `contrastfit train --data FILE` trains with no --method (docs/benchmarks.md).
+#: The default recipe: what `contrastfit train --data FILE` trains with no --method (docs/concepts/default-recipe.md).
 DEFAULT_METHOD = "ce-scl-lr"
 DEFAULT_REGRESSION_METHOD = "ce"
 
@@ -139,7 +139,7 @@ class TrainConfig:
     label_descriptions: str | dict[str, str] | None = setting(
         None, "a text per class that the methods using label names (the default recipe's anchors and prior, "
         "zero-shot) encode instead of the name, e.g. ABBR -> 'an abbreviation': a .json or .yaml mapping, or a "
-        ".csv/.tsv with the header label,description; docs: Methods", group="data", metavar="FILE",
+        ".csv/.tsv with the header label,description; docs: Label names and descriptions", group="data", metavar="FILE",
         check=check_label_descriptions)
     # -- sampling (every draw has its own seed: derive_seed(sample_seed, "train", sample_index))
     shots: int | None = setting(None, "sample K training examples per class", group="sampling", metavar="K", ge=1)
@@ -176,11 +176,11 @@ class TrainConfig:
     gradient_cache_chunk: int | None = setting(None, (
         "gradient caching: embed each batch in chunks of N sentences without a graph, compute the loss on the "
         "whole batch, then re-encode chunk by chunk with the cached gradients (exact gradients, the encoder "
-        "memory of N sentences; docs: Scale)"), group=_OPT, flag="--gradient-cache", metavar="N", ge=1)
+        "memory of N sentences; docs: GPUs)"), group=_OPT, flag="--gradient-cache", metavar="N", ge=1)
     memory_size: int | None = setting(None, (
         "cross-batch memory: the last M embeddings of earlier batches, with their labels, join the SupCon term "
         "as extra candidates once M are stored (Wang et al. 2020; ce-scl, ce-scl-lr, ce-supcon, supcl-seq; "
-        "docs: Scale)"), group=_OPT, metavar="M", ge=1)
+        "docs: GPUs)"), group=_OPT, metavar="M", ge=1)
     sampler: str = setting("balanced", "training batches: balanced (the data's class mix, >= 2 rows of every class "
                            "present) or random, the library's shuffle", group=_OPT, choices=("balanced", "random"))
     head_init: str = setting("random", "probe: fit the head as a logistic-regression probe before fine-tuning, "

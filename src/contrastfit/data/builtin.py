@@ -2,7 +2,8 @@
 
 Each has a fixed, documented train / validation / test split (80 / 10 / 10, seed 20211) made with
 scikit-learn's ``train_test_split``, stratified by class for classification and plain for the
-regression target; docs/data.md states the sizes and the data hash of every run pins the exact rows.
+regression target; docs/reference/data.md gives the sizes (its tables are generated from this registry) and
+the data hash of every run pins the exact rows.
 Exact duplicate texts are dropped (keeping the first) so that no text is in two splits.
 
 * ``mr``: Pang & Lee's rotten-tomatoes sentences (8,530; 1 = positive, 0 = negative), from

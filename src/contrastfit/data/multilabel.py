@@ -21,7 +21,7 @@ Label names are stripped and sorted; names that differ only in case are refused 
 data. A validation or test label that the training split does not have is refused (one line). Without
 a validation split, ``validation_split`` of the training rows is held out at random (seed 13): a
 label-stratified split of multi-label data is not well defined, and the hold-out is documented in
-docs/multilabel.md. A built-in multi-label data set: ``toxicity-attributes``
+docs/how-to/multi-label.md. A built-in multi-label data set: ``toxicity-attributes``
 (:data:`MULTILABEL_BUILTINS`).
 """
 

@@ -4,7 +4,7 @@ parsed config becomes the :class:`ExperimentConfig` the runner, plan and search 
 entries expanded into :class:`MethodVariant` s (every point of their grids), each variant's
 hyper-parameters checked by the method's own schema and its merged training settings by
 ``TrainConfig.validate``. Bad input is a one-line ConfigError naming the file and the key; the
-docs/experiments.md documents the whole schema.
+docs/reference/experiment-yaml.md documents the whole schema (its tables generated from :mod:`.schema`).
 
 .. code-block:: yaml
 

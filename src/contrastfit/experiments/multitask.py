@@ -318,7 +318,7 @@ def multitask_summary(records: Sequence[dict[str, Any]], tasks: Sequence[str] | 
 
 
 def summary_tables(summary: dict[str, Any]) -> list[Table]:
-    """The main table (as in docs/multitask.md: rows = variants, each task's test selection metric, their
+    """The main table (as in docs/how-to/multi-task.md: rows = variants, each task's test selection metric, their
     average, seconds), the headline metrics of every task, and the stage-1 encoders (when any)."""
     tasks, metric, rows = summary["tasks"], summary["metrics"], summary["rows"]
     seeds = sorted({r["n"] for r in rows})

@@ -133,9 +133,12 @@ class MethodEntry(Schema):
     variants only, over the experiment's ``training:``; a list value is a grid). Hyper-parameter
     names and values are checked against the method's own schema when the variants are built."""
 
-    name: str
-    hparams: dict[str, Any] = Field(default_factory=dict)
-    training: TrainingGrid = Field(default_factory=TrainingGrid)  # type: ignore[valid-type]
+    name: str = Field(description="the method (`contrastfit methods`)")
+    hparams: dict[str, Any] = Field(default_factory=dict,
+        description="the method's hyper-parameters, written at the top level of the entry (a list value is a grid)")
+    training: TrainingGrid = Field(default_factory=TrainingGrid,  # type: ignore[valid-type]
+        description="settings for this entry's variants only, over the experiment's training: (a list value is "
+                    "a grid)")
 
     @model_validator(mode="before")
     @classmethod
@@ -171,10 +174,13 @@ class Attributions(Schema):
     ``samples``: Shapley orderings per example; ``baseline``: how an absent word is removed."""
 
     examples: Annotated[Union[NonNegativeInt, list[NonNegativeInt]],
-                        explained("must be a count or a list of test-set indices (integers >= 0)")] = 3
-    samples: PositiveInt = 25
-    baseline: Literal[BASELINES] = "remove"  # type: ignore[valid-type]
-    max_words: PositiveInt = 50
+                        explained("must be a count or a list of test-set indices (integers >= 0)")] = Field(3,
+        description="the first N test examples of at most max_words words, topped up with the shortest longer ones; "
+                    "or a list of test indices")
+    samples: PositiveInt = Field(25, description="Shapley value sampling: random word orderings per example")
+    baseline: Literal[BASELINES] = Field("remove",  # type: ignore[valid-type]
+        description="an absent word is masked out of attention (remove) or replaced by the mask token (mask)")
+    max_words: PositiveInt = Field(50, description="longest example (in words) taken first when examples is a count")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -207,11 +213,13 @@ class SearchDimension(Schema):
     """One hyper-parameter of a search space: a list of choices, or ``{low, high}`` (optional
     ``log``, ``step``); an int range where the method's default and both bounds are ints."""
 
-    choices: Annotated[list[Any], Field(min_length=1)] | None = None
-    low: Number | None = None
-    high: Number | None = None
-    log: bool = False
-    step: PositiveNumber | None = None
+    choices: Annotated[list[Any], Field(min_length=1)] | None = Field(None,
+        description="the values to choose from (a list given for the dimension is this)")
+    low: Number | None = Field(None, description="lowest value of a range")
+    high: Number | None = Field(None, description="highest value of a range")
+    log: bool = Field(False, description="sample the range on a log scale")
+    step: PositiveNumber | None = Field(None,
+        description="step of the range (an int range where the default and both bounds are ints)")
 
     @model_validator(mode="before")
     @classmethod
@@ -232,13 +240,17 @@ class Search(Schema):
     """``search:``: an Optuna study over ``method``'s hyper-parameters (``space``), scored on the
     validation ``metric`` (see :mod:`.search`)."""
 
-    method: str
-    space: Annotated[dict[str, SearchDimension], Field(min_length=1)]
-    trials: PositiveInt = 20
-    metric: str | None = None  # None: the data's headline metric (accuracy; pearson; micro_f1 on label sets)
-    storage: str | None = None
-    study: str | None = None
-    direction: Literal["maximize", "minimize"] = "maximize"
+    method: str = Field(description="the method whose hyper-parameters are searched")
+    space: Annotated[dict[str, SearchDimension], Field(min_length=1)] = Field(
+        description="each searched name (a hyper-parameter of the method) and its dimension")
+    trials: PositiveInt = Field(20, description="trials of the study")
+    metric: str | None = Field(None,
+        description="validation metric to optimise (default: the headline one: accuracy; pearson for a regression "
+                    "target; micro_f1 on label sets)")
+    storage: str | None = Field(None,
+        description="Optuna storage: journal, journal:PATH or a database URL (default: in memory)")
+    study: str | None = Field(None, description="study name in the storage (to add trials to a study)")
+    direction: Literal["maximize", "minimize"] = Field("maximize", description="maximize or minimize the metric")
 
     _method = field_validator("method")(method_name)
 
@@ -285,34 +297,51 @@ def model_label(model: str) -> str:
 
 
 class Experiment(Schema):
-    """An experiment config: what ``contrastfit experiment CONFIG.yaml`` runs (docs/experiments.md).
+    """An experiment config: what ``contrastfit experiment CONFIG.yaml`` runs (docs/reference/experiment-yaml.md).
     ``models`` (instead of ``model``) compares encoders on the same protocol and samples: every run
     of every method on each of them, labelled ``MODEL/VARIANT`` (:func:`model_label`)."""
 
-    name: str = "experiment"
-    data: str
-    model: str = DEFAULT_MODEL
-    models: one_or_more(Annotated[str, Field(min_length=1)]) | None = None
-    methods: one_or_more(MethodEntry)
+    name: str = Field("experiment", description="experiment name (tags every run)")
+    data: str = Field(description="built-in name, local file or Hub name, read once for every run")
+    model: str = Field(DEFAULT_MODEL, description="the encoder, as train's --model")
+    models: one_or_more(Annotated[str, Field(min_length=1)]) | None = Field(None,
+        description="instead of model: encoders to compare on the same protocol runs, samples and seeds")
+    methods: one_or_more(MethodEntry) = Field(
+        description="method names, or mappings {name, hyper-parameters, training}; a list value is a grid")
     protocol: Annotated[Protocol, BeforeValidator(_protocol_shorthands)] = Field(
-        default_factory=lambda: PROTOCOLS["full"](kind="full"))
-    seeds: one_or_more(NonNegativeInt) = [0]
-    validation_size: PositiveInt | None = None
-    training: Training = Field(default_factory=Training)  # type: ignore[valid-type]
-    data_options: DataOptions = Field(default_factory=DataOptions)
-    save_models: bool = False
-    keep_model: Annotated[str, Field(min_length=1)] | None = None
-    metrics: one_or_more(str) = ["accuracy", "f1", "macro_f1", "mcc"]
-    baseline: str | None = None
-    top_k: PositiveInt | None = None
-    analyses: Annotated[list[str], BeforeValidator(as_list)] = Field(default_factory=available_analyses)
-    attributions: Attributions = Field(default_factory=Attributions)
-    report: bool = True
-    search: Search | None = None
-    executor: ExecutorName = "local"  # type: ignore[valid-type]
-    ray: Ray = Field(default_factory=Ray)  # type: ignore[valid-type]
-    slurm: Slurm = Field(default_factory=Slurm)  # type: ignore[valid-type]
-    output: str
+        default_factory=lambda: PROTOCOLS["full"](kind="full"),
+        description="how the training sets are drawn: a kind and its options (a kind alone: protocol: full; a mapping "
+                    "without kind: few-shot)")
+    seeds: one_or_more(NonNegativeInt) = Field([0], description="training seeds (initialisation and batch order)")
+    validation_size: PositiveInt | None = Field(None,
+        description="a stratified validation subset drawn once from the validation split (never from the training "
+                    "sample); none: the whole split")
+    training: Training = Field(default_factory=Training,  # type: ignore[valid-type]
+        description="train's settings for every run, but those the runner sets for each run")
+    data_options: DataOptions = Field(default_factory=DataOptions,
+        description="how data is read (columns, held-out files and split, label sets)")
+    save_models: bool = Field(False, description="keep every run's model (false: results only)")
+    keep_model: Annotated[str, Field(min_length=1)] | None = Field(None,
+        description="a variant label whose first run keeps its model, copied to OUTPUT/model")
+    metrics: one_or_more(str) = Field(["accuracy", "f1", "macro_f1", "mcc"],
+        description="the tables' metrics (of those the runs have; a regression target falls back to pearson, "
+                    "spearman, mse)")
+    baseline: str | None = Field(None,
+        description="the method or variant the p-values compare against (default: ce if listed, else the first)")
+    top_k: PositiveInt | None = Field(None,
+        description="also report mean and std of the k best runs by validation score per cell")
+    analyses: Annotated[list[str], BeforeValidator(as_list)] = Field(default_factory=available_analyses,
+        description="the report's analyses (default: every registered one)")
+    attributions: Attributions = Field(default_factory=Attributions, description="options of the attributions analysis")
+    report: bool = Field(True, description="write report.md and report.html at the end")
+    search: Search | None = Field(None, description="an Optuna study instead of the grid")
+    executor: ExecutorName = Field("local",  # type: ignore[valid-type]
+        description="where the grid's runs train: local, ray or slurm (--executor overrides it)")
+    ray: Ray = Field(default_factory=Ray,  # type: ignore[valid-type]
+        description="the Ray cluster and each run's task (executor: ray)")
+    slurm: Slurm = Field(default_factory=Slurm,  # type: ignore[valid-type]
+        description="submitit's executor and each array task's resources (executor: slurm)")
+    output: str = Field(description="output folder")
 
     @field_validator("analyses")
     @classmethod
@@ -425,9 +454,10 @@ class _PretrainBase(Schema):
     de-duplicated, shuffled with the seed, the first ``max_texts``), a text file (one text per line), a
     table or a data set name; ``model``: the encoder it starts from (default: the experiment's)."""
 
-    method: Literal[PRETRAIN_METHODS]  # type: ignore[valid-type]
-    corpus: Annotated[str, Field(min_length=1)] = "tasks"
-    model: str | None = None
+    method: Literal[PRETRAIN_METHODS] = Field(description="the stage-1 method")  # type: ignore[valid-type]
+    corpus: Annotated[str, Field(min_length=1)] = Field("tasks",
+        description="tasks (the tasks' unlabelled training texts), a text file, a table or a data set name")
+    model: str | None = Field(None, description="the encoder it starts from (default: the experiment's)")
 
     @model_validator(mode="after")
     def _method_hparams(self):
@@ -447,13 +477,17 @@ class MultiTaskVariant(Schema):
     The encoder is the experiment's ``model``, the variant's own ``model``, or ``pretrain: NAME``, the
     stage-1 encoder of that ``pretrain:`` entry; ``training`` overrides the experiment's for this variant."""
 
-    name: Annotated[str, Field(min_length=1)]
-    mode: Literal["single", "multitask"]
-    schedule: Literal[SCHEDULES] | None = None  # type: ignore[valid-type]
-    temperature: PositiveNumber | None = None
-    model: Annotated[str, Field(min_length=1)] | None = None
-    pretrain: str | None = None
-    training: MultiTaskTrainingOverride = Field(default_factory=MultiTaskTrainingOverride)  # type: ignore[valid-type]
+    name: Annotated[str, Field(min_length=1)] = Field(description="the variant's name in the tables")
+    mode: Literal["single", "multitask"] = Field(
+        description="single: one run per task, alone; multitask: one run on every task")
+    schedule: Literal[SCHEDULES] | None = Field(None,  # type: ignore[valid-type]
+        description="multitask: how tasks take turns (default round-robin)")
+    temperature: PositiveNumber | None = Field(None, description="the temperature of schedule: temperature")
+    model: Annotated[str, Field(min_length=1)] | None = Field(None,
+        description="this variant's encoder (default: the experiment's)")
+    pretrain: str | None = Field(None, description="start from the stage-1 encoder of this pretrain: entry")
+    training: MultiTaskTrainingOverride = Field(default_factory=MultiTaskTrainingOverride,  # type: ignore[valid-type]
+        description="settings for this variant, over the experiment's training:")
 
     @model_validator(mode="after")
     def _consistent(self):
@@ -467,22 +501,27 @@ class MultiTaskVariant(Schema):
 
 
 class MultiTaskExperiment(Schema):
-    """A multi-task experiment (docs/multitask.md): one encoder with a head per task, its
+    """A multi-task experiment (docs/how-to/multi-task.md): one encoder with a head per task, its
     ``variants`` compared on the same ``tasks`` and samples, for every seed. ``steps_per_task``: the
     batches each task gets in every variant (a single-task run trains that many steps, a multi-task run
     that many times the number of tasks); without it the runs follow MultiTaskConfig's step rule."""
 
-    name: str = "experiment"
-    model: str = DEFAULT_MODEL
-    tasks: Annotated[list[TaskEntry], Field(min_length=1)]  # type: ignore[valid-type]
-    variants: Annotated[list[MultiTaskVariant], Field(min_length=1)]
-    steps_per_task: PositiveInt | None = None
-    training: MultiTaskTraining = Field(default_factory=MultiTaskTraining)  # type: ignore[valid-type]
-    pretrain: dict[str, PretrainEntry] = Field(default_factory=dict)  # type: ignore[valid-type]
-    seeds: one_or_more(NonNegativeInt) = [0]
-    save_models: bool = False
-    report: bool = True
-    output: str
+    name: str = Field("experiment", description="experiment name (tags every run)")
+    model: str = Field(DEFAULT_MODEL, description="the encoder, as train's --model")
+    tasks: Annotated[list[TaskEntry], Field(min_length=1)] = Field(  # type: ignore[valid-type]
+        description="the tasks, each with its data and head")
+    variants: Annotated[list[MultiTaskVariant], Field(min_length=1)] = Field(
+        description="what is compared: single-task and multi-task runs")
+    steps_per_task: PositiveInt | None = Field(None,
+        description="batches each task gets in every variant (default: MultiTaskConfig's step rule)")
+    training: MultiTaskTraining = Field(default_factory=MultiTaskTraining,  # type: ignore[valid-type]
+        description="MultiTaskConfig's settings for every run, but those the runner sets")
+    pretrain: dict[str, PretrainEntry] = Field(default_factory=dict,  # type: ignore[valid-type]
+        description="stage-1 encoders by name, for variants' pretrain:")
+    seeds: one_or_more(NonNegativeInt) = Field([0], description="training seeds")
+    save_models: bool = Field(False, description="keep every run's model (false: results only)")
+    report: bool = Field(True, description="write report.md and report.html at the end")
+    output: str = Field(description="output folder")
 
     @model_validator(mode="after")
     def _consistent(self):

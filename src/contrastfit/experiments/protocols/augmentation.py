@@ -10,7 +10,7 @@ import itertools
 from typing import Literal, Sequence
 
 import numpy as np
-from pydantic import NonNegativeInt, field_validator, model_validator
+from pydantic import Field, NonNegativeInt, field_validator, model_validator
 
 from ...data.augment import (HUB_PREFIX, augment_dataset, augment_seed, check_augmenter, check_ratio, check_temperature,
                              hub_generator)
@@ -24,10 +24,11 @@ from .base import (ProtocolRun, Sampled, check_samples, check_seed, derived, dra
 
 class Augmentation(Sampled):
     kind: Literal["augmentation"]
-    ratio: one_or_more(NonNegativeInt) = [3]
-    augmenter: str = "deletion"
-    rate: one_or_more(Rate) = [0.1]
-    temperature: PositiveNumber | None = None
+    ratio: one_or_more(NonNegativeInt) = Field([3],
+        description="augmented copies per training example (0: the clean baseline)")
+    augmenter: str = Field("deletion", description="deletion, swap, insertion, synonym, hub:MODEL or hub:FORWARD+BACK")
+    rate: one_or_more(Rate) = Field([0.1], description="rate of words changed")
+    temperature: PositiveNumber | None = Field(None, description="sampling temperature of the hub: models")
     order = 80
     no_multi_label = None  # the copies keep their row's label set
 

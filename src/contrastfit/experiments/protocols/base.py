@@ -33,7 +33,7 @@ from typing import Any, Callable, ClassVar
 
 import datasets
 import numpy as np
-from pydantic import NonNegativeInt, PositiveInt, model_validator
+from pydantic import Field, NonNegativeInt, PositiveInt, model_validator
 
 from ...data.loading import LABEL, TextData
 from ...data.multilabel import is_multilabel, random_subset, sample_per_label
@@ -65,7 +65,7 @@ class ProtocolOptions(Schema):
     """Base of a protocol's options: ``kind`` (a ``Literal`` of its one name) and the keyword arguments
     of its function; every protocol has a sampling ``seed``."""
 
-    seed: NonNegativeInt = 0
+    seed: NonNegativeInt = Field(0, description="base seed of the protocol's draws (each sample has its own stream)")
     #: where the kind is listed (smaller first)
     order: ClassVar[int] = 1000
     #: why the protocol does not run on multi-label data (``data_options.multi_label``), in a few words
@@ -88,9 +88,9 @@ class Sampled(ProtocolOptions):
     """Few-shot training sets: ``shots`` per class or ``train_size`` in total (one value or a list),
     ``samples`` of each; neither: the whole training split."""
 
-    shots: Counts | None = None
-    train_size: Counts | None = None
-    samples: PositiveInt = 1
+    shots: Counts | None = Field(None, description="examples per class (K-shot); one value or a list")
+    train_size: Counts | None = Field(None, description="examples in total, stratified by class; one value or a list")
+    samples: PositiveInt = Field(1, description="training-set samples drawn per setting")
 
     @model_validator(mode="after")
     def _shots_or_train_size(self):

@@ -25,7 +25,8 @@ from .base import (ProtocolRun, Sampled, check_samples, check_seed, draw_train, 
 
 class Classes(Sampled):
     kind: Literal["classes"]
-    num_classes: one_or_more(Annotated[int, Field(ge=2)]) = [2, 3, 4, 5]
+    num_classes: one_or_more(Annotated[int, Field(ge=2)]) = Field([2, 3, 4, 5],
+        description="sizes of the random class subsets")
     order = 60
     no_multi_label = "it keeps the texts of a class subset and renumbers their one class"
 

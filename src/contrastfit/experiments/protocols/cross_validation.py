@@ -27,11 +27,14 @@ from .base import (ProtocolOptions, ProtocolRun, check_seed, derived, int_values
 
 class CrossValidation(ProtocolOptions):
     kind: Literal["cross-validation"]
-    folds: Annotated[int, Field(ge=2)] = 5
-    train_size: PositiveInt | None = None
-    repeats: PositiveInt = 1
-    test: Literal["fold", "split"] = "fold"
-    fold_train_size: PositiveInt | None = None
+    folds: Annotated[int, Field(ge=2)] = Field(5, description="folds of the stratified k-fold")
+    train_size: PositiveInt | None = Field(None,
+        description="the pool: a stratified sample of the training split (default: all of it)")
+    repeats: PositiveInt = Field(1, description="repetitions of the k-fold, each with its own shuffle")
+    test: Literal["fold", "split"] = Field("fold",
+        description="fold: score on the held-out fold; split: on the data's test split")
+    fold_train_size: PositiveInt | None = Field(None,
+        description="a stratified sample of this size of each fold's training part")
     order = 30
     no_multi_label = None  # label sets: plain k-fold and random draws, as for a regression target
 

@@ -21,11 +21,13 @@ from .base import (ProtocolOptions, ProtocolRun, check_samples, check_seed, deri
 
 class Imbalance(ProtocolOptions):
     kind: Literal["imbalance"]
-    ratios: one_or_more(Annotated[float, Field(ge=1), WrapValidator(as_written)]) = [1, 3, 5, 10, 20]
-    minority_size: PositiveInt = 32
+    ratios: one_or_more(Annotated[float, Field(ge=1), WrapValidator(as_written)]) = Field([1, 3, 5, 10, 20],
+        description="rho: the other classes get minority_size x rho examples each")
+    minority_size: PositiveInt = Field(32, description="training examples of each minority class")
     minority_classes: Annotated[one_or_more(Union[str, NonNegativeInt]) | None,
-                                explained("must be class names or class ids (integers >= 0)")] = None
-    samples: PositiveInt = 1
+                                explained("must be class names or class ids (integers >= 0)")] = Field(None,
+        description="class names or ids (default: the first half of the classes)")
+    samples: PositiveInt = Field(1, description="training-set samples drawn per ratio")
     order = 40
     no_multi_label = "it sizes minority and majority classes by each text's one class, and a text with a label set is in several"
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 import itertools
 from typing import Literal, Sequence
 
+from pydantic import Field
+
 from ...data.loading import TextData
 from ...data.noise import TEXT_NOISE_KINDS, add_text_noise, flip_labels
 from ...data.sampling import derive_seed
@@ -18,9 +20,10 @@ from .base import (ProtocolRun, Sampled, check_samples, check_seed, derived, dra
 
 class Noise(Sampled):
     kind: Literal["noise"]
-    label_noise: one_or_more(Rate) = [0.0]
-    text_noise: one_or_more(Rate) | None = None
-    text_noise_kind: Literal[TEXT_NOISE_KINDS] = "deletion"  # type: ignore[valid-type]
+    label_noise: one_or_more(Rate) = Field([0.0], description="rates of training labels flipped to another class")
+    text_noise: one_or_more(Rate) | None = Field(None, description="rates of words changed in the training texts")
+    text_noise_kind: Literal[TEXT_NOISE_KINDS] = Field("deletion",  # type: ignore[valid-type]
+        description="how a word is changed")
     order = 50
     no_multi_label = "its label noise flips each text's one class to another"
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Literal, Sequence
 
-from pydantic import NonNegativeInt, PositiveInt, field_validator, model_validator
+from pydantic import Field, NonNegativeInt, PositiveInt, field_validator, model_validator
 
 from ...data.loading import TextData
 from ...schema import Schema
@@ -23,13 +23,14 @@ class TransferSource(Schema):
     ``method``, each method variant's source trains with that variant's method, hyper-parameters and
     training settings; with it (and ``hparams``), one source model serves every variant."""
 
-    data: str
-    method: str | None = None
-    hparams: dict[str, Any] | None = None
-    shots: PositiveInt | None = None
-    train_size: PositiveInt | None = None
-    epochs: PositiveNumber | None = None
-    seed: NonNegativeInt = 0
+    data: str = Field(description="the source data set")
+    method: str | None = Field(None, description="one source method for every variant (default: each variant's own)")
+    hparams: dict[str, Any] | None = Field(None, description="that method's hyper-parameters")
+    shots: PositiveInt | None = Field(None,
+        description="source training examples per class (default: the whole training split)")
+    train_size: PositiveInt | None = Field(None, description="source training examples in total")
+    epochs: PositiveNumber | None = Field(None, description="the source runs' epochs (default: the variant's)")
+    seed: NonNegativeInt = Field(0, description="seed of the source's sample and training")
 
     _method = field_validator("method")(lambda v: v if v is None else method_name(v))
 
@@ -47,7 +48,7 @@ class TransferSource(Schema):
 
 class Transfer(Sampled):
     kind: Literal["transfer"]
-    source: TransferSource
+    source: TransferSource = Field(description="the source models' data and sample")
     order = 70
     no_multi_label = "its source models are single-label runs"
 
