@@ -172,7 +172,10 @@ class Method(nn.Module):
         super().__init__()
         if task not in ("classification", "regression"):
             raise ConfigError(f"unknown task '{task}'")
+        #: the hyper-parameters as given, by name (``lambda``): what the run's record and the saved model keep
         self.hparams = validate_hparams(f"method '{self.name}'", self.Hparams, hparams)
+        #: the same, typed, as the method reads them: ``self.hp.temperature``, ``self.hp.lambda_``
+        self.hp = self.Hparams.model_validate(self.hparams)
         #: a :class:`contrastfit.memory.CrossBatchMemory` while training with ``--memory-size``, else None
         self.memory = None
         self.num_labels = num_labels
@@ -278,7 +281,7 @@ class NormalizedFeaturesMethod(Method):
 
     def uses_label_names(self) -> bool:
         """Whether the run encodes the label names (as anchors or as a prior of the head)."""
-        return self.hparams.get("label_prior", 0) > 0 or self.hparams.get("label_anchors", 0) > 0
+        return getattr(self.hp, "label_prior", 0) > 0 or getattr(self.hp, "label_anchors", False)
 
     def label_features(self, model) -> torch.Tensor | None:
         """The head features of the label texts (C, d), or None when label names are not used."""

@@ -45,7 +45,7 @@ class CrossEntropySupCon(Method):
 
     def contrastive_weight(self) -> float:
         """lambda, the weight of the SupCon term (presets with another parametrisation override this)."""
-        return float(self.hparams["lambda"])
+        return float(self.hp.lambda_)
 
     def training_loss(self, model, inputs, labels) -> LossOutput:
         pooled = model.encoder(**inputs).pooled
@@ -58,7 +58,7 @@ class CrossEntropySupCon(Method):
             rows = torch.cat([rows, anchors.to(rows.dtype)])
             row_labels = torch.cat([row_labels, torch.arange(len(anchors), device=row_labels.device)])
         memory = self.memory  # the cross-batch memory (--memory-size): candidates once full, then enqueue
-        scl = supcon(rows, row_labels, self.hparams["temperature"], **(memory.candidates() if memory is not None else {}))
+        scl = supcon(rows, row_labels, self.hp.temperature, **(memory.candidates() if memory is not None else {}))
         if memory is not None:
             memory.enqueue(batch.embeddings, batch.labels)  # the texts only
         lam = self.contrastive_weight()
@@ -110,6 +110,6 @@ class SupConLogistic(NormalizedFeaturesMethod, CrossEntropySupCon):
     def anchor_rows(self, model):
         """The label names' pooled embeddings (with the encoder's dropout: they train with it), when
         ``label_anchors`` is on and the names are usable; None otherwise."""
-        if self.label_inputs is None or not self.hparams["label_anchors"]:
+        if self.label_inputs is None or not self.hp.label_anchors:
             return None
         return model.encoder(**{k: v.to(model.device) for k, v in self.label_inputs.items()}).pooled

@@ -141,7 +141,7 @@ class DiffCSE(SentenceEmbeddingMethod):
         self.__dict__["mlm"] = None  # the masked-LM generator, loaded by prepare()
 
     def param_groups(self, model) -> list[ParamGroup]:
-        lr = self.hparams["discriminator_learning_rate"]
+        lr = self.hp.discriminator_learning_rate
         return [ParamGroup("discriminator", list(self.discriminator.parameters()), lr)] if lr > 0 else []
 
     # -- generator ------------------------------------------------------------------------------
@@ -152,13 +152,13 @@ class DiffCSE(SentenceEmbeddingMethod):
         if embeddings.embedding_dim != self.hidden_size:
             raise ConfigError(f"{self.name}: the encoder's word embeddings ({embeddings.embedding_dim}) differ from its "
                               f"hidden size ({self.hidden_size}); the discriminator needs them equal")
-        if self.hparams["generator"] == "unigram":
+        if self.hp.generator == "unigram":
             if train_dataset is None or "input_ids" not in getattr(train_dataset, "column_names", []):
                 raise ConfigError(f"{self.name}: the unigram generator needs the tokenised training set (input_ids)")
             self.__dict__["unigram"] = UnigramGenerator.from_corpus(train_dataset["input_ids"], vocab,
                                                                    special_ids=tokenizer.all_special_ids)
         else:
-            name = self.hparams["generator"]
+            name = self.hp.generator
             try:
                 self.__dict__["mlm"] = load_masked_lm(name, tokenizer)
             except (ConfigError, ModelError) as exc:
@@ -177,7 +177,7 @@ class DiffCSE(SentenceEmbeddingMethod):
         special = self._special_mask(model, ids)
         mask_id = model.tokenizer.mask_token_id
         with torch.no_grad():
-            _, chosen = mask_tokens(ids, att, special, mask_id if mask_id is not None else 0, self.hparams["mask_ratio"])
+            _, chosen = mask_tokens(ids, att, special, mask_id if mask_id is not None else 0, self.hp.mask_ratio)
             if self.mlm is not None:
                 mlm = self.mlm
                 if next(mlm.parameters()).device != ids.device:
@@ -199,10 +199,10 @@ class DiffCSE(SentenceEmbeddingMethod):
         z1 = model.encoder(**sentences).pooled
         z2 = model.encoder(**sentences).pooled
         (g1, g2), _ = gather_views([z1, z2])  # in-batch negatives from the global batch under DDP
-        contrast = simcse_unsup(g1, g2, self.hparams["temperature"])
+        contrast = simcse_unsup(g1, g2, self.hp.temperature)
         logits = self.discriminate(model, corruption.ids, z1, sentences["attention_mask"])
         rtd = replaced_token_detection(logits, corruption.replaced, corruption.counted)
-        loss = diffcse_loss(contrast, rtd, self.hparams["lambda"])
+        loss = diffcse_loss(contrast, rtd, self.hp.lambda_)
         return LossOutput(loss=loss, parts={"simcse": contrast, "rtd": rtd})
 
 

@@ -37,5 +37,5 @@ class DistillKL(TeacherTargetsMixin, Method):
 
     def training_loss(self, model, inputs, labels) -> LossOutput:
         logits = model.head(model.encoder(**inputs).pooled)
-        loss = soft_target_kl(logits, self.teacher("logits", inputs, logits), self.hparams["temperature"])
+        loss = soft_target_kl(logits, self.teacher("logits", inputs, logits), self.hp.temperature)
         return LossOutput(loss=loss, logits=logits, parts={"kl": loss})

@@ -122,7 +122,7 @@ class CrossEntropySupConBeta(CrossEntropySupCon):
 
     def contrastive_weight(self) -> float:
         """Gunel's lambda is Sosnowski's 1 - beta (beta weights the cross-entropy, Eq. 4)."""
-        return 1.0 - float(self.hparams["beta"])
+        return 1.0 - float(self.hp.beta)
 
     @classmethod
     def size_defaults(cls, n_train: int) -> dict[str, Any]:
@@ -163,18 +163,18 @@ class CrossEntropySoftTriple(Method):
         return nearest_size_row(SOSNOWSKI_TABLE1, n_train)
 
     def param_groups(self, model) -> list[ParamGroup]:
-        return [ParamGroup("softtriple_centers", [self.soft_triple.centers], float(self.hparams["centers_learning_rate"]))]
+        return [ParamGroup("softtriple_centers", [self.soft_triple.centers], float(self.hp.centers_learning_rate))]
 
     def training_loss(self, model, inputs, labels) -> LossOutput:
         out = model.encoder(**inputs)
         logits = model.head(out.pooled)
         ce = self.task_loss(logits, labels)
-        if self.hparams["dml_on"] == "tokens":
+        if self.hp.dml_on == "tokens":
             x, y = flatten_tokens(out.token_embeddings, out.attention_mask, labels.long())
         else:
             x, y = out.pooled, labels.long()
         st = self.soft_triple(x, y)
-        beta = self.hparams["beta"]
+        beta = self.hp.beta
         return LossOutput(loss=beta * ce + (1 - beta) * st, logits=logits, parts={"ce": ce, "softtriple": st})
 
 

@@ -151,7 +151,7 @@ class LaCon(Method):
     @property
     def projection_dim(self) -> int:
         """The width ``d`` of the projection head and the label embeddings."""
-        return int(self.hparams["projection_dim"]) or self.hidden_size
+        return int(self.hp.projection_dim) or self.hidden_size
 
     @property
     def fusion_radius(self) -> int | None:
@@ -166,11 +166,11 @@ class LaCon(Method):
 
     def build_head(self):
         return build_head(self.head_kind, self.hidden_size, self.num_labels, dim=self.projection_dim,
-                          depth=int(self.hparams["projection_layers"]), temperature=float(self.hparams["temperature"]),
+                          depth=int(self.hp.projection_layers), temperature=float(self.hp.temperature),
                           fusion_radius=self.fusion_radius)
 
     def param_groups(self, model) -> list[ParamGroup]:
-        rate = float(self.hparams["label_learning_rate"])
+        rate = float(self.hp.label_learning_rate)
         return [ParamGroup("label_embeddings", [model.head.label_embeddings], rate)] if rate > 0 else []
 
     # head_features (the pooled embedding) and predict_logits (model.head on it, i.e.
@@ -205,7 +205,7 @@ class LaConFusion(LaCon):
 
     @property
     def fusion_radius(self) -> int | None:
-        return int(self.hparams["fusion_radius"])
+        return int(self.hp.fusion_radius)
 
     def head_features(self, model, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
         """Eq. 9's fused vector ``z`` (what the projection head ``g`` reads)."""
@@ -223,11 +223,11 @@ class CEProjection(Method):
     @property
     def projection_dim(self) -> int:
         """The width ``d`` of ``g``."""
-        return int(self.hparams["projection_dim"]) or self.hidden_size
+        return int(self.hp.projection_dim) or self.hidden_size
 
     def build_head(self) -> nn.Module:
         return ProjectionClassifierHead(self.hidden_size, self.num_outputs, dim=self.projection_dim,
-                                        depth=int(self.hparams["projection_layers"]))
+                                        depth=int(self.hp.projection_layers))
 
     # head_features (the pooled embedding), predict_logits (model.head on it) and embedding (the
     # pooled embedding, as for ``ce``) are the base class's.

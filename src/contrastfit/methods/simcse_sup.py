@@ -153,7 +153,7 @@ class SimCSESup(SentenceEmbeddingMethod):
         z = model.encoder(**inputs).pooled
         batch = gather(z, labels)  # the global batch under DDP (rank order); the batch itself otherwise
         zg = batch.embeddings
-        tr = supervised_triples(batch.labels, self.hparams["augmented"])  # global row indices
+        tr = supervised_triples(batch.labels, self.hp.augmented)  # global row indices
         if tr.anchors.numel() == 0:  # nobody has a positive: 0, graph intact (pitfall 1)
             loss = zg.sum() * 0.0
             return LossOutput(loss=loss, parts={"simcse_sup": loss})
@@ -166,8 +166,8 @@ class SimCSESup(SentenceEmbeddingMethod):
             views = gather(views, labels[mine]).embeddings  # rank order = ascending global index
             slots = torch.nonzero(tr.self_positive, as_tuple=True)[0]
             positives = positives.index_copy(0, slots, views.to(positives.dtype))
-        loss = simcse_sup(zg[tr.anchors], positives, zg[tr.negatives], self.hparams["temperature"],
-                          self.hparams["hard_negative_weight"], tr.negative_mask)
+        loss = simcse_sup(zg[tr.anchors], positives, zg[tr.negatives], self.hp.temperature,
+                          self.hp.hard_negative_weight, tr.negative_mask)
         return LossOutput(loss=loss, parts={"simcse_sup": loss})
 
 

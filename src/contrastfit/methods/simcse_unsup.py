@@ -29,7 +29,7 @@ class SimCSEUnsup(SentenceEmbeddingMethod):
         z1 = model.encoder(**sentences).pooled
         z2 = model.encoder(**sentences).pooled
         (g1, g2), _ = gather_views([z1, z2])  # in-batch negatives from the global batch under DDP
-        loss = simcse_unsup(g1, g2, self.hparams["temperature"])
+        loss = simcse_unsup(g1, g2, self.hp.temperature)
         return LossOutput(loss=loss, parts={"simcse": loss})
 
 

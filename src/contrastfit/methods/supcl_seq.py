@@ -68,7 +68,7 @@ def _pooled_with_dropout(model, inputs, p: float) -> torch.Tensor:
 def contrastive_labels(method: Method, labels: torch.Tensor) -> torch.Tensor:
     """Class ids for the contrastive term: regression targets rounded to bins of ``regression_bin``."""
     if method.task == "regression":
-        return torch.round(labels.float() / method.hparams["regression_bin"]).long()
+        return torch.round(labels.float() / method.hp.regression_bin).long()
     return labels
 
 
@@ -86,11 +86,11 @@ class SupCLSeq(Method):
                                        "contrastive term (target units)", gt=0)
 
     def training_loss(self, model, inputs, labels) -> LossOutput:
-        views = dropout_views(model, inputs, self.hparams["view_dropouts"])
+        views = dropout_views(model, inputs, self.hp.view_dropouts)
         views, y = gather_views(views, contrastive_labels(self, labels))  # global batch under DDP
         rows, y = torch.cat(views), y.repeat(len(views))
         memory = self.memory  # the cross-batch memory (--memory-size): candidates once full, then enqueue
-        loss = supcon(rows, y, self.hparams["temperature"], **(memory.candidates() if memory is not None else {}))
+        loss = supcon(rows, y, self.hp.temperature, **(memory.candidates() if memory is not None else {}))
         if memory is not None:
             memory.enqueue(rows, y)
         return LossOutput(loss=loss, parts={"supcon": loss})
@@ -110,14 +110,14 @@ class SelfSupervisedCL(Method):
 
     def __init__(self, num_labels, hidden_size, task="classification", **hparams):
         super().__init__(num_labels, hidden_size, task, **hparams)
-        if len(self.hparams["view_dropouts"]) < 2:
+        if len(self.hp.view_dropouts) < 2:
             raise ConfigError(f"{self.name}: needs at least two view_dropouts (a view's positives are the other views)")
 
     def training_loss(self, model, inputs, labels) -> LossOutput:
-        views = dropout_views(model, inputs, self.hparams["view_dropouts"])
+        views = dropout_views(model, inputs, self.hp.view_dropouts)
         views, _ = gather_views(views)  # global batch under DDP: rows in rank order
         instance = torch.arange(views[0].shape[0], device=labels.device).repeat(len(views))
-        loss = supcon(torch.cat(views), instance, self.hparams["temperature"])
+        loss = supcon(torch.cat(views), instance, self.hp.temperature)
         return LossOutput(loss=loss, parts={"selfcl": loss})
 
 
@@ -129,7 +129,7 @@ class DropoutAugmentedCE(Method):
     Hparams = _Views
 
     def training_loss(self, model, inputs, labels) -> LossOutput:
-        views = dropout_views(model, inputs, self.hparams["view_dropouts"])
+        views = dropout_views(model, inputs, self.hp.view_dropouts)
         logits = [model.head(v) for v in views]
         loss = torch.stack([self.task_loss(lg, labels) for lg in logits]).mean()
         return LossOutput(loss=loss, logits=logits[0], parts={"ce": loss})

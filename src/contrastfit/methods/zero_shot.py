@@ -44,7 +44,7 @@ class ZeroShot(NormalizedFeaturesMethod):
         model.eval()
         with torch.no_grad():
             anchors = self.label_features(model)
-            model.head.linear.weight.copy_(self.hparams["scale"] * anchors.to(model.head.linear.weight.dtype))
+            model.head.linear.weight.copy_(self.hp.scale * anchors.to(model.head.linear.weight.dtype))
             model.head.linear.bias.zero_()
         model.train(was_training)
 

@@ -73,7 +73,7 @@ class MultiLabelSupCon(MultiLabelMixin, CrossEntropySupCon):
         if anchors is not None:  # one more row per label, whose set is that label alone
             rows = torch.cat([rows, anchors.to(rows.dtype)])
             sets = torch.cat([sets, torch.eye(len(anchors), dtype=sets.dtype, device=sets.device)])
-        scl = jaccard_supcon(rows, sets, self.hparams["temperature"])
+        scl = jaccard_supcon(rows, sets, self.hp.temperature)
         lam = self.contrastive_weight()
         return LossOutput(loss=(1 - lam) * bce + lam * scl, logits=logits, parts={"bce": bce, "scl": scl})
 
