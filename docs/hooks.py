@@ -69,6 +69,7 @@ def option_rows(command: str) -> list[tuple[str, str, str, str, str]]:
     from contrastfit.cli import build_parser
     from contrastfit.distillation import DistillOptions
     from contrastfit.pretrain import PretrainOptions
+    from contrastfit.evaluation.attributions import ExplainOptions
     from contrastfit.serve import ServeOptions
     from contrastfit.training import TrainConfig
 
@@ -79,7 +80,7 @@ def option_rows(command: str) -> list[tuple[str, str, str, str, str]]:
                          f"(commands: {', '.join(subparsers.choices)})")
     sub = subparsers.choices[command]
     declared = {"train": TrainConfig, "pretrain": PretrainOptions, "distill": DistillOptions,
-                "serve": ServeOptions}.get(command)
+                "serve": ServeOptions, "explain": ExplainOptions}.get(command)
     fields = declared.__dataclass_fields__ if declared is not None else {}
     rows = []
     for action in sub._actions:  # the positional arguments first, as the usage line has them

@@ -133,6 +133,8 @@ BAD_INPUTS = [
     pytest.param(lambda c: ["evaluate", c.damaged("encoder/model.safetensors", 1000), "--data", c.data,
                             "--text-column", "sentence", "--label-column", "sentiment"],
                  ["encoder/model.safetensors", "not a complete safetensors file"], id="evaluate-truncated-encoder"),
+    pytest.param(lambda c: ["explain", str(c.run), "a film", "--samples", "0"], ["samples must be >= 1, got 0"],
+                 id="explain-no-orderings"),
     pytest.param(lambda c: ["explain", c.damaged("head.safetensors", 20), "a film"],
                  ["head.safetensors", "not a complete safetensors file"], id="explain-truncated-head"),
     pytest.param(lambda c: ["calibrate", c.damaged("encoder/model.safetensors", 0), "--data", c.data],

@@ -172,6 +172,7 @@ def _add_text_input_args(p: argparse.ArgumentParser, verb: str) -> None:
 def build_parser() -> argparse.ArgumentParser:
     from . import __version__
     from .distillation import DistillOptions
+    from .evaluation.attributions import ExplainOptions
     from .export import CHECK_ROWS
     from .pretrain import PretrainOptions
     from .serve import ServeOptions
@@ -219,10 +220,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_text_input_args(p, "explain")
     p.add_argument("--target", help="label to explain (default: the predicted label of each text; "
                                     "multi-label: the most probable one)")
-    p.add_argument("--samples", type=int, default=25, help="random word orderings per text (default 25)")
-    p.add_argument("--baseline", choices=["remove", "mask"], default="remove",
-                   help="an absent word is masked out of attention (remove) or replaced by the mask token (mask)")
-    p.add_argument("--seed", type=int, default=0)
+    add_config_options(p, source=ExplainOptions)
     p.add_argument("--plot", help="also draw the texts with their words coloured by value to this PNG")
     _add_task_arg(p, "explain")
     p.add_argument("--output", help="write the JSONL here instead of standard output")
@@ -684,10 +682,11 @@ def cmd_predict(args: argparse.Namespace) -> int:
 def cmd_explain(args: argparse.Namespace) -> int:
     from tqdm.auto import tqdm
 
-    from .evaluation.attributions import token_attributions
+    from .evaluation.attributions import ExplainOptions, token_attributions
+    from .settings import check_fields
 
-    if args.samples < 1:
-        raise ContrastfitError(f"--samples must be at least 1, got {args.samples}")
+    options = ExplainOptions(**{f.name: getattr(args, f.name) for f in config_option_fields(source=ExplainOptions)})
+    check_fields(options)  # before the model loads
     model = _load_model(args)
     texts, pairs = _model_inputs(args, model, *_read_predict_inputs(args))
     if getattr(model, "session", None) is not None:
@@ -699,7 +698,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
     results = []
     for i, text in enumerate(tqdm(texts, desc="explain", disable=len(texts) < 2)):
         results.append(token_attributions(model, text, pairs[i] if pairs is not None else None, target=args.target,
-                                          n_samples=args.samples, baseline=args.baseline, seed=args.seed))
+                                          n_samples=options.samples, baseline=options.baseline, seed=options.seed))
     lines = "".join(json.dumps(r.to_dict(), ensure_ascii=False) + "\n" for r in results)
     if args.output:
         write_text_atomic(args.output, lines)

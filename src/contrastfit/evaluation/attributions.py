@@ -35,9 +35,29 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["TokenAttribution", "token_attributions"]
+from ..settings import setting
+
+__all__ = ["EXPLAIN", "ExplainOptions", "TokenAttribution", "token_attributions"]
 
 BASELINES = ("remove", "mask")
+
+
+@dataclass(frozen=True)
+class ExplainOptions:
+    """How the words of a text are attributed, declared once: ``contrastfit explain``'s options are
+    generated from these fields (:func:`contrastfit.cli.add_config_options`), :func:`token_attributions`
+    takes their defaults, and an experiment's ``attributions:`` mapping declares ``samples`` and
+    ``baseline`` with them (:class:`contrastfit.experiments.schema.Attributions`)."""
+
+    samples: int = setting(25, "random word orderings per text (Shapley value sampling)", group="options",
+                           metavar="N", ge=1)
+    baseline: str = setting("remove", "an absent word is masked out of attention (remove) or replaced by the mask "
+                                      "token (mask)", group="options", choices=BASELINES)
+    seed: int = setting(0, "seed of the random word orderings", group="options", metavar="SEED")
+
+
+#: the defaults, as :func:`token_attributions` and the experiments' schema read them
+EXPLAIN = ExplainOptions()
 
 
 @dataclass
@@ -126,7 +146,8 @@ def _word_features(model, text: str, text_pair: str | None) -> tuple[dict[str, t
 
 
 def token_attributions(model, text: str, text_pair: str | None = None, target: int | str | None = None, *,
-                       n_samples: int = 25, baseline: str = "remove", exact: bool = False, seed: int = 0,
+                       n_samples: int = EXPLAIN.samples, baseline: str = EXPLAIN.baseline, exact: bool = False,
+                       seed: int = EXPLAIN.seed,
                        batch_size: int = 64) -> TokenAttribution:
     """Shapley values of the words of ``text`` (and ``text_pair``) for ``target``.
 

@@ -55,7 +55,7 @@ from pydantic import (BaseModel, BeforeValidator, Field, NonNegativeInt, Positiv
 
 from ..encoders import DEFAULT_MODEL
 from ..errors import ConfigError
-from ..evaluation.attributions import BASELINES
+from ..evaluation.attributions import BASELINES, EXPLAIN
 from ..multitask.schedule import SCHEDULES
 from ..multitask.tasks import Task
 from ..multitask.training import MultiTaskConfig
@@ -177,8 +177,8 @@ class Attributions(Schema):
                         explained("must be a count or a list of test-set indices (integers >= 0)")] = Field(3,
         description="the first N test examples of at most max_words words, topped up with the shortest longer ones; "
                     "or a list of test indices")
-    samples: PositiveInt = Field(25, description="Shapley value sampling: random word orderings per example")
-    baseline: Literal[BASELINES] = Field("remove",  # type: ignore[valid-type]
+    samples: PositiveInt = Field(EXPLAIN.samples, description="Shapley value sampling: random word orderings per example")
+    baseline: Literal[BASELINES] = Field(EXPLAIN.baseline,  # type: ignore[valid-type]
         description="an absent word is masked out of attention (remove) or replaced by the mask token (mask)")
     max_words: PositiveInt = Field(50, description="longest example (in words) taken first when examples is a count")
 
