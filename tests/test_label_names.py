@@ -132,7 +132,7 @@ def test_label_anchors_join_the_supcon_batch_as_one_row_per_class(tiny_encoder_d
     want_ce = F.cross_entropy(model.head(pooled), labels)
     torch.testing.assert_close(out.parts["scl"], want_scl)
     torch.testing.assert_close(out.loss, 0.1 * want_ce + 0.9 * want_scl)
-    model.method.hparams["label_anchors"] = 0.0  # off: the batch alone
+    model.method.hp = model.method.hp.model_copy(update={"label_anchors": False})  # off: the batch alone
     torch.testing.assert_close(model.method.training_loss(model, enc, labels).parts["scl"], supcon(pooled, labels, 0.3))
 
 

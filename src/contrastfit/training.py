@@ -36,6 +36,7 @@ from .errors import ConfigError
 from .settings import check_fields, setting
 from .evaluation import evaluate_model, headline
 from .methods import get_method
+from .methods.base import LogisticHead
 from .modeling import ContrastiveClassifier
 from .progress import progress_bars  # noqa: F401  (re-exported: contrastfit.training.progress_bars)
 from .pipeline import (SELECTION_KEY, Clock, TrainResult, WeightInterpolation, fit, input_paths, open_output,
@@ -381,7 +382,7 @@ def train_head(model: ContrastiveClassifier, train_ds: datasets.Dataset, collato
     from tqdm.auto import tqdm
 
     method = model.method
-    hp = method.hparams
+    hp = method.hp
     solver = solver or method.head_solver
     if solver not in ("adamw", "logistic"):
         raise ConfigError(f"unknown head solver '{solver}' (choose adamw or logistic)")
@@ -407,9 +408,9 @@ def train_head(model: ContrastiveClassifier, train_ds: datasets.Dataset, collato
             features, labels = torch.cat([f for f, _ in parts]), torch.cat([y for _, y in parts])
         t_encode = time.perf_counter() - t0
         if solver == "logistic":
-            C = float(hp.get("head_C", 1.0))
+            head = LogisticHead.of(method)
+            C, prior = float(head.head_C), float(head.label_prior)
             weight = None
-            prior = float(hp.get("label_prior", 0.0))
             anchors = method.label_features(model) if prior > 0 and hasattr(method, "label_features") else None
             if anchors is not None:  # each label text weighs as much as `prior` times its class's mean count
                 with torch.no_grad():
@@ -423,9 +424,9 @@ def train_head(model: ContrastiveClassifier, train_ds: datasets.Dataset, collato
             if prior > 0:  # whether the label names joined the fit, or why not
                 stage["label_prior"] = "used" if anchors is not None else getattr(method, "anchor_note", None)
             return stage
-        epochs = int(epochs if epochs is not None else hp["head_epochs"])
-        batch_size = int(hp["head_batch_size"])
-        optimizer = torch.optim.AdamW(model.head.parameters(), lr=float(hp["head_learning_rate"]), weight_decay=0.0)
+        epochs = int(epochs if epochs is not None else hp.head_epochs)
+        batch_size = int(hp.head_batch_size)
+        optimizer = torch.optim.AdamW(model.head.parameters(), lr=float(hp.head_learning_rate), weight_decay=0.0)
         generator = torch.Generator().manual_seed(seed)
         n = len(train_ds)
         last = float("nan")
@@ -475,7 +476,7 @@ def train_head(model: ContrastiveClassifier, train_ds: datasets.Dataset, collato
         for p in frozen:
             p.requires_grad_(True)
         model.eval()
-    return {"solver": solver, "epochs": epochs, "batch_size": batch_size, "learning_rate": float(hp["head_learning_rate"]),
+    return {"solver": solver, "epochs": epochs, "batch_size": batch_size, "learning_rate": float(hp.head_learning_rate),
             "cached": cache, "encode_s": t_encode, "total_s": time.perf_counter() - t0, "final_loss": last,
             "head_selection": head_selection}
 

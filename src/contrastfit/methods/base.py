@@ -88,6 +88,12 @@ class LogisticHead(Hparams):
                                 "logistic regression's data, each weighing as much as this many times its "
                                 "class's mean number of examples (0: not used)", ge=0)
 
+    @classmethod
+    def of(cls, method: "Method") -> "LogisticHead":
+        """The logistic head's settings of ``method``: its own when it declares them, else the declared
+        defaults (a method trained with ``--refit-head``)."""
+        return method.hp if isinstance(method.hp, cls) else cls()
+
 
 @dataclass
 class LossOutput:
@@ -172,10 +178,8 @@ class Method(nn.Module):
         super().__init__()
         if task not in ("classification", "regression"):
             raise ConfigError(f"unknown task '{task}'")
-        #: the hyper-parameters as given, by name (``lambda``): what the run's record and the saved model keep
-        self.hparams = validate_hparams(f"method '{self.name}'", self.Hparams, hparams)
-        #: the same, typed, as the method reads them: ``self.hp.temperature``, ``self.hp.lambda_``
-        self.hp = self.Hparams.model_validate(self.hparams)
+        #: the hyper-parameters, typed, as the method reads them: ``self.hp.temperature``, ``self.hp.lambda_``
+        self.hp = self.Hparams.model_validate(validate_hparams(f"method '{self.name}'", self.Hparams, hparams))
         #: a :class:`contrastfit.memory.CrossBatchMemory` while training with ``--memory-size``, else None
         self.memory = None
         self.num_labels = num_labels
@@ -241,6 +245,12 @@ class Method(nn.Module):
 
     def training_loss(self, model: nn.Module, inputs: dict[str, torch.Tensor], labels: torch.Tensor) -> LossOutput:
         raise NotImplementedError
+
+    @property
+    def hparams(self) -> dict[str, Any]:
+        """The hyper-parameters by their names (``lambda``), as the run's record and the saved model keep
+        them: a copy of :attr:`hp`, the one the method reads."""
+        return self.hp.model_dump(by_alias=True)
 
     def extra_repr(self) -> str:
         return ", ".join(f"{k}={v}" for k, v in self.hparams.items())

@@ -48,6 +48,7 @@ from ..evaluation import evaluate_model, headline
 from ..evaluation.multilabel import choose_thresholds, multilabel_metrics, sigmoid
 from ..experiments.identity import run_identity
 from ..methods import get_method
+from ..methods.base import LogisticHead
 from ..modeling import ContrastiveClassifier
 from ..pipeline import (SELECTION_KEY, Clock, TrainResult, WeightInterpolation, fit, resume_checkpoint,
                         selection_record, tie_broken, write_outputs)
@@ -144,12 +145,12 @@ def _features(model, ds: datasets.Dataset, collator) -> tuple[torch.Tensor, torc
 
 
 def fit_head(model, train_ds: datasets.Dataset, collator, seed: int) -> dict[str, Any]:
-    """One-vs-rest logistic regressions on the frozen encoder's head features (``head_C``, default 1),
+    """One-vs-rest logistic regressions on the frozen encoder's head features (``head_C``),
     with each label's name as a weighted positive of its own label where ``label_prior`` > 0."""
     t0 = time.perf_counter()
     features, labels = _features(model, train_ds, collator)
-    C = float(model.method.hparams.get("head_C", 1.0))
-    prior = float(model.method.hparams.get("label_prior", 0.0))
+    head = LogisticHead.of(model.method)
+    C, prior = float(head.head_C), float(head.label_prior)
     anchors = None
     if prior > 0 and hasattr(model.method, "label_features"):
         was = model.training
