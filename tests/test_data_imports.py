@@ -93,3 +93,13 @@ def test_shared_types_are_the_same_objects_everywhere(name):
     assert getattr(loading, name) is getattr(types, name) is getattr(contrastfit.data, name)
     if hasattr(builtin, name):
         assert getattr(builtin, name) is getattr(types, name)
+
+
+def test_only_the_command_line_imports_the_experiments_layer():
+    """The experiments (grids, store, reports) sit on top of the jobs: a job, the record, the model or
+    the data never import them (the run identity lives beside the record, in ``contrastfit.identity``)."""
+    root = Path(contrastfit.data.__file__).parents[1]
+    graph = import_graph(root, "contrastfit")
+    upward = {m: sorted(e for e in edges if e.startswith("contrastfit.experiments"))
+              for m, edges in graph.items() if not m.startswith("contrastfit.experiments")}
+    assert {m: e for m, e in upward.items() if e} == {"contrastfit.cli": upward["contrastfit.cli"]}

@@ -502,7 +502,7 @@ EDITS = {  # edit: (--set overrides, what the identity records of the edited run
 def test_a_setting_added_later_leaves_the_identities_made_before_it_as_they_were():
     """An unset setting that identities made before it did not hold (ADDED_SETTINGS) is left out, so
     upgrading does not redo finished runs; set, it is part of the identity."""
-    from contrastfit.experiments.identity import ADDED_SETTINGS, run_identity
+    from contrastfit.identity import ADDED_SETTINGS, run_identity
 
     assert "wise_ft" in ADDED_SETTINGS
     before = {"batch_size": 16, "learning_rate": None, "output": "runs/a"}

@@ -20,7 +20,7 @@ from contrastfit.data.sampling import derive_seed
 from contrastfit.errors import ConfigError, DataError
 from contrastfit.experiments import load_config, parse_config, run_experiment
 from contrastfit.experiments.config import load_experiment_data
-from contrastfit.experiments.identity import make_identity
+from contrastfit.identity import make_identity
 from contrastfit.experiments.plan import protocol_runs
 from contrastfit.experiments.runner import _job_units
 from contrastfit.experiments.store import STORE_NAME, ResultsStore

@@ -11,7 +11,7 @@ import pytest
 
 from contrastfit.card import model_card
 from contrastfit.errors import ContrastfitError
-from contrastfit.experiments.identity import record_identity
+from contrastfit.identity import record_identity
 from contrastfit.experiments.records import RunRecord
 from contrastfit.record import RECORD_VERSION, RESULTS_NAME, Record, read_record
 from contrastfit.training import train

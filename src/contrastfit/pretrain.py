@@ -50,7 +50,7 @@ from .data.loading import (LABEL, SUFFIX_BUILDERS, TEXT, TEXT_PAIR, check_utf8, 
 from .encoders import DEFAULT_MODEL, default_pooling, resolve_model
 from .atomic import atomic_folder, check_output, write_json_atomic
 from .errors import ConfigError, DataError
-from .experiments.identity import run_identity
+from .identity import run_identity
 from .modeling import ContrastiveClassifier
 from .pipeline import CHECKPOINT_DIR, Clock, TrainResult, fit
 from .record import Record, read_record

@@ -13,9 +13,9 @@ through :meth:`Record.from_dict` and its attributes. The JSON is the dict of :me
      "training", "metrics", "timings", "versions",   # settings and steps; validation / test; phases; libraries
      "tags", "identity", "log_history"}              # the user's tags; the run identity; the Trainer's log
 
-``identity`` is the run's identity (:mod:`contrastfit.experiments.identity`): ``{"sha256", "spec"}``, the
+``identity`` is the run's identity (:mod:`contrastfit.identity`): ``{"sha256", "spec"}``, the
 content hash of everything that made the run; the experiment runner's (``tags.run_identity``) for a run it
-made, else the job's own (:func:`contrastfit.experiments.identity.run_identity`).
+made, else the job's own (:func:`contrastfit.identity.run_identity`).
 
 Versions: a record without ``version`` (written before it existed, version 0) reads as version 1 (a
 pre-training record's ``base_model``, ``base_model_path``, ``pooling``, ``max_length`` and ``corpus`` move
@@ -125,7 +125,7 @@ class Record:
     @property
     def identity_sha256(self) -> str | None:
         """The identity hash (``identity.sha256``, else that of ``tags.run_identity``), or None."""
-        from .experiments.identity import record_identity
+        from .identity import record_identity
 
         return record_identity({"identity": self.identity, "tags": self.tags})
 

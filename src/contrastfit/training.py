@@ -41,7 +41,7 @@ from .modeling import ContrastiveClassifier
 from .progress import progress_bars  # noqa: F401  (re-exported: contrastfit.training.progress_bars)
 from .pipeline import (SELECTION_KEY, Clock, TrainResult, WeightInterpolation, fit, input_paths, open_output,
                        resume_checkpoint, selection_record, write_outputs)
-from .experiments.identity import run_identity
+from .identity import run_identity
 from .record import RESULTS_NAME, Record
 from .trainer import (DEFAULT_LEARNING_RATE, DEFAULT_MIN_STEPS, MIN_USEFUL_STEPS, MODEL_INPUTS,  # noqa: F401
                       ContrastfitTrainer, LossPartLogging, _compute_metrics, build_trainer, capped_warmup,

@@ -59,7 +59,7 @@ from .config import MultiTaskExperimentConfig, multitask_settings
 from .page import REPORT_HTML, REPORT_MD, Page, Section, Table, Text, render_fragment, render_page
 from .records import RUNS_DIR, load_experiment, load_runs, ordered_unique
 from .schema import MultiTaskVariant
-from .identity import IDENTITY_TAG, make_identity, path_digest, text_data_digest, with_identity
+from ..identity import IDENTITY_TAG, make_identity, path_digest, text_data_digest, with_identity
 from .store import STORE_NAME, Unit, file_lock, read_written
 from .summary import format_stat, value_stat
 

@@ -42,7 +42,7 @@ import numpy as np
 
 from ..errors import ConfigError, ContrastfitError
 from ..record import Record
-from .identity import content_hash, record_identity
+from ..identity import content_hash, record_identity
 from .store import STORE_NAME, ResultsStore
 
 __all__ = [

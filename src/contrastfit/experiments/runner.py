@@ -43,7 +43,7 @@ from ..record import RESULTS_NAME, read_record
 from ..trainer import with_method_defaults
 from ..training import TrainConfig, train
 from .config import ExperimentConfig, MethodVariant, MultiTaskExperimentConfig, load_experiment_data, run_config
-from .identity import (IDENTITY_TAG, base_run_id, changed_keys, content_hash, identity_settings, make_identity, path_digest,
+from ..identity import (IDENTITY_TAG, base_run_id, changed_keys, content_hash, identity_settings, make_identity, path_digest,
                        record_identity, text_data_digest, with_identity)
 from .plan import Job, jobs, protocol_runs
 from .records import ANALYSIS_FILE as ANALYSIS_NAME

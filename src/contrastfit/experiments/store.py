@@ -29,7 +29,7 @@ Guarantees
   store therefore share the work without duplicating or corrupting anything.
 
 * **Only a run's own result is reused.** A :class:`Unit` with an ``identity`` (the content hash of
-  everything that made the run, :mod:`contrastfit.experiments.identity`) skips a finished row only when
+  everything that made the run, :mod:`contrastfit.identity`) skips a finished row only when
   the row's record carries that identity, and imports a ``results.json`` only when it is readable and
   carries it (else the file is named in one line, set aside and the run trained again). When a finished
   row is reused, its ``results.json`` (what a rebuild trusts) is checked against the row's record and,
@@ -418,7 +418,7 @@ class Unit:
     (``claim``), ``written``, a
     file holding its record once it finished (its ``results.json``), which is imported when the runner
     died before the store heard of it, and ``identity``, the run's identity (``{"sha256", "spec"}``,
-    :mod:`contrastfit.experiments.identity`) that its record must carry (``tags.run_identity``) to be
+    :mod:`contrastfit.identity`) that its record must carry (``tags.run_identity``) to be
     reused. (A plain class: this module also loads from its file alone, outside the package, where
     ``dataclasses`` cannot find it.)"""
 
@@ -435,7 +435,7 @@ class Unit:
 
 
 def _identity_of(record: Any) -> str | None:
-    """``tags.run_identity.sha256`` of a record (:func:`contrastfit.experiments.identity.record_identity`,
+    """``tags.run_identity.sha256`` of a record (:func:`contrastfit.identity.record_identity`,
     repeated here: this module loads on its own)."""
     tags = record.get("tags") if isinstance(record, dict) else None
     ident = tags.get("run_identity") if isinstance(tags, dict) else None

@@ -46,7 +46,7 @@ from ..encoders import TextEncoder, default_pooling, load_backbone
 from ..errors import ConfigError, DataError
 from ..evaluation import evaluate_model, headline
 from ..evaluation.multilabel import choose_thresholds, multilabel_metrics, sigmoid
-from ..experiments.identity import run_identity
+from ..identity import run_identity
 from ..methods import get_method
 from ..methods.base import LogisticHead
 from ..modeling import ContrastiveClassifier

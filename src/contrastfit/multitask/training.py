@@ -46,7 +46,7 @@ from ..encoders import DEFAULT_MODEL, default_pooling
 from ..errors import ConfigError
 from ..settings import check_fields, same_as, setting
 from ..evaluation.metrics import classification_metrics, probability_metrics, regression_metrics
-from ..experiments.identity import run_identity
+from ..identity import run_identity
 from ..pipeline import (LOWER_IS_BETTER, SELECTION_KEY, Clock, TrainResult, fit, input_paths, make_trainer, open_output,
                         resume_checkpoint, selection_record, tie_broken, trainer_arguments, write_outputs)
 from ..record import Record

@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ..atomic import json_default
+from .atomic import json_default
 
 __all__ = ["ADDED_SETTINGS", "IDENTITY_TAG", "NOT_IDENTITY", "SUFFIX_LEN", "base_run_id", "canonical_json", "changed_keys",
            "content_hash", "identity_settings", "make_identity", "path_digest", "record_identity", "run_identity", "text_data_digest", "with_identity"]
@@ -132,7 +132,7 @@ def text_data_digest(data: Any, cache: dict[int, tuple[Any, str]] | None = None)
     """The row hashes (:func:`contrastfit.data.data_hash`) of a ``TextData``'s splits, with its task and
     label names: ``{"train_hash", "validation_hash", "test_hash", "task", "label_names"}``. ``cache``
     (by object) keeps a split shared by several runs (the test split) from being hashed again."""
-    from ..data import data_hash
+    from .data import data_hash
 
     out: dict[str, Any] = {"task": getattr(data, "task", None), "label_names": getattr(data, "label_names", None)}
     for split in ("train", "validation", "test"):
