@@ -171,17 +171,30 @@ def _add_text_input_args(p: argparse.ArgumentParser, verb: str) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     from . import __version__
-    from .distillation import DistillOptions
-    from .evaluation.attributions import ExplainOptions
-    from .export import CHECK_ROWS
-    from .pretrain import PretrainOptions
-    from .serve import ServeOptions
 
     parser = argparse.ArgumentParser(prog="contrastfit", description="Fine-tune text classifiers with supervised contrastive objectives; `contrastfit COMMAND --help` for each.")
     parser.add_argument("--version", action="version", version=f"contrastfit {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    # -- train: every option is a TrainConfig field (add_config_options) but the method's own ------
+    _add_train_parser(sub)
+    _add_evaluate_parser(sub)
+    _add_predict_parser(sub)
+    _add_explain_parser(sub)
+    _add_calibrate_parser(sub)
+    _add_export_parser(sub)
+    _add_serve_parser(sub)
+    _add_card_parser(sub)
+    _add_push_parser(sub)
+    _add_pretrain_parser(sub)
+    _add_distill_parser(sub)
+    _add_listings_parsers(sub)
+    _add_experiment_parser(sub)
+    _add_reports_parsers(sub)
+    return parser
+
+
+def _add_train_parser(sub) -> None:
+    """`contrastfit train`: every option is a TrainConfig field (add_config_options) but the method's own."""
     p = sub.add_parser("train", help="fine-tune an encoder with one method",
                        description="Fine-tune an encoder with one method; writes the model and results.json to --output.")
     groups = add_config_options(p, required=("data", "output"))
@@ -191,7 +204,9 @@ def build_parser() -> argparse.ArgumentParser:
     groups["method"].add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
                                   help="any other method hyper-parameter")
 
-    # -- evaluate ------------------------------------------------------------------------------
+
+def _add_evaluate_parser(sub) -> None:
+    """`contrastfit evaluate`."""
     p = sub.add_parser("evaluate", help="evaluate a trained model",
                        description="Evaluate a trained model: a built-in data set on its test split (or --split), a local file whole.")
     p.add_argument("run", help="output folder of `contrastfit train`")
@@ -202,7 +217,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int, default=64)
     _add_task_arg(p, "evaluate")
 
-    # -- predict -------------------------------------------------------------------------------
+
+def _add_predict_parser(sub) -> None:
+    """`contrastfit predict`."""
     p = sub.add_parser("predict", help="predict labels for texts (JSONL out)",
                        description="Predict labels. Texts come from arguments, --file, or standard input (one per line; "
                                    "a tab separates the two texts of a pair). Writes one JSON object per line.")
@@ -212,7 +229,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--overwrite", action="store_true", help="replace an existing output file")
     p.add_argument("--batch-size", type=int, default=64)
 
-    # -- explain -------------------------------------------------------------------------------
+
+def _add_explain_parser(sub) -> None:
+    """`contrastfit explain`."""
+    from .evaluation.attributions import ExplainOptions
+
     p = sub.add_parser("explain", help="Shapley values of the words of texts (JSONL out, optional PNG)",
                        description="Word attributions by Shapley value sampling (captum): how much each word moves the "
                                    "probability of the target label. Texts come as for `predict`. Writes one JSON "
@@ -226,7 +247,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output", help="write the JSONL here instead of standard output")
     p.add_argument("--overwrite", action="store_true", help="replace an existing output file")
 
-    # -- calibrate -----------------------------------------------------------------------------
+
+def _add_calibrate_parser(sub) -> None:
+    """`contrastfit calibrate`."""
     p = sub.add_parser("calibrate", help="fit the temperature of a model's probabilities on held-out data",
                        description="Temperature scaling (Guo et al. 2017): fit one temperature that divides the logits, "
                                    "on a built-in or Hub data set's validation split (or --split) or a local file whole, "
@@ -240,7 +263,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int, default=64)
     _add_task_arg(p, "calibrate")
 
-    # -- export --------------------------------------------------------------------------------
+
+def _add_export_parser(sub) -> None:
+    """`contrastfit export`."""
+    from .export import CHECK_ROWS
+
     p = sub.add_parser("export", help="export a trained model to ONNX, verified against PyTorch",
                        description="Write OUTPUT/model.onnx (token ids to logits, batch and length dynamic), the tokenizer "
                                    "and export.json (labels, temperature, the verification), after checking ONNX Runtime's "
@@ -278,7 +305,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "PyTorch's by more (default 0.05; the largest difference is recorded too)")
     _add_task_arg(p, "export")
 
-    # -- serve ---------------------------------------------------------------------------------
+
+def _add_serve_parser(sub) -> None:
+    """`contrastfit serve`."""
+    from .serve import ServeOptions
+
     p = sub.add_parser("serve", help="serve a model over HTTP (POST /predict, GET /health, /metrics, /docs)",
                        description="An HTTP server (FastAPI on uvicorn: the `serve` extra) for a trained model, a "
                                    "multi-task folder's --task, or an ONNX export: POST /predict with {\"texts\": [...]} "
@@ -290,7 +321,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_task_arg(p, "serve")
     add_config_options(p, source=ServeOptions)
 
-    # -- card ----------------------------------------------------------------------------------
+
+def _add_card_parser(sub) -> None:
+    """`contrastfit card`."""
     p = sub.add_parser("card", help="write a trained model's model card (README.md) again",
                        description="Write README.md, the model card (Hugging Face front matter, method and paper, data, "
                                    "training settings, metrics, calibration, usage, limitations, versions), from the "
@@ -298,7 +331,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run", help="output folder of `contrastfit train`")
     _add_card_args(p)
 
-    # -- push ----------------------------------------------------------------------------------
+
+def _add_push_parser(sub) -> None:
+    """`contrastfit push`."""
     p = sub.add_parser("push", help="upload a trained model folder with its model card to the Hugging Face Hub",
                        description="Create the Hub repository REPO if needed and upload FOLDER to it (encoder/, "
                                    "weights, contrastfit.json, results.json, the sentence-transformers files and README.md; "
@@ -309,7 +344,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--message", default=None, help="commit message")
     _add_card_args(p)
 
-    # -- pretrain ------------------------------------------------------------------------------
+
+def _add_pretrain_parser(sub) -> None:
+    """`contrastfit pretrain`."""
+    from .pretrain import PretrainOptions
+
     p = sub.add_parser("pretrain", help="train the encoder alone on a corpus (SimCSE / DiffCSE stage 1), save an encoder folder",
                        description="Stage 1 on its own corpus: the encoder stage of simcse-unsup, simcse-sup or diffcse on "
                                    "DATA (a text file with one text per line, a table, or a data set name; simcse-sup needs "
@@ -319,7 +358,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
                    help="a hyper-parameter of the method (repeatable), e.g. --param temperature=0.05")
 
-    # -- distill -------------------------------------------------------------------------------
+
+def _add_distill_parser(sub) -> None:
+    """`contrastfit distill`."""
+    from .distillation import DistillOptions
+
     p = sub.add_parser("distill", help="train a small student on unlabelled texts against a trained teacher",
                        description="Distillation: the teacher (a trained model folder) predicts once for every text of "
                                    "--data (unlabelled: a .txt file with one text per line, a table or a data set "
@@ -332,13 +375,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
                    help="a hyper-parameter of the method (repeatable), e.g. --param temperature=2")
 
-    # -- datasets / methods --------------------------------------------------------------------
+
+def _add_listings_parsers(sub) -> None:
+    """`contrastfit datasets` and `contrastfit methods`."""
     p = sub.add_parser("datasets", help="list the built-in data sets (single- and multi-label) with sizes and labels")
     p.add_argument("--json", action="store_true", help="print JSON")
     p = sub.add_parser("methods", help="list the training methods and their default hyper-parameters")
     p.add_argument("--json", action="store_true", help="print JSON")
 
-    # -- experiment ----------------------------------------------------------------------------
+
+def _add_experiment_parser(sub) -> None:
+    """`contrastfit experiment`."""
     p = sub.add_parser("experiment", help="run an experiment config (methods x settings x seeds) and print its table",
                        description="Run every (method, setting, seed) of a YAML config -- or, for a multi-task config "
                                    "(tasks:), every (variant, seed) -- skipping runs already finished, then print and "
@@ -359,7 +406,9 @@ def build_parser() -> argparse.ArgumentParser:
         add_config_options(p, source=source)
         p.set_defaults(**{f.name: None for f in config_option_fields(source=source)})
 
-    # -- report / compare ----------------------------------------------------------------------
+
+def _add_reports_parsers(sub) -> None:
+    """`contrastfit report` and `contrastfit compare`."""
     p = sub.add_parser("report", help="write report.md and report.html of an experiment folder",
                        description="Tables (mean ± std, top-k, p-values against the baseline) and figures (t-SNE, "
                                    "alignment/uniformity, distance to the mean, error analysis, learning curves, "
@@ -371,7 +420,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("folder_a")
     p.add_argument("folder_b")
     p.add_argument("--metric", action="append", help="metric(s) to compare (default: accuracy, macro_f1)")
-    return parser
 
 
 # ---------------------------------------------------------------------------------------------
