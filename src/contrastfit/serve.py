@@ -864,9 +864,7 @@ def make_app(model, options: ServeOptions | None = None, *, name: str = "", **se
     import asyncio
 
     from fastapi import FastAPI, Request
-    from fastapi.exceptions import RequestValidationError
     from starlette.concurrency import run_in_threadpool
-    from starlette.exceptions import HTTPException
     from starlette.responses import Response
 
     from . import __version__
@@ -925,6 +923,18 @@ def make_app(model, options: ServeOptions | None = None, *, name: str = "", **se
 
         return Response(metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
+    _add_error_handlers(app)
+    _document_predict_payloads(app)
+    app.add_middleware(_Limits, options=options, metrics=metrics, paths=frozenset(r.path for r in app.routes))
+    return app
+
+
+def _add_error_handlers(app) -> None:
+    """Every error the application answers is a one-line JSON ``{"error": ...}``: an unknown path or
+    method, a request FastAPI cannot validate, and a failure of the server itself."""
+    from fastapi.exceptions import RequestValidationError
+    from starlette.exceptions import HTTPException
+
     def close_if_body(request, headers=None) -> dict[str, str]:
         headers = dict(headers or {})
         if request.headers.get("content-length", "0") != "0" or "transfer-encoding" in request.headers:
@@ -950,11 +960,13 @@ def make_app(model, options: ServeOptions | None = None, *, name: str = "", **se
     app.add_exception_handler(RequestValidationError, invalid)
     app.add_exception_handler(Exception, failed)
 
+
+def _document_predict_payloads(app) -> None:
+    """FastAPI's schema, with the two request payloads of ``POST /predict`` (read by the server
+    itself, for its one-line errors, so not from the signature)."""
     base_openapi = app.openapi
 
     def openapi() -> dict[str, Any]:
-        """FastAPI's schema, with the two request payloads of ``POST /predict`` (read by the server
-        itself, for its one-line errors, so not from the signature)."""
         if app.openapi_schema is None:
             schema = base_openapi()
             components = schema.setdefault("components", {}).setdefault("schemas", {})
@@ -969,8 +981,6 @@ def make_app(model, options: ServeOptions | None = None, *, name: str = "", **se
         return app.openapi_schema
 
     app.openapi = openapi
-    app.add_middleware(_Limits, options=options, metrics=metrics, paths=frozenset(r.path for r in app.routes))
-    return app
 
 
 # -- the server --------------------------------------------------------------------------------------
