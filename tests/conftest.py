@@ -10,15 +10,20 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-def load_bench(name: str):
-    """A script of ``bench/`` (not a package) as a module, for the tests of its record keeping."""
+def load_script(folder: str, name: str):
+    """A script of ``bench/`` or ``docs/`` (not a package) as a module, for its tests."""
     import importlib.util
 
-    path = Path(__file__).resolve().parents[1] / "bench" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", path)
+    path = Path(__file__).resolve().parents[1] / folder / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"{folder}_{name}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def load_bench(name: str):
+    """A script of ``bench/`` as a module, for the tests of its record keeping."""
+    return load_script("bench", name)
 
 
 def pytest_addoption(parser):

@@ -5,7 +5,6 @@ own renderer; a marker with no record, or one no bench renders, fails the build 
 from __future__ import annotations
 
 import fnmatch
-import importlib.util
 import json
 import re
 from pathlib import Path
@@ -15,7 +14,7 @@ import pytest
 import yaml
 from mkdocs.exceptions import PluginError
 
-from conftest import load_bench
+from conftest import load_bench, load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "benchmarks.md"
@@ -24,10 +23,7 @@ RESULTS = ROOT / "bench" / "results"
 
 @pytest.fixture(scope="module")
 def hooks():
-    spec = importlib.util.spec_from_file_location("contrastfit_docs_hooks_bench", ROOT / "docs" / "hooks_bench.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("docs", "hooks_bench")
 
 
 @pytest.fixture(scope="module")

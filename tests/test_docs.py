@@ -8,6 +8,8 @@ from pathlib import Path
 
 import yaml
 
+from conftest import load_script
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -68,18 +70,13 @@ def test_the_design_page_describes_the_tree():
 def test_every_method_with_hyper_parameters_has_its_generated_table():
     """docs/concepts/losses.md names each such method in a `<!-- hparams: ... -->` marker, which
     docs/hooks.py replaces with the table read from the method's `Hparams` declaration."""
-    import importlib.util
-
     from contrastfit.methods import available_methods
 
     page = (ROOT / "docs" / "concepts" / "losses.md").read_text(encoding="utf-8")
     listed = {name for marker in re.findall(r"^<!-- hparams: ([a-z -]+) -->$", page, re.MULTILINE)
               for name in marker.split()}
     assert listed == {n for n, s in available_methods().items() if s.defaults}
-    spec = importlib.util.spec_from_file_location("contrastfit_docs_hooks", ROOT / "docs" / "hooks.py")
-    hooks = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(hooks)
-    text = hooks.on_page_markdown(page, None, None, None)
+    text = load_script("docs", "hooks").on_page_markdown(page, None, None, None)
     assert "<!-- hparams:" not in text and "| `temperature` (`--temperature`) | `0.3` | number, > 0 |" in text
 
 

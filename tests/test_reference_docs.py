@@ -6,12 +6,13 @@ or a group that does not exist."""
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import re
 import typing
 from pathlib import Path
 
 import pytest
+
+from conftest import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 REFERENCE = ROOT / "docs" / "reference"
@@ -19,10 +20,7 @@ REFERENCE = ROOT / "docs" / "reference"
 
 @pytest.fixture(scope="module")
 def hooks():
-    spec = importlib.util.spec_from_file_location("contrastfit_docs_hooks", ROOT / "docs" / "hooks.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("docs", "hooks")
 
 
 def _sections(page: str) -> dict[str, str]:
