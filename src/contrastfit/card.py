@@ -110,6 +110,7 @@ def card_settings(license: str | None = None, language: str | Sequence[str] | No
 
 def _builtin_folders() -> dict[str, str]:
     """``{resolved folder: alias}`` of the built-in models that are installed."""
+    # lazy: encoders imports torch, this module imports without torch (tests also patch encoders.builtin_model_path)
     from .encoders import BUILTIN_MODEL_CARDS, builtin_model_path
 
     out = {}
@@ -123,6 +124,7 @@ def _builtin_folders() -> dict[str, str]:
 
 def _builtin_alias(base: Any) -> str | None:
     """The built-in model ``base`` names: its alias (``minilm-l6``), or its installed folder."""
+    # lazy: encoders imports torch, this module imports without torch
     from .encoders import BUILTIN_MODEL_CARDS
 
     if not isinstance(base, str):
@@ -137,6 +139,7 @@ def hub_base_model(base: Any) -> str | None:
     """``base`` (the record's ``model``) as a Hub model id: a built-in model (by alias or by its
     installed folder) mapped to its id, a folder of the Hub cache (``.../models--owner--name/snapshots/REV``)
     to ``owner/name``, a Hub id as it is; None for another local folder (which is no Hub id)."""
+    # lazy: encoders imports torch, this module imports without torch
     from .encoders import BUILTIN_MODEL_CARDS
 
     if not isinstance(base, str) or not base:
@@ -159,6 +162,7 @@ def _card_data(base: Any, tags: list[str], datasets: list[str], metrics: list[st
     contrastfit knows them, the Hub data sets trained on)."""
     from huggingface_hub import ModelCardData
 
+    # lazy: encoders imports torch, this module imports without torch
     from .encoders import BUILTIN_MODEL_CARDS
 
     alias = _builtin_alias(base)
@@ -235,6 +239,7 @@ def label_examples(train, label_names: Sequence[str] | None) -> list[dict[str, s
     """One training text per label for the card's widget, ``[{"label", "text"}]`` in label order: each
     label's first text of at most :data:`_EXAMPLE_CHARS` characters (else its first); none for a
     regression target or sentence pairs."""
+    # lazy: data.types imports datasets and torch, this module imports without torch
     from .data.types import LABEL, TEXT, TEXT_PAIR
 
     if label_names is None or TEXT_PAIR in train.column_names or LABEL not in train.column_names:
@@ -299,6 +304,7 @@ def model_card(record: Record | dict[str, Any], config: dict[str, Any]) -> str:
     """The card of a model from its run record (``results.json``, a :class:`~contrastfit.record.Record` or
     its dict) and its ``contrastfit.json`` (which holds the calibration, if any, and the card settings
     ``card``: :func:`card_settings`); a multi-task record gets :func:`multitask_card`."""
+    # lazy: methods imports torch, this module imports without torch
     from .methods import available_methods
 
     record = record if isinstance(record, Record) else Record.from_dict(record)

@@ -53,10 +53,31 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
-from .encoders import DEFAULT_MODEL
+from .data import TextData
+from .data.loading import (
+    LABEL,
+    SUFFIX_BUILDERS,
+    TEXT,
+    TEXT_PAIR,
+    _given_splits,
+    data_hash,
+    in_memory,
+    normalise_columns,
+    read_table,
+    stratified_split,
+)
+from .encoders import BUILTIN_MODELS, DEFAULT_MODEL, check_weights_format, resolve_model
 from .errors import ConfigError, DataError, ModelError
+from .inference import takes_pairs
+from .inputs import model_inputs
+from .methods import get_method
+from .methods.distill_base import TeacherTargets, teacher_targets
+from .modeling import ContrastiveClassifier
+from .pipeline import TrainResult, open_output
+from .pretrain import _file_sha256, load_corpus
+from .record import read_record
 from .settings import check_fields, same_as, setting
-from .training import SEED_MAX, TrainConfig
+from .training import SEED_MAX, TrainConfig, progress_bars, train, validation_split_for
 
 DISTILL_METHODS = ("distill-cosine", "distill-kl")
 DEFAULT_DISTILL_METHOD = "distill-cosine"
@@ -140,10 +161,6 @@ def distill(teacher: str | None = _O.teacher, data: Any = _O.data, output: str |
     student as ``.model``). ``data`` (and ``test_data``) may also be in memory: a list of strings (a
     ``(texts, labels)`` pair or a table for ``test_data``, as :func:`contrastfit.train` takes). Without
     ``output`` the student stays in memory only, as with :func:`contrastfit.train`."""
-    from .data.loading import in_memory
-    from .pipeline import TrainResult, open_output
-    from .training import progress_bars, train, validation_split_for
-
     memory_texts = None
     if data is not None and not isinstance(data, (str, Path)):
         memory_texts = _memory_texts(data)
@@ -179,8 +196,6 @@ def distill(teacher: str | None = _O.teacher, data: Any = _O.data, output: str |
         if finished is not None:
             return finished
 
-    from .methods import get_method
-
     with progress_bars(progress):
         _check_student(model, trust_remote_code)
         teacher_model, teacher_info = load_teacher(options.teacher)
@@ -208,8 +223,6 @@ def distill(teacher: str | None = _O.teacher, data: Any = _O.data, output: str |
     text_data = _text_data(texts, pairs, labels, names, validation_split_for(config), unlabelled, teacher_info,
                            targets, speed, test=memory_test if memory_test is not None else options.test_data,
                            text_column=text_column, text_pair_column=text_pair_column, label_column=label_column)
-    from .methods.distill_base import teacher_targets
-
     with teacher_targets(targets):
         return train(config, text_data=text_data)
 
@@ -226,8 +239,6 @@ def _memory_texts(data: Any) -> list[str]:
 def load_teacher(folder: str):
     """The teacher model (:meth:`ContrastiveClassifier.from_pretrained`) and what the record says of it; a
     one-line error for a folder that is no model or a teacher that is not single-label classification."""
-    from .modeling import ContrastiveClassifier
-
     path = Path(folder).expanduser()
     if not path.exists():
         raise ModelError(f"teacher {folder}: no such folder (give the output folder of `contrastfit train`)")
@@ -244,8 +255,6 @@ def load_teacher(folder: str):
     record = {}
     results = path / "results.json"
     if results.is_file():
-        from .record import read_record
-
         with contextlib.suppress(Exception):  # an unreadable record only leaves the description shorter
             record = read_record(results).to_dict()
     test = (record.get("metrics") or {}).get("test") or {}
@@ -258,8 +267,6 @@ def load_teacher(folder: str):
 def _check_student(model: str, trust_remote_code: bool) -> None:
     """Refuse, before the teacher runs, a student encoder that cannot be loaded (its config and tokenizer)."""
     from transformers import AutoConfig, AutoTokenizer
-
-    from .encoders import BUILTIN_MODELS, check_weights_format, resolve_model
 
     target, local = resolve_model(model)
     if local:
@@ -281,11 +288,6 @@ def read_unlabelled(data: Any, teacher, *, teacher_name: str = "teacher", text_c
     file (one text per line), a table (every row; a label column is ignored) or a data set name (its
     training split, read by :func:`contrastfit.pretrain.load_corpus`)."""
     import datasets
-
-    from .data.loading import (LABEL, SUFFIX_BUILDERS, TEXT, TEXT_PAIR, data_hash, normalise_columns, read_table)
-    from .inference import takes_pairs
-    from .inputs import model_inputs
-    from .pretrain import _file_sha256, load_corpus
 
     if isinstance(data, list):
         rows = datasets.Dataset.from_dict({TEXT: data})
@@ -360,8 +362,6 @@ def teacher_predictions(teacher, texts: Sequence[str], pairs: Sequence[str] | No
     import torch
     from tqdm.auto import tqdm
 
-    from .methods.distill_base import TeacherTargets
-
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     teacher.to(device).eval()
     n = len(texts)
@@ -396,9 +396,6 @@ def _text_data(texts: list[str], pairs: list[str] | None, labels: list[int], nam
     stratified ``split`` of them held out for validation (from 20 texts up, as for in-memory data), and
     the labelled ``test`` rows if given."""
     import datasets
-
-    from .data import TextData
-    from .data.loading import LABEL, TEXT, TEXT_PAIR, _given_splits, stratified_split
 
     columns: dict[str, list] = {TEXT: texts}
     features = {TEXT: datasets.Value("string")}

@@ -43,6 +43,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from .errors import ConfigError
+
 __all__ = ["world", "is_distributed", "launched_processes", "local_processes", "cpu_processes", "GlobalBatch", "gather", "gather_views"]
 
 
@@ -88,8 +90,6 @@ def cpu_processes(use_cpu: bool = False) -> bool:
         return True
     here = local_processes()
     if processes > 1 and torch.cuda.device_count() < here:
-        from .errors import ConfigError
-
         raise ConfigError(f"{here} processes were launched but only {torch.cuda.device_count()} GPU(s) are "
                           f"visible: launch at most one process per GPU, or add --cpu to train on the CPU (gloo)")
     return False

@@ -50,8 +50,12 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .errors import ContrastfitError, ModelError
+from .atomic import atomic_folder, check_output, write_json_atomic
+from .errors import ContrastfitError, DataError, ModelError
+from .inference import load_for_inference
+from .inputs import model_inputs
 from .onnx_model import EXPORT_NAME, ONNX_NAME, OnnxClassifier, _require_runtime, _tokenize
+from .versions import library_versions
 
 __all__ = ["CHECK_ROWS", "EXPORT_NAME", "ONNX_NAME", "OnnxClassifier", "QUANTIZE_TYPES", "check_texts", "export_onnx",
            "VERIFY_TEXTS"]
@@ -121,8 +125,8 @@ def check_texts(model: Any, run: str | os.PathLike, *, check_data: str | os.Path
 
 def _read_check_file(path: Path, text_column: str | None, text_pair_column: str | None) -> tuple[list[str], list[str] | None]:
     """The texts of a ``--check-data`` file: a table's text (and pair) column, or a text file's non-blank lines."""
+    # lazy: data.loading imports datasets and torch, this module imports without torch
     from .data.loading import SUFFIX_BUILDERS, check_utf8, normalise_columns, read_table
-    from .errors import DataError
 
     if path.suffix.lower() in SUFFIX_BUILDERS:
         ds, _ = normalise_columns(read_table(path), str(path), text_column, text_pair_column, None, require_labels=False)
@@ -145,6 +149,7 @@ def _model_data(model: Any, run: str) -> tuple[list[str], list[str] | None, dict
         raise _NoCheckData(f"{run} records no data it was trained on")
     kind, multi_label = source["kind"], bool(source.get("multi_label") or getattr(model, "multi_label", False))
     if kind == "builtin":
+        # lazy: data.builtin and data.multilabel import datasets and torch, this module imports without torch
         from .data.builtin import load_builtin
         from .data.multilabel import load_multilabel_builtin
 
@@ -164,10 +169,12 @@ def _model_data(model: Any, run: str) -> tuple[list[str], list[str] | None, dict
                    "label_column": source.get("label_column"), "validation_data": files["validation"],
                    "test_data": files["test"]}
         if multi_label:
+            # lazy: data.multilabel imports datasets and torch, this module imports without torch
             from .data.multilabel import load_multilabel
 
             loaded = load_multilabel(path, label_separator=source.get("label_separator"), **options)
         else:
+            # lazy: data imports datasets and torch, this module imports without torch
             from .data import load_data
 
             loaded = load_data(path, validation_split=source.get("validation_split"), task=data.get("task"), **options)
@@ -216,10 +223,6 @@ def export_onnx(run: str | os.PathLike, output: str | os.PathLike, *, task: str 
     ``min_agreement`` of the texts or a probability differs by more than ``max_prob_diff``."""
     import torch
 
-    from .atomic import atomic_folder, check_output, write_json_atomic
-    from .inference import load_for_inference
-    from .versions import library_versions
-
     _require_runtime()
     if quantize is not None and quantize not in QUANTIZE_TYPES:
         raise ModelError(f"export: unknown quantisation {quantize!r} (available: {', '.join(QUANTIZE_TYPES)})")
@@ -249,10 +252,9 @@ def export_onnx(run: str | os.PathLike, output: str | os.PathLike, *, task: str 
         if checked_on["kind"] == "built-in sentences":
             texts = None  # a pair model's built-in pairs are made below
     if texts is not None:  # the rule predict and serve follow: a pair model's text splits at its first tab
-        from .inputs import model_inputs
-
         texts, pairs = model_inputs(texts, pairs, pair_model, str(run), "pairs")
     temperature = float(getattr(model, "temperature", 1.0))
+    # lazy: multilabel.model imports torch, this module imports without torch
     from .multilabel.model import export_meta
 
     multi_label = export_meta(model)  # {} unless multi-label: then its thresholds and per-label temperatures
@@ -336,9 +338,11 @@ def _parity(served: "OnnxClassifier", reference: np.ndarray, texts: list[str], p
     (``softmax(logits / temperature)``; classification) and its 99th percentile over the texts (each
     text's largest, over its classes and the batch sizes), the fraction of texts whose label agrees (the
     worst batch size) and whether all do."""
+    # lazy: evaluation imports torch, this module imports without torch
     from .evaluation.calibration import log_softmax
 
     if getattr(served, "multi_label", False):  # per-label sigmoids; a prediction is the set over the thresholds
+        # lazy: multilabel.model imports torch, this module imports without torch
         from .multilabel.model import sigmoid_probabilities
 
         def probs(logits):

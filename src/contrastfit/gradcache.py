@@ -90,6 +90,7 @@ from torch import nn
 
 from .encoders import _dropout_sites
 from .errors import ConfigError
+from .methods.base import LossOutput
 
 __all__ = ["GradientCache", "cached_backward", "check_gradient_cache"]
 
@@ -402,8 +403,6 @@ def cached_backward(model: nn.Module, inputs: dict[str, torch.Tensor], labels: t
     ``find_unused_parameters=True``), the loss runs through ``ddp``'s forward and the gradients are
     averaged over the processes once, as DDP does for an uncached step. Returns the method's
     :class:`~contrastfit.methods.LossOutput` (its loss detached)."""
-    from .methods.base import LossOutput
-
     check_gradient_cache(model.method, chunk_size)
     cache = GradientCache(model.encoder, chunk_size, ddp=ddp)
     with cache.caching():

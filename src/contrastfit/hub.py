@@ -77,6 +77,7 @@ def sentence_transformers_layout(model) -> tuple[str, Any] | None:
 
 def embeds_pooled(model) -> bool:
     """Whether ``model.embed`` is the encoder's pooled output (normalised), not a space of the method's own."""
+    # lazy: methods.base imports torch, this module imports without torch
     from .methods.base import Method
 
     return type(model.method).embedding is Method.embedding

@@ -132,6 +132,7 @@ def text_data_digest(data: Any, cache: dict[int, tuple[Any, str]] | None = None)
     """The row hashes (:func:`contrastfit.data.data_hash`) of a ``TextData``'s splits, with its task and
     label names: ``{"train_hash", "validation_hash", "test_hash", "task", "label_names"}``. ``cache``
     (by object) keeps a split shared by several runs (the test split) from being hashed again."""
+    # lazy: data imports datasets and torch, this module imports without torch
     from .data import data_hash
 
     out: dict[str, Any] = {"task": getattr(data, "task", None), "label_names": getattr(data, "label_names", None)}

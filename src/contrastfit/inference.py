@@ -19,6 +19,7 @@ def load_for_inference(folder: str, task: str | None = None):
     the task ``task`` of a multi-task folder (:class:`~contrastfit.multitask.model.TaskModel`), or a
     single-task :class:`~contrastfit.modeling.ContrastiveClassifier`; one-line errors for a missing,
     unknown or superfluous ``task``."""
+    # lazy: onnx_model imports numpy, modeling and multitask torch; this module imports without them
     from .onnx_model import EXPORT_NAME, OnnxClassifier
     from .modeling import ContrastiveClassifier
     from .multitask import MultiTaskModel, is_multitask_folder
@@ -53,6 +54,7 @@ def rows(model, scores) -> list[dict[str, Any]]:
         return [{"score": float(s[0])} for s in scores]
     names = model.label_names
     if getattr(model, "multi_label", False):  # contrastfit.multilabel: the labels over their thresholds
+        # lazy: multilabel.model imports torch, this module imports without torch
         from .multilabel.model import lists_of_labels
 
         return [{"labels": labels, "probabilities": {n: round(float(p), 6) for n, p in zip(names, s)}}

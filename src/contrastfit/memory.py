@@ -52,6 +52,7 @@ import torch
 from torch import nn
 
 from .errors import ConfigError
+from .methods import available_methods, get_method
 
 __all__ = ["CrossBatchMemory", "attach_memory", "check_checkpoint_memory", "check_memory", "detach_memory",
            "memory_methods"]
@@ -113,8 +114,6 @@ class CrossBatchMemory(nn.Module):
 
 def memory_methods() -> list[str]:
     """The registered methods that take a cross-batch memory."""
-    from .methods import available_methods
-
     return [name for name, spec in available_methods().items() if spec.cls.cross_batch_memory]
 
 
@@ -128,8 +127,6 @@ def check_memory(method: str | nn.Module | None, size: Any) -> int | None:
     if method is None:
         return size
     if isinstance(method, str):
-        from .methods import get_method
-
         name, cls = method, get_method(method).cls
     else:
         name, cls = getattr(method, "registered_name", None) or method.name, type(method)

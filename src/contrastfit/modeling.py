@@ -41,7 +41,17 @@ from transformers.utils import ModelOutput
 from .atomic import atomic_folder, recover_folder, write_json_atomic
 from .encoders import POOLINGS, TextEncoder, load_backbone
 from .errors import ModelError
+from .evaluation.calibration import temperature_scaling
+from .hub import (
+    mark_encoder_without_head,
+    push_to_hub,
+    remove_stale_sentence_transformers,
+    resolve_model_folder,
+    write_sentence_transformers,
+)
 from .methods import Method, get_method
+from .multilabel.methods import create_multilabel_method
+from .multilabel.model import calibrate_per_label, label_lists, probabilities, thresholds
 from .progress import progress_bars
 
 from .folder import CONFIG_NAME, ENCODER_DIR, FORMAT_VERSION, HEAD_NAME  # noqa: F401  (the folder's names)
@@ -133,8 +143,6 @@ class ContrastiveClassifier(nn.Module):
     @property
     def thresholds(self) -> list[float]:
         """Multi-label models: each label's decision threshold on its probability (chosen on validation)."""
-        from .multilabel.model import thresholds
-
         return thresholds(self)
 
     @property
@@ -203,8 +211,6 @@ class ContrastiveClassifier(nn.Module):
         for a multi-label model, each label's ``sigmoid(logit / T_label)``, shape (n, labels)."""
         logits = self.predict_logits(texts, pairs, batch_size)
         if self.multi_label:
-            from .multilabel.model import probabilities
-
             return probabilities(self, logits)
         if self.task == "regression":
             return logits
@@ -216,13 +222,9 @@ class ContrastiveClassifier(nn.Module):
         temperature of :meth:`predict_proba` on held-out ``texts`` with their label ids, keep it in
         ``info["calibration"]`` (saved with the model) and return it with the NLL and expected calibration
         error before and after. Predictions (the arg max) do not change."""
-        from .evaluation.calibration import temperature_scaling
-
         if self.task != "classification":
             raise ModelError("temperature scaling calibrates class probabilities; this model is a regression model")
         if self.multi_label:  # labels: one multi-hot row per text; one temperature per label
-            from .multilabel.model import calibrate_per_label
-
             return calibrate_per_label(self, self.predict_logits(texts, pairs, batch_size, progress=progress), labels)
         record = temperature_scaling(self.predict_logits(texts, pairs, batch_size, progress=progress), labels)
         self.info["calibration"] = record
@@ -242,8 +244,6 @@ class ContrastiveClassifier(nn.Module):
         integer labels) or values (regression) for ``texts``; for a multi-label model, a list of label
         names per text (those at or above their threshold; possibly empty)."""
         if self.multi_label:
-            from .multilabel.model import label_lists
-
             return label_lists(self, self.predict_proba(texts, pairs, batch_size))
         logits = self.predict_logits(texts, pairs, batch_size)
         if self.task == "regression":
@@ -302,8 +302,6 @@ class ContrastiveClassifier(nn.Module):
         ``license``, ``language`` and ``datasets`` (Hub data set ids) go into the card's metadata."""
         import tempfile
 
-        from .hub import push_to_hub
-
         with tempfile.TemporaryDirectory(prefix="contrastfit-push-") as tmp:
             folder = self.save_pretrained(Path(tmp) / repo_id.split("/")[-1], progress=progress)
             return push_to_hub(folder, repo_id, private=private, commit_message=commit_message, token=token,
@@ -321,8 +319,6 @@ class ContrastiveClassifier(nn.Module):
             label_names = cfg["label_names"]
             num_labels = 1 if label_names is None else len(label_names)
             if cfg.get("multi_label"):
-                from .multilabel.methods import create_multilabel_method
-
                 method = create_multilabel_method(cfg["method"], num_labels, encoder.hidden_size, **cfg["hparams"])
             else:
                 method = get_method(cfg["method"]).create(num_labels, encoder.hidden_size, cfg["task"], **cfg["hparams"])
@@ -356,8 +352,6 @@ def save_model_folder(directory: str | os.PathLike, model: nn.Module, weights_na
     the files with which ``SentenceTransformer(directory)`` gives ``model.embed`` are written too, and
     what they hold is ``config["sentence_transformers"]`` (None where they cannot be written faithfully).
     ``progress=False``: no progress bar (:func:`contrastfit.progress.progress_bars`)."""
-    from .hub import mark_encoder_without_head, remove_stale_sentence_transformers, write_sentence_transformers
-
     directory = Path(directory)
     written = None
     with progress_bars(progress), atomic_folder(directory) as staging:
@@ -448,8 +442,6 @@ def load_model_folder(directory: str | os.PathLike, weights_name: str, kind: str
 
 def _load_model_folder(directory: str | os.PathLike, weights_name: str, kind: str | None, build: Any,
                        device: str | torch.device | None, revision: str | None, token: str | bool | None) -> Any:
-    from .hub import resolve_model_folder
-
     directory = resolve_model_folder(directory, revision=revision, token=token)
     cfg = read_model_config(directory, weights_name, kind)
     if cfg.get("pooling") not in POOLINGS:  # before any weights load

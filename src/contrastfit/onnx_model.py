@@ -101,15 +101,18 @@ class OnnxClassifier:
         if self.task == "regression":
             return logits
         if self.multi_label:
+            # lazy: multilabel.model imports torch, this module imports without torch
             from .multilabel.model import sigmoid_probabilities
 
             return sigmoid_probabilities(logits, self.temperatures)
+        # lazy: evaluation imports torch, this module imports without torch
         from .evaluation.calibration import log_softmax
 
         return np.exp(log_softmax(logits / self.temperature))
 
     def predict(self, texts: Sequence[str], pairs: Sequence[str] | None = None, batch_size: int = 64) -> list:
         if self.multi_label:
+            # lazy: multilabel.model imports torch, this module imports without torch
             from .multilabel.model import lists_of_labels
 
             return lists_of_labels(self.label_names, self.predict_proba(texts, pairs, batch_size), self.thresholds)

@@ -41,8 +41,10 @@ import torch
 from transformers import PrinterCallback, Trainer, TrainerCallback, TrainingArguments
 
 from .atomic import check_output, claim_folder
-from .distributed import cpu_processes
+from .card import write_model_card
+from .distributed import cpu_processes, world
 from .errors import ConfigError, ModelError
+from .modeling import ContrastiveClassifier
 from .progress import progress_bars
 from .record import RESULTS_NAME, Record, read_record
 
@@ -287,8 +289,6 @@ def write_outputs(result_class: type[TrainResult], config: Any, model: Any, reco
     ``results.json`` (atomically) and the model card (README.md, from the two records just written),
     the checkpoints removed unless ``config.keep_checkpoints``; with ``config.progress`` the closing line
     (:func:`print_summary` of ``label`` and the metrics ``shown``)."""
-    from .distributed import world
-
     result = record.to_dict()
     if world()[0] != 0:
         return result_class(result, model)
@@ -297,8 +297,6 @@ def write_outputs(result_class: type[TrainResult], config: Any, model: Any, reco
             model.save_pretrained(output)
         record.write(output / RESULTS_NAME)
         if config.save_model:
-            from .card import write_model_card
-
             write_model_card(output)
         if not config.keep_checkpoints:
             shutil.rmtree(output / CHECKPOINT_DIR, ignore_errors=True)
@@ -350,7 +348,7 @@ class TrainResult(dict):
         if self._model is None:
             cls = self.model_class
             if cls is None:
-                from .modeling import ContrastiveClassifier as cls
+                cls = ContrastiveClassifier
             with progress_bars(self.progress):
                 self._model = cls.from_pretrained(self.output)
         return self._model

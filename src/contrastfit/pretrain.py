@@ -55,7 +55,7 @@ from .modeling import ContrastiveClassifier
 from .pipeline import CHECKPOINT_DIR, Clock, TrainResult, fit
 from .record import Record, read_record
 from .settings import check_fields, same_as, setting
-from .training import SEED_MAX, TrainConfig
+from .training import SEED_MAX, TrainConfig, build_trainer, tokenize_dataset
 from .versions import library_versions
 
 PRETRAIN_METHODS = ("simcse-unsup", "simcse-sup", "diffcse")
@@ -185,8 +185,6 @@ def pretrain(method: str = _O.method, data: str | None = _O.data, output: str | 
     (see the module docstring). ``max_steps`` (if given) caps the run; ``hparams`` are the method's
     (``temperature``, DiffCSE's ``lambda``, ``mask_ratio``, ...). Returns the record, with ``.output``."""
     from transformers import set_seed
-
-    from .training import TrainConfig, build_trainer, tokenize_dataset
 
     # every argument against its declaration in PretrainOptions (type, choices, bounds): the CLI's one-line errors
     check_fields(PretrainOptions(

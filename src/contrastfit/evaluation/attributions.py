@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..multilabel.model import temperatures
 from ..settings import setting
 
 __all__ = ["EXPLAIN", "ExplainOptions", "TokenAttribution", "token_attributions"]
@@ -182,8 +183,6 @@ def token_attributions(model, text: str, text_pair: str | None = None, target: i
     extra = {k: v for k, v in batch.items() if k not in ("input_ids", "attention_mask")}
     temps = None
     if getattr(model, "multi_label", False):  # each label's own probability, as predict_proba gives it
-        from ..multilabel.model import temperatures
-
         temps = torch.as_tensor(temperatures(model), dtype=torch.float32, device=batch["input_ids"].device)
 
     def forward(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:

@@ -107,8 +107,6 @@ def separates(logits: np.ndarray, labels: Sequence[int]) -> bool:
 def probability_metrics(logits, labels: Sequence[int], temperature: float = 1.0) -> dict:
     """How good the probabilities ``softmax(logits / temperature)`` are: ``nll`` (mean cross-entropy,
     nats) and ``ece`` (expected calibration error, 15 bins)."""
-    from .calibration import expected_calibration_error, log_softmax, negative_log_likelihood
-
     logits = np.asarray(logits, dtype=np.float64)
     probabilities = np.exp(log_softmax(logits / temperature))
     return {"nll": negative_log_likelihood(logits, labels, temperature),

@@ -33,6 +33,8 @@ from typing import Any
 
 import numpy as np
 
+from .statistics import mcnemar_exact
+
 __all__ = ["DEFAULT_CANDIDATES", "associated_features", "error_analysis", "text_features", "tokenize", "word_groups"]
 
 #: Contrast and negation words examined first (Sosnowski et al. Table 7 style).
@@ -114,8 +116,6 @@ def error_analysis(texts: Sequence[str], correct_by_method: Mapping[str, Sequenc
     Accuracies of an empty group are ``None``.
     """
     from scipy.stats import mannwhitneyu
-
-    from .statistics import mcnemar_exact
 
     if baseline not in correct_by_method:
         raise ValueError(f"baseline {baseline!r} is not one of the methods {sorted(correct_by_method)}")

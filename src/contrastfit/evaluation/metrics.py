@@ -6,7 +6,9 @@ from typing import Sequence
 
 import numpy as np
 
+from ..data.loading import LABEL, TEXT, TEXT_PAIR
 from .calibration import probability_metrics
+from .multilabel import evaluate_multilabel
 
 #: The headline metrics printed by ``contrastfit evaluate`` and the experiment tables.
 HEADLINE = ("accuracy", "f1", "macro_f1", "mcc")
@@ -56,11 +58,7 @@ def regression_metrics(y_true: Sequence[float], y_pred: Sequence[float]) -> dict
 
 def evaluate_model(model, dataset, batch_size: int = 64, progress: bool = False) -> dict:
     """Metrics of ``model`` (a :class:`~contrastfit.modeling.ContrastiveClassifier`) on a labelled split."""
-    from ..data.loading import LABEL, TEXT, TEXT_PAIR
-
     if getattr(model, "multi_label", False):
-        from .multilabel import evaluate_multilabel
-
         return evaluate_multilabel(model, dataset, batch_size, progress)
     texts = dataset[TEXT]
     pairs = dataset[TEXT_PAIR] if TEXT_PAIR in dataset.column_names else None

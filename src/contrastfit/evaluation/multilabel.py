@@ -24,6 +24,8 @@ from typing import Sequence
 
 import numpy as np
 
+from ..data.types import LABEL, TEXT, TEXT_PAIR
+
 MULTILABEL_HEADLINE = ("micro_f1", "macro_f1", "subset_accuracy")
 THRESHOLD_GRID = tuple(round(0.05 * k, 2) for k in range(1, 20))
 DEFAULT_THRESHOLD = 0.5
@@ -83,8 +85,6 @@ def choose_thresholds(probs: np.ndarray | None, y_true: np.ndarray | None,
 
 def evaluate_multilabel(model, dataset, batch_size: int = 64, progress: bool = False) -> dict:
     """Metrics of a multi-label ``model`` on a labelled split, at the model's thresholds."""
-    from ..data.types import LABEL, TEXT, TEXT_PAIR
-
     texts = dataset[TEXT]
     pairs = dataset[TEXT_PAIR] if TEXT_PAIR in dataset.column_names else None
     probs = model.predict_proba(texts, pairs, batch_size=batch_size)

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..atomic import atomic_open
+from .statistics import summarize
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -235,8 +236,6 @@ def plot_metric_vs_setting(rows: Any, x: str, y: str, hue: str, path: str | os.P
     numeric axis (log-scaled when they span more than a factor of 20), others in order of
     appearance.
     """
-    from .statistics import summarize
-
     if hasattr(rows, "to_dict"):
         rows = rows.to_dict("records")
     cells: dict[Any, dict[Any, list]] = {}

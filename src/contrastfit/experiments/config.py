@@ -55,10 +55,12 @@ from typing import Any, Sequence
 import yaml
 from pydantic import Field
 
+from ..data.loading import VALIDATION_SPLIT, file_problem
 from ..errors import ConfigError
 from ..methods.base import resolve_hparams
+from ..multilabel.training import check_multilabel_config
 from ..multitask.training import MultiTaskConfig
-from ..training import TrainConfig
+from ..training import TrainConfig, load_config_data
 from ..yamlfile import DuplicateKeyError, UniqueKeyLoader, load_yaml
 from .schema import (TRAINING_KEYS, Experiment, MultiTaskExperiment, MultiTaskVariant, as_list, model_label,
                      parse_experiment)
@@ -160,9 +162,6 @@ def load_experiment_data(experiment: Experiment):
     """The experiment's data, read once for all its runs as ``contrastfit train`` reads it
     (:func:`contrastfit.training.load_config_data`): ``data`` with ``data_options``; label sets with
     ``multi_label`` (:func:`contrastfit.data.multilabel.load_multilabel`)."""
-    from ..data.loading import VALIDATION_SPLIT
-    from ..training import load_config_data
-
     options = experiment.data_options.settings()
     if options.get("validation_split") is None:  # read once for every method, and the tables report validation
         options["validation_split"] = VALIDATION_SPLIT
@@ -198,8 +197,6 @@ def _variants(experiment: Experiment, where: str) -> tuple[MethodVariant, ...]:
         except ConfigError as exc:
             raise ConfigError(f"{where}: {v.label}: {exc}") from None
     if experiment.data_options.multi_label:  # each run trains the multi-label form of its method
-        from ..multilabel.training import check_multilabel_config
-
         for v in variants:
             try:
                 check_multilabel_config(run_config(experiment, v))
@@ -289,8 +286,6 @@ def load_config(path: str | Path, overrides: Sequence[str] = ()) -> ExperimentCo
     dotted keys, see :func:`apply_overrides`)."""
     path = Path(path)
     if not path.is_file():
-        from ..data.loading import file_problem
-
         raise ConfigError(f"experiment config {path}: {file_problem(path) or 'no such file'}")
     try:
         raw = read_yaml(path.read_text(encoding="utf-8"))

@@ -46,6 +46,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Sequence
 
+from ..atomic import MARKER, atomic_folder
 from ..errors import ConfigError, ContrastfitError
 from ..settings import setting
 from .store import ResultsStore, Unit, import_written, settle
@@ -202,7 +203,7 @@ class _Progress:
 def train_in_scratch(work: Any, run_id: str) -> tuple[Any, dict[str, bytes]]:
     """A Ray task: train a run (``work(folder)``) in a scratch folder of this worker and return its record
     with its files (``{relative path: bytes}``, the Trainer's checkpoints left out); the folder is removed."""
-    from ..atomic import MARKER
+    # lazy: pipeline imports torch, this module imports without torch
     from ..pipeline import CHECKPOINT_DIR
 
     scratch = Path(tempfile.mkdtemp(prefix="contrastfit-run-"))
@@ -222,8 +223,6 @@ def train_in_scratch(work: Any, run_id: str) -> tuple[Any, dict[str, bytes]]:
 def _install(unit: Unit, files: dict[str, bytes]) -> None:
     """Write a run's files, as a Ray task returned them, to its folder ``OUTPUT/runs/<id>/`` at once
     (:func:`contrastfit.atomic.atomic_folder`: its ``results.json`` appears with the rest)."""
-    from ..atomic import atomic_folder
-
     with atomic_folder(unit.written.parent) as new:
         for name, data in files.items():
             path = new / name

@@ -52,8 +52,14 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..atomic import write_text_atomic
+from ..data import load_data
+from ..data.loading import TEXT, TEXT_PAIR
 from ..encoders import DEFAULT_MODEL
 from ..errors import ContrastfitError
+from ..multitask.tasks import TaskSpec
+from ..multitask.training import selection_value
+from ..pretrain import read_pretrain_record
+from ..record import RESULTS_NAME
 from ..versions import library_versions
 from .config import MultiTaskExperimentConfig, multitask_settings
 from .page import REPORT_HTML, REPORT_MD, Page, Section, Table, Text, render_fragment, render_page
@@ -92,9 +98,6 @@ def task_corpus(tasks: Sequence[Any], max_texts: int | None, seed: int) -> list[
     sample; both sentences of a pair), whitespace-normalised, de-duplicated in order, shuffled with
     ``seed`` and cut to ``max_texts``. ``tasks``: :class:`~contrastfit.multitask.Task` objects or
     ``tasks:`` entries. No validation or test row is read."""
-    from ..data import load_data
-    from ..data.loading import TEXT, TEXT_PAIR
-
     seen: dict[str, None] = {}
     for t in tasks:
         train = load_data(t.data, text_column=t.text_column, text_pair_column=t.text_pair_column,
@@ -118,7 +121,8 @@ def stage1_encoder(config: MultiTaskExperimentConfig, name: str, seed: int, out:
     already (under a file lock, so two runners never train it at once). Returns what a variant's record
     keeps of it: ``name``, ``encoder`` (the folder), ``method``, ``steps``, ``train_loss``, ``train_s``,
     ``corpus`` (kind, number of texts, hash of the rows)."""
-    from ..pretrain import pretrain, read_pretrain_record
+    # lazy: late-bound, tests patch contrastfit.pretrain.pretrain
+    from ..pretrain import pretrain
 
     entry = config.pretrain[name]
     spec = {**entry.model_dump(), "model": entry.model or config.model, "seed": seed}
@@ -150,9 +154,6 @@ def stage1_encoder(config: MultiTaskExperimentConfig, name: str, seed: int, out:
 
 def _average(tasks: dict[str, dict[str, Any]], split: str) -> float | None:
     """The mean of the tasks' selection values on ``split`` (as model selection averages them)."""
-    from ..multitask.tasks import TaskSpec
-    from ..multitask.training import selection_value
-
     scored = [selection_value(TaskSpec.from_dict(t["spec"]), t["metrics"][split])
               for t in tasks.values() if split in t["metrics"]]
     return float(np.mean(scored)) if len(scored) == len(tasks) else None
@@ -189,8 +190,8 @@ def _variant_record(config: MultiTaskExperimentConfig, variant: MultiTaskVariant
 
 def _run_variant(config: MultiTaskExperimentConfig, variant: MultiTaskVariant, seed: int, out: Path,
                  progress: bool, run_id: str | None = None, identity: dict[str, Any] | None = None) -> dict[str, Any]:
+    # lazy: late-bound, tests patch contrastfit.multitask.training.train_multitask
     from ..multitask.training import train_multitask
-    from ..record import RESULTS_NAME
 
     run_id = run_id or variant_run_id(variant.name, seed)
     stage1 = stage1_encoder(config, variant.pretrain, seed, out, progress) if variant.pretrain else None
@@ -235,8 +236,6 @@ def variant_identity(config: MultiTaskExperimentConfig, variant: MultiTaskVarian
 
 def _task_data_digests(config: MultiTaskExperimentConfig) -> dict[str, dict[str, Any]]:
     """Each task's loaded data, as its row hashes (:func:`~.identity.text_data_digest`)."""
-    from ..data import load_data
-
     out = {}
     for t in config.tasks:
         data = load_data(t.data, text_column=t.text_column, text_pair_column=t.text_pair_column,

@@ -118,6 +118,7 @@ class AnalysisArrays:
     def distance_reference(self) -> tuple[np.ndarray, bool]:
         """The embeddings to measure distances to the mean in (Sosnowski et al., Fig. 2), by
         :func:`contrastfit.evaluation.embedding.distance_reference`: ``(embeddings, is_raw)``."""
+        # lazy: evaluation.embedding imports torch, this module imports without torch
         from ..evaluation.embedding import distance_reference
 
         present = {"embeddings": self.embeddings}

@@ -36,7 +36,9 @@ from ..atomic import atomic_open, check_output, claim_folder, write_json_atomic,
 from ..data.descriptions import read_label_descriptions
 from ..distributed import launched_processes
 from ..errors import ConfigError, ContrastfitError
+from ..evaluation.attributions import token_attributions
 from ..methods.base import resolve_hparams
+from ..modeling import CONFIG_NAME
 from ..multilabel.methods import MULTILABEL_METHODS
 from ..pipeline import CHECKPOINT_DIR, input_paths
 from ..record import RESULTS_NAME, read_record
@@ -45,6 +47,8 @@ from ..training import TrainConfig, train
 from .config import ExperimentConfig, MethodVariant, MultiTaskExperimentConfig, load_experiment_data, run_config
 from ..identity import (IDENTITY_TAG, base_run_id, changed_keys, content_hash, identity_settings, make_identity, path_digest,
                        record_identity, text_data_digest, with_identity)
+from .executors import executor_package, run_units
+from .multitask import variant_units
 from .plan import Job, jobs, protocol_runs
 from .records import ANALYSIS_FILE as ANALYSIS_NAME
 from .records import ATTRIBUTIONS_FILE as ATTRIBUTIONS_NAME
@@ -114,8 +118,6 @@ def save_attributions(model, test, folder: Path, options: dict[str, Any]) -> Non
     ``examples`` -- a count (the first test examples of at most ``max_words`` words, then the
     shortest others) or a list of test indices --, ``samples``, ``baseline``; see
     :func:`~contrastfit.evaluation.attributions.token_attributions`)."""
-    from ..evaluation.attributions import token_attributions
-
     if test is None or len(test) == 0 or model.task != "classification" or model.multi_label:
         return  # the target is the gold class
     seconds = test["text_pair"] if "text_pair" in test.column_names else [None] * len(test)
@@ -307,8 +309,6 @@ def kept_run(config: ExperimentConfig, labels: list[str]) -> int | None:
 def _copy_kept_model(config: ExperimentConfig, out: Path, units: list[Unit]) -> None:
     """Copy the kept run's folder (its model, ``results.json`` and card) to ``OUTPUT/model`` (replacing an
     older copy) and print where it is and how to predict with it."""
-    from ..modeling import CONFIG_NAME
-
     index = kept_run(config, [u.claim["variant"] for u in units])
     if index is None:
         return
@@ -405,12 +405,8 @@ def run_experiment(config: ExperimentConfig | MultiTaskExperimentConfig, progres
         _set_store_aside(out)
     executor = getattr(config, "executor", "local")  # a multi-task config runs here
     if executor != "local":
-        from .executors import executor_package
-
         executor_package(executor)  # a missing package is one line before any work
     if isinstance(config, MultiTaskExperimentConfig):
-        from .multitask import variant_units
-
         units = variant_units(config, out, progress)
     else:  # on ray and slurm, no per-step bars from the workers: one line per finished run
         units = _job_units(config, out, progress and executor == "local")
@@ -424,8 +420,6 @@ def run_experiment(config: ExperimentConfig | MultiTaskExperimentConfig, progres
         if executor == "local":
             ran, skipped, elsewhere = run_pending(store, units)
         else:
-            from .executors import run_units
-
             ran, skipped, elsewhere = run_units(config, store, units)
     summary = summarise(out)  # the report's summary: its metrics (regression ones for a regression task)
     write_json_atomic(out / "summary.json", summary)

@@ -56,6 +56,7 @@ from pydantic import (BaseModel, BeforeValidator, Field, NonNegativeInt, Positiv
 from ..encoders import DEFAULT_MODEL
 from ..errors import ConfigError
 from ..evaluation.attributions import BASELINES, EXPLAIN
+from ..multilabel.methods import check_multilabel_method
 from ..multitask.schedule import SCHEDULES
 from ..multitask.tasks import Task
 from ..multitask.training import MultiTaskConfig
@@ -378,8 +379,6 @@ class Experiment(Schema):
             raise invalid(f"protocol '{self.protocol.kind}' does not run on multi-label data "
                           f"(data_options.multi_label): {reason}")
         if self.search is not None:
-            from ..multilabel.methods import check_multilabel_method
-
             try:
                 check_multilabel_method(self.search.method)
             except ConfigError as exc:

@@ -36,9 +36,25 @@ import dataclasses
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
-from ..errors import ConfigError
+from ..atomic import write_json_atomic
+from ..data.loading import VALIDATION_SPLIT
+from ..errors import ConfigError, ContrastfitError
+from ..evaluation.metrics import headline_names
 from ..methods import get_method
-from .schema import SearchDimension
+from ..methods.base import resolve_hparams
+from ..progress import progress_bars
+from ..training import (
+    DEFAULT_METHOD,
+    DEFAULT_REGRESSION_METHOD,
+    TrainConfig,
+    _config_with_memory_data,
+    load_config_data,
+)
+from .config import MethodVariant, load_experiment_data, run_config
+from .executors import executor_package, ray_error, ray_session, ray_task
+from .plan import protocol_runs
+from .schema import RUN_FIELDS, SearchDimension
+from .studies import next_trial, open_storage, run_trials
 
 __all__ = ["SearchResult", "hyperparameter_search", "mean_validation_score", "parse_space", "run_search",
            "suggest_params", "trial_score"]
@@ -83,7 +99,7 @@ def mean_validation_score(runs: Iterable[tuple[Any, Any]], metric: str | None) -
     with ``text_data``) and return the mean of their validation ``metric`` (None: the headline metric of
     the first run's validation metrics: accuracy, Pearson's r, micro-F1 on label sets) and the metric's
     name. Never a test metric; runs without validation metrics are a one-line :class:`ConfigError`."""
-    from ..evaluation.metrics import headline_names
+    # lazy: late-bound, tests patch contrastfit.training.train
     from ..training import train
 
     scores = []
@@ -118,11 +134,6 @@ def run_search(config, progress: bool = True) -> dict[str, Any]:
         import optuna
     except ImportError:
         raise ConfigError("--search optuna needs optuna: pip install 'contrastfit[search]'") from None
-    from ..atomic import write_json_atomic
-    from .config import load_experiment_data
-    from .plan import protocol_runs
-    from .studies import open_storage, run_trials
-
     search = getattr(config, "search", None)  # a multi-task config has none
     if search is None:
         raise ConfigError("the config has no 'search' block")
@@ -163,9 +174,6 @@ def trial_score(config, method: str, hparams: Mapping[str, Any], number: int, me
     """One trial's value: ``method`` with ``hparams`` trained on the protocol's first run (``first``; read
     from the config's data when not given, as on a Ray worker) for every seed, into
     ``OUTPUT/search/trial<number>-seed<seed>``; the mean validation ``metric`` and the metric's name."""
-    from .config import MethodVariant, load_experiment_data, run_config
-    from .plan import protocol_runs
-
     if first is None:
         first = protocol_runs(config, load_experiment_data(config))[0]
     out = Path(config.output)
@@ -184,10 +192,6 @@ def _run_trials_on_ray(config, study, spec, metric: str | None, lock) -> str | N
     study's storage is written from here only; a trial whose worker died is retried by Ray
     (``max_retries``), one whose training raised is told failed and its error raised."""
     import optuna
-
-    from ..errors import ContrastfitError
-    from .executors import executor_package, ray_error, ray_session, ray_task
-    from .studies import next_trial
 
     search, options = config.search, config.ray
     ray = executor_package("ray")
@@ -242,9 +246,6 @@ def _setting_fields() -> dict[str, Any]:
     those an experiment's ``training:`` sets (not the data, sampling, model, seed or output)."""
     import typing
 
-    from ..training import TrainConfig
-    from .schema import RUN_FIELDS
-
     hints = typing.get_type_hints(TrainConfig)
     return {f.name: hints[f.name] for f in dataclasses.fields(TrainConfig) if f.name not in RUN_FIELDS}
 
@@ -253,8 +254,6 @@ def _split_space(space: Mapping[str, SearchDimension], method: str) -> tuple[set
     """The names of ``space`` that are ``method``'s hyper-parameters, and the training settings'
     (name -> a sample default: an int for an int field, so an int range of it is suggested as ints)."""
     import typing
-
-    from ..methods.base import resolve_hparams
 
     defaults = get_method(method).defaults
     settings = _setting_fields()
@@ -302,10 +301,6 @@ def hyperparameter_search(config: Any = None, *, space: Mapping[str, Any] | Call
     storage URL (e.g. ``sqlite:///search.db``) to keep the trials and continue a study (default: in
     memory); ``sampler``: an Optuna sampler (default: TPE seeded with the config's ``seed``)."""
     optuna = _optuna()
-    from ..data.loading import VALIDATION_SPLIT
-    from ..training import DEFAULT_METHOD, DEFAULT_REGRESSION_METHOD, TrainConfig, _config_with_memory_data, \
-        load_config_data
-
     if config is not None and not isinstance(config, TrainConfig):  # hyperparameter_search(df, ...): the data first
         if "data" in overrides or texts is not None or labels is not None:
             raise ConfigError("give the training data once: as the first argument, or as data= or texts= and labels=")
@@ -324,8 +319,6 @@ def hyperparameter_search(config: Any = None, *, space: Mapping[str, Any] | Call
         raise ConfigError("seeds: give at least one training seed")
     if base.validation_split is None and base.validation_data is None:  # every trial is scored on validation
         base = dataclasses.replace(base, validation_split=VALIDATION_SPLIT)
-    from ..progress import progress_bars
-
     with progress_bars(base.progress):
         text_data = load_config_data(base, memory)
     method = base.method or (DEFAULT_METHOD if text_data.label_names is not None else DEFAULT_REGRESSION_METHOD)

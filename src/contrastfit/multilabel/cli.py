@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..data.loading import SUFFIX_BUILDERS, read_table
+from ..data.multilabel import DEFAULT_SEPARATOR, load_multilabel, multilabel_table
+from ..errors import DataError
+
 
 def load_eval_split(args, model) -> tuple[object, str]:
     """A local file (whole) or a built-in / Hub data set's split (``--split``, default test) as label sets
     over the model's labels; the label column and separator default to the ones the model was trained with."""
-    from ..data.loading import SUFFIX_BUILDERS, read_table
-    from ..data.multilabel import DEFAULT_SEPARATOR, load_multilabel, multilabel_table
-    from ..errors import DataError
-
     source = model.info.get("data", {}).get("source", {})
     separator = source.get("label_separator") or DEFAULT_SEPARATOR
     path = Path(args.data).expanduser()

@@ -32,6 +32,7 @@ from torch import nn
 
 from ..encoders import TextEncoder, load_backbone
 from ..errors import DataError, ModelError
+from ..evaluation.calibration import temperature_scaling
 from ..heads import HEAD_DROPOUT, CosineRegressionHead, LinearHead, MLPHead, PairConcatHead
 from ..losses import supcon
 from ..modeling import CONFIG_NAME, ClassifierOutput, load_model_folder, model_max_length, save_model_folder
@@ -261,8 +262,6 @@ class MultiTaskModel(nn.Module):
         :meth:`contrastfit.modeling.ContrastiveClassifier.calibrate`): fit it on held-out ``texts`` with
         their label ids, keep it in ``info["calibration"][task]`` (saved with the model) and return it
         with the NLL and ECE before and after. Other tasks keep theirs."""
-        from ..evaluation.calibration import temperature_scaling
-
         if self.task(task).type == "regression":
             raise ModelError(f"task '{task}' is a regression task; temperature scaling calibrates class probabilities")
         record = temperature_scaling(self.predict_logits(texts, pairs, task=task, batch_size=batch_size,

@@ -9,6 +9,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from ...evaluation.embedding import alignment_uniformity_by_label
 from ...evaluation.statistics import summarize
 from ..page import Table
 from ..records import ANALYSIS_FILE
@@ -29,8 +30,6 @@ class AlignmentUniformityAnalysis(Analysis):
     needs = ("classification", ANALYSIS_FILE)
 
     def compute(self, runs, options) -> AlignmentUniformity:
-        from ...evaluation.embedding import alignment_uniformity_by_label
-
         result = AlignmentUniformity()
         for s in runs.settings:
             for v in runs.variants:

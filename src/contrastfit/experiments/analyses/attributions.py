@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ...evaluation.plots import plot_attributions
 from ..page import Figure
 from ..records import ATTRIBUTIONS_FILE
 from .base import Analysis, AnalysisResult, FigureWriter, register_analysis
@@ -40,8 +41,6 @@ class AttributionsAnalysis(Analysis):
         return Attributions(notes=[f"no run has a readable {ATTRIBUTIONS_FILE}."])
 
     def figures(self, result: Attributions, out: FigureWriter) -> list[Figure]:
-        from ...evaluation.plots import plot_attributions
-
         figures = []
         for index, rows in result.examples.items():
             gold = rows[0][1].get("target_name", "?")

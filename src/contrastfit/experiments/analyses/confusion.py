@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ...evaluation.plots import plot_confusion
 from ..page import Figure
 from .base import Analysis, AnalysisResult, FigureWriter, register_analysis
 
@@ -52,8 +53,6 @@ class ConfusionAnalysis(Analysis):
         return result
 
     def figures(self, result: Confusion, out: FigureWriter) -> list[Figure]:
-        from ...evaluation.plots import plot_confusion
-
         figures = []
         for c in result.matrices:
             fig = out.draw(f"confusion_{c.variant}",

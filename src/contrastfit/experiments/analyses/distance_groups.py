@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from pydantic import PositiveInt
 
+from ...evaluation.embedding import distance_to_mean_groups
+from ...evaluation.plots import plot_distance_groups
 from ...schema import Schema
 from ..page import Figure, Table
 from ..records import ANALYSIS_FILE
@@ -43,8 +45,6 @@ class DistanceGroupsAnalysis(Analysis):
         groups: PositiveInt = 5
 
     def compute(self, runs, options: Options) -> DistanceGroups:
-        from ...evaluation.embedding import distance_to_mean_groups
-
         result = DistanceGroups()
         for setting in runs.settings:
             base = runs.baselines.get(setting)
@@ -83,8 +83,6 @@ class DistanceGroupsAnalysis(Analysis):
         return result
 
     def figures(self, result: DistanceGroups, out: FigureWriter) -> list[Figure]:
-        from ...evaluation.plots import plot_distance_groups
-
         figures = []
         for sg in result.settings:
             series = {v: [{"group": label, "accuracy": acc} for label, acc in zip(sg.labels, accs)]

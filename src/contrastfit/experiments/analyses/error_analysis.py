@@ -20,6 +20,8 @@ from typing import Any
 import numpy as np
 from pydantic import PositiveInt
 
+from ...evaluation.error_analysis import associated_features, error_analysis, word_groups
+from ...evaluation.statistics import mcnemar_exact
 from ...schema import Schema
 from ..page import Table
 from ..records import ANALYSIS_FILE
@@ -65,9 +67,6 @@ class ErrorAnalysisByWords(Analysis):
         min_feature_count: PositiveInt = 5
 
     def compute(self, runs, options: Options) -> ErrorAnalysis:
-        from ...evaluation.error_analysis import associated_features, error_analysis, word_groups
-        from ...evaluation.statistics import mcnemar_exact
-
         result = ErrorAnalysis()
         for setting in runs.settings:
             base = runs.baselines.get(setting)

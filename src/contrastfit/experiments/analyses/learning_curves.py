@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ...evaluation.plots import plot_learning_curves
 from ..page import Figure
 from .base import Analysis, AnalysisResult, FigureWriter, register_analysis
 
@@ -37,8 +38,6 @@ class LearningCurvesAnalysis(Analysis):
         return result
 
     def figures(self, result: LearningCurves, out: FigureWriter) -> list[Figure]:
-        from ...evaluation.plots import plot_learning_curves
-
         figures = []
         for setting, histories in result.histories.items():
             fig = out.draw(f"learning_curves_{setting}",

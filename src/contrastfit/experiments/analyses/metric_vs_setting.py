@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ...evaluation.plots import plot_metric_vs_setting
 from ..page import Figure
 from ..records import ordered_unique
 from ..summary import is_percent
@@ -50,8 +51,6 @@ class MetricVsSetting(Analysis):
         return Curve(metric, x, points)
 
     def figures(self, result: Curve, out: FigureWriter) -> list[Figure]:
-        from ...evaluation.plots import plot_metric_vs_setting
-
         if not result.points:
             return []
         x, metric = result.x or "setting", result.metric

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 from pydantic import NonNegativeInt, PositiveInt
 
+from ...evaluation.plots import plot_tsne
 from ...schema import Schema
 from ..page import Figure
 from ..records import ANALYSIS_FILE
@@ -71,8 +72,6 @@ class TsneAnalysis(Analysis):
         return result
 
     def figures(self, result: Tsne, out: FigureWriter) -> list[Figure]:
-        from ...evaluation.plots import plot_tsne
-
         figures = []
         for p in result.projections:
             extra = "; stars: label embeddings" if p.anchors is not None else ""
