@@ -4,7 +4,7 @@
 head) fitted on the fine-tuned, frozen encoder's normalised embeddings. C does not touch the encoder,
 so this study fine-tunes once per training sample (the default recipe, exactly as
 ``bench/fewshot.py``'s ``default`` system: same samples, same test set, same seed) and then refits
-the head for every C in ``--C`` on the same encoder (:func:`contrastfit.training.train_head`, the
+the head for every C in ``--C`` on the same encoder (:func:`contrastfit.head_stage.train_head`, the
 recipe's own stage 2, label-name prior included), and once more at the C that stratified k-fold
 cross-validation on the training sample itself picks (``C by CV``: what issue 22 asks about, instead
 of a validation split carved out of a tiny sample). A refit at the recipe's C must give back the
@@ -35,7 +35,8 @@ import numpy as np  # noqa: E402
 from contrastfit.atomic import write_json_atomic, write_text_atomic  # noqa: E402
 from contrastfit.data import data_hash, load_data  # noqa: E402
 from contrastfit.experiments.protocols.few_shot import few_shot  # noqa: E402
-from contrastfit.training import TrainConfig, tokenize_dataset, train, train_head  # noqa: E402
+from contrastfit.head_stage import train_head  # noqa: E402
+from contrastfit.training import TrainConfig, tokenize_dataset, train  # noqa: E402
 from contrastfit.versions import library_versions  # noqa: E402
 
 HERE = Path(__file__).resolve().parent

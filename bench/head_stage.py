@@ -1,7 +1,7 @@
 """Stage 2 of the two-stage methods: head training on cached embeddings vs re-encoding every epoch.
 
 SupCL-Seq, self-supervised CL, SimCSE and DiffCSE freeze the encoder after stage 1 and train only
-the head. ``contrastfit.training.train_head`` encodes the training set once and trains on the
+the head. ``contrastfit.head_stage.train_head`` encodes the training set once and trains on the
 cached features; the alternative re-runs the frozen encoder on every mini-batch of every epoch.
 Both are run here on the same model, data and seed, and their times compared as a ratio (the two
 heads come out identical: the features are the same, only where they come from differs).
@@ -27,7 +27,8 @@ from contrastfit import ContrastiveClassifier  # noqa: E402
 from contrastfit.data import load_data, sample_stratified  # noqa: E402
 from contrastfit.encoders import default_pooling  # noqa: E402
 from contrastfit.atomic import write_json_atomic  # noqa: E402
-from contrastfit.training import tokenize_dataset, train_head  # noqa: E402
+from contrastfit.head_stage import train_head  # noqa: E402
+from contrastfit.training import tokenize_dataset  # noqa: E402
 from contrastfit.versions import library_versions  # noqa: E402
 
 

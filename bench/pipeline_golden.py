@@ -1,9 +1,11 @@
 """Golden runs of the training pipeline: the same tiny jobs before and after a change to it give the same
 weights and the same record, to the bit.
 
-Five tiny deterministic jobs on the tests' random 2-layer BERT (``tests/conftest.py``), on the CPU: a
-one-stage single-task run (``ce-scl``, validation selection), a two-stage one (``simcse-unsup`` with
-its head stage), one in a temporary folder (``ce``, no selection), a multi-task run (a classification
+Eight tiny deterministic jobs on the tests' random 2-layer BERT (``tests/conftest.py``), on the CPU: a
+one-stage single-task run (``ce-scl``, validation selection), the default recipe (``ce-scl-lr``: label
+names as anchors and prior, WiSE-FT, the logistic head), a two-stage one (``simcse-unsup`` with its head
+stage), one in a temporary folder (``ce``, no selection), two multi-label runs (the default recipe's
+label-set form with thresholds; ``ce`` with validation selection), a multi-task run (a classification
 task with ``ce-scl`` and a regression task) and stage-1 pre-training (``simcse-unsup``). Each run's
 weights are hashed (sha256 of every tensor, in name order) and its record kept without what varies
 from run to run (timings, versions, paths of the work folder, the Trainer's speed entries); ``OUT/golden.json``
@@ -33,6 +35,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import conftest  # noqa: E402  (tests/: the tiny encoder and the toy data)
+import test_multilabel  # noqa: E402  (tests/: the toy label-set data)
 
 from contrastfit import train  # noqa: E402
 from contrastfit.multitask import train_multitask  # noqa: E402
@@ -85,8 +88,13 @@ def golden(out: Path) -> dict:
                           "score": round(rng.uniform(0, 5), 3)} for _ in range(40))
     common = dict(model=str(encoder), data=str(sentiment), label_column="sentiment", text_column="sentence",
                   progress=False, batch_size=8, epochs=2, logging_steps=2, use_cpu=True)
+    topics = test_multilabel.write_csv(work / "topics.csv", test_multilabel.topic_rows())
+    label_sets = dict(common, data=str(topics), label_column=None, text_column=None, multi_label=True)
     runs = {
         "single": lambda: train(output=str(work / "single"), method="ce-scl", **common),
+        "default": lambda: train(output=str(work / "default"), **common),
+        "multi-label": lambda: train(output=str(work / "multi-label"), **label_sets),
+        "multi-label-ce": lambda: train(output=str(work / "multi-label-ce"), method="ce", **label_sets),
         "two-stage": lambda: train(output=str(work / "two-stage"), method="simcse-unsup", hparams={"head_epochs": 5},
                                    **common),
         "in-memory": lambda: train(method="ce", select_best=False, **common),

@@ -404,7 +404,7 @@ def test_selection_breaks_accuracy_ties_by_the_lower_validation_loss():
     from types import SimpleNamespace
 
     from contrastfit.pipeline import SELECTION_KEY
-    from contrastfit.training import _compute_metrics
+    from contrastfit.trainer import _compute_metrics
 
     compute = _compute_metrics(["a", "b"], "accuracy")
     labels = np.array([0, 1, 1, 0])

@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 import datasets
+from transformers import AutoModel, set_seed
 
 from .data.loading import (LABEL, SUFFIX_BUILDERS, TEXT, TEXT_PAIR, check_utf8, data_hash, file_problem, load_data,
                            normalise_columns, read_table)
@@ -184,8 +185,6 @@ def pretrain(method: str = _O.method, data: str | None = _O.data, output: str | 
     """Train the encoder ``model`` with the encoder stage of ``method`` on ``data`` and save it to ``output``
     (see the module docstring). ``max_steps`` (if given) caps the run; ``hparams`` are the method's
     (``temperature``, DiffCSE's ``lambda``, ``mask_ratio``, ...). Returns the record, with ``.output``."""
-    from transformers import set_seed
-
     # every argument against its declaration in PretrainOptions (type, choices, bounds): the CLI's one-line errors
     check_fields(PretrainOptions(
         method=method, data=data, output=output, model=model, pooling=pooling, text_column=text_column,
@@ -209,18 +208,8 @@ def pretrain(method: str = _O.method, data: str | None = _O.data, output: str | 
     clock = Clock()
     set_seed(seed)
     labelled = method == "simcse-sup"
-    rows, label_names, source = load_corpus(data, labelled=labelled, text_column=text_column,
-                                            text_pair_column=text_pair_column, label_column=label_column)
-    if max_texts is not None and len(rows) > max_texts:
-        rows = rows.select(range(max_texts))
-    if len(rows) < 2:
-        raise DataError(f"corpus {data} holds {len(rows)} text; contrastive pre-training needs at least 2")
-    if not labelled:  # the objectives ignore labels: one placeholder class, random batches
-        rows = rows.remove_columns([c for c in rows.column_names if c == LABEL])
-        rows = rows.add_column(LABEL, [0] * len(rows))
-        label_names = ["text"]
-    source.update(n_texts=len(rows), pairs=TEXT_PAIR in rows.column_names, rows_hash=data_hash(rows),
-                  max_texts=max_texts)
+    rows, label_names, source = _corpus_rows(data, labelled, max_texts, text_column=text_column,
+                                             text_pair_column=text_pair_column, label_column=label_column)
     pooling = pooling or default_pooling(model)
     classifier = ContrastiveClassifier.from_encoder(model, method, label_names, hparams=hparams or {}, pooling=pooling,
                                                     max_length=settings["max_length"],
@@ -240,14 +229,7 @@ def pretrain(method: str = _O.method, data: str | None = _O.data, output: str | 
         fitted = fit(trainer, staging)
         clock.mark("train")
         shutil.rmtree(staging / CHECKPOINT_DIR, ignore_errors=True)
-        encoder = classifier.encoder
-        encoder.backbone.save_pretrained(staging, safe_serialization=True)
-        classifier.tokenizer.save_pretrained(staging)
-        if pooling in ("mean", "cls"):
-            write_json_atomic(staging / POOLING_CONFIG, {
-                "word_embedding_dimension": encoder.hidden_size, "pooling_mode_cls_token": pooling == "cls",
-                "pooling_mode_mean_tokens": pooling == "mean", "pooling_mode_max_tokens": False,
-                "pooling_mode_mean_sqrt_len_tokens": False})
+        _save_encoder(classifier, pooling, staging)
         hparams = {k: v for k, v in classifier.method.hparams.items() if not k.startswith("head_")}
         training = {"batch_size": settings["batch_size"], "learning_rate": settings["learning_rate"],
                     "weight_decay": weight_decay, "warmup_ratio": warmup_ratio, "epochs": epochs,
@@ -267,6 +249,36 @@ def pretrain(method: str = _O.method, data: str | None = _O.data, output: str | 
     return PretrainResult(record.to_dict(), output=str(out))
 
 
+def _corpus_rows(data: str, labelled: bool, max_texts: int | None,
+                 **columns: str | None) -> tuple[datasets.Dataset, list[str], dict[str, Any]]:
+    """The corpus's first ``max_texts`` rows (a placeholder class where the objective ignores labels),
+    their label names and the record's description of the corpus."""
+    rows, label_names, source = load_corpus(data, labelled=labelled, **columns)
+    if max_texts is not None and len(rows) > max_texts:
+        rows = rows.select(range(max_texts))
+    if len(rows) < 2:
+        raise DataError(f"corpus {data} holds {len(rows)} text; contrastive pre-training needs at least 2")
+    if not labelled:  # the objectives ignore labels: one placeholder class, random batches
+        rows = rows.remove_columns([c for c in rows.column_names if c == LABEL])
+        rows = rows.add_column(LABEL, [0] * len(rows))
+        label_names = ["text"]
+    source.update(n_texts=len(rows), pairs=TEXT_PAIR in rows.column_names, rows_hash=data_hash(rows),
+                  max_texts=max_texts)
+    return rows, label_names, source
+
+
+def _save_encoder(classifier: ContrastiveClassifier, pooling: str, folder: Path) -> None:
+    """The trained encoder as a Hugging Face folder, with its pooling in sentence-transformers' format."""
+    encoder = classifier.encoder
+    encoder.backbone.save_pretrained(folder, safe_serialization=True)
+    classifier.tokenizer.save_pretrained(folder)
+    if pooling in ("mean", "cls"):
+        write_json_atomic(folder / POOLING_CONFIG, {
+            "word_embedding_dimension": encoder.hidden_size, "pooling_mode_cls_token": pooling == "cls",
+            "pooling_mode_mean_tokens": pooling == "mean", "pooling_mode_max_tokens": False,
+            "pooling_mode_mean_sqrt_len_tokens": False})
+
+
 class PretrainResult(TrainResult):
     """The record written to ``contrastfit_pretrain.json`` (a :class:`~contrastfit.record.Record` of kind
     ``pretrain``), with the encoder folder as ``.output`` and the encoder (``transformers.AutoModel``) as
@@ -274,8 +286,6 @@ class PretrainResult(TrainResult):
 
     @property
     def model_class(self) -> Any:
-        from transformers import AutoModel
-
         return AutoModel
 
 

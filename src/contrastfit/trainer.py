@@ -21,9 +21,9 @@ logging integrations, progress bars):
 
 :func:`tokenize_dataset`, :func:`with_method_defaults` and :func:`resolve_schedule` prepare a run's
 rows and schedule; :func:`build_trainer` builds its Trainer on the pipeline's steps
-(:func:`contrastfit.pipeline.trainer_arguments`, :func:`contrastfit.pipeline.make_trainer`). Both
-classifier jobs, single-label (:mod:`contrastfit.training`, which re-exports all of it) and
-multi-label (:mod:`contrastfit.multilabel.training`), build their Trainer here.
+(:func:`contrastfit.pipeline.trainer_arguments`, :func:`contrastfit.pipeline.make_trainer`). The
+training job (:mod:`contrastfit.training`, which re-exports all of it) builds its Trainer here, for
+every task shape (:mod:`contrastfit.shapes`).
 """
 
 from __future__ import annotations

@@ -12,51 +12,42 @@ evaluate on validation and test, and write the model and its :class:`~contrastfi
 
 from __future__ import annotations
 
+import copy
 import os
 import tempfile
-import time
 import warnings
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-import datasets
 import torch
-from torch.utils.data import DataLoader
-from transformers import TrainerCallback
+from transformers import TrainerCallback, set_seed
 
-from .data import TextData, data_hash, load_data, sample_per_class, sample_stratified
-from .data.multilabel import load_multilabel
-from .data.sampling import derive_seed
+from .data import TextData
 from .data.descriptions import attach_label_descriptions, check_label_descriptions
 from .data.loading import VALIDATION_SPLIT, in_memory
 from .data.overlap import row_sketch
-from .card import label_examples
 from .distributed import launched_processes
 from .encoders import DEFAULT_MODEL, default_pooling
 from .errors import ConfigError
-from .memory import check_memory
-from .multilabel.training import train_multilabel
-from .settings import check_fields, setting
 from .evaluation import evaluate_model, headline
-from .methods import get_method
-from .methods.base import LogisticHead, resolve_hparams
-from .modeling import ContrastiveClassifier
-from .progress import progress_bars  # noqa: F401  (re-exported: contrastfit.training.progress_bars)
-from .pipeline import (SELECTION_KEY, Clock, TrainResult, WeightInterpolation, fit, input_paths, open_output,
-                       resume_checkpoint, selection_record, write_outputs)
 from .identity import run_identity
+from .memory import check_memory
+from .methods import get_method
+from .methods.base import resolve_hparams
+from .modeling import ContrastiveClassifier
+from .multilabel.shape import LABEL_SETS
+from .pipeline import (Clock, TrainResult, WeightInterpolation, fit, input_paths, open_output, resume_checkpoint,
+                       selection_record, write_outputs)
+from .progress import progress_bars  # noqa: F401  (re-exported: contrastfit.training.progress_bars)
 from .record import RESULTS_NAME, Record
+from .settings import check_fields, setting
+from .shapes import (DEFAULT_METHOD, DEFAULT_REGRESSION_METHOD, SINGLE_LABEL, PreparedData,  # noqa: F401
+                     TaskShape)
 from .trainer import (DEFAULT_LEARNING_RATE, DEFAULT_MIN_STEPS, MIN_USEFUL_STEPS, MODEL_INPUTS,  # noqa: F401
-                      ContrastfitTrainer, LossPartLogging, _compute_metrics, build_trainer, capped_warmup,
-                      resolve_schedule, selection_metric, short_schedule_warning, tokenize_dataset,
-                      with_method_defaults)
+                      ContrastfitTrainer, LossPartLogging, build_trainer, capped_warmup, resolve_schedule,
+                      short_schedule_warning, tokenize_dataset, with_method_defaults)
 from .versions import library_versions
-
-#: The default recipe: what `contrastfit train --data FILE` trains with no --method (docs/concepts/default-recipe.md).
-DEFAULT_METHOD = "ce-scl-lr"
-DEFAULT_REGRESSION_METHOD = "ce"
-
 
 #: Seeds go to NumPy's legacy seeding (``transformers.set_seed``), which takes 0 .. 2**32 - 1.
 SEED_MAX = 2**32 - 1
@@ -300,183 +291,14 @@ def check_batch_size(batch_size: int, sampler: str, method: str | None = None, m
         raise ConfigError("the balanced sampler needs --batch-size >= 2 (or use --sampler random)")
 
 
-# ---------------------------------------------------------------------------------------------
-# Data preparation
-# ---------------------------------------------------------------------------------------------
-
-@dataclass
-class PreparedData:
-    data: TextData
-    train: datasets.Dataset
-    validation: datasets.Dataset | None
-    test: datasets.Dataset | None
-
-    def description(self, config: TrainConfig) -> dict[str, Any]:
-        out = {
-            "name": self.data.name,
-            "source": self.data.source,
-            "task": self.data.task,
-            "label_names": self.data.label_names,
-            "text_pair": self.data.has_pairs,
-            "sampling": {"shots": config.shots, "train_size": config.train_size,
-                         "validation_size": config.validation_size,
-                         "sample_seed": config.seed if config.sample_seed is None else config.sample_seed,
-                         "sample_index": config.sample_index},
-        }
-        for split in ("train", "validation", "test"):
-            ds = getattr(self, split)
-            if ds is not None:
-                out[f"{split}_size"] = len(ds)
-                out[f"{split}_hash"] = data_hash(ds)
-        return out
+def shape_for(config: TrainConfig) -> TaskShape:
+    """The task shape of ``config``'s run: label sets with ``multi_label``, else one label per text."""
+    return LABEL_SETS if config.multi_label else SINGLE_LABEL
 
 
 def prepare_data(config: TrainConfig, data: TextData | None = None) -> PreparedData:
     """Load the data (:func:`load_config_data`) and draw the seed's training sample and validation subset."""
-    data = data or load_config_data(config)
-    train = data.train
-    seed = config.seed if config.sample_seed is None else config.sample_seed
-    train_seed = derive_seed(seed, "train", config.sample_index)
-    if config.shots is not None:
-        if data.label_names is None:
-            raise ConfigError("--shots needs class labels; use --train-size for a regression target")
-        train = sample_per_class(train, config.shots, train_seed, data.label_names)
-    elif config.train_size is not None:
-        train = sample_stratified(train, config.train_size, train_seed, data.label_names)
-    validation = data.validation
-    if validation is not None and config.validation_size is not None:
-        validation = sample_stratified(validation, config.validation_size, derive_seed(seed, "validation"))
-    return PreparedData(data, train, validation, data.test)
-
-
-# ---------------------------------------------------------------------------------------------
-# One job
-# ---------------------------------------------------------------------------------------------
-
-def train_head(model: ContrastiveClassifier, train_ds: datasets.Dataset, collator, *, seed: int = 0,
-               cache: bool = True, progress: bool = False, epochs: int | None = None,
-               solver: str | None = None, validation_ds: datasets.Dataset | None = None,
-               metric: str = "accuracy", eval_every: int | None = None) -> dict[str, Any]:
-    """Stage 2 of two-stage methods (SupCL-Seq, SimCSE, DiffCSE, SetFit, the linear probe): freeze
-    the encoder and fit ``model.head`` on the method's head features of the training set.
-
-    ``solver`` (default: the method's ``head_solver``):
-
-    * ``"adamw"``: ``head_epochs`` epochs of AdamW (``head_learning_rate``, mini-batches of
-      ``head_batch_size`` shuffled with a generator seeded by ``seed``) on the method's task loss
-      (CE, or MSE for a regression target);
-    * ``"logistic"``: scikit-learn's L2-regularised logistic regression (``head_C``), copied into the
-      linear head (:meth:`contrastfit.heads.LinearHead.fit_logistic`), as SetFit does.
-
-    With ``cache=True`` (the default) the training set is encoded **once** and the head trains on
-    the cached features; ``cache=False`` re-encodes every mini-batch of every epoch (AdamW only;
-    useful to measure what the cache saves, see ``bench/``).
-
-    With ``validation_ds`` (AdamW only), the head epoch is chosen on validation as the encoder step is
-    in one-stage runs: the validation set is encoded once, scored every ``eval_every`` epochs
-    (default: a tenth of them) by the same selection score (``metric``, ties broken by the lower
-    validation loss), and the best head is kept; ``head_selection`` in the record says which.
-    """
-    from tqdm.auto import tqdm
-
-    method = model.method
-    hp = method.hp
-    solver = solver or method.head_solver
-    if solver not in ("adamw", "logistic"):
-        raise ConfigError(f"unknown head solver '{solver}' (choose adamw or logistic)")
-    if solver == "logistic" and (model.task != "classification" or not hasattr(model.head, "fit_logistic")):
-        raise ConfigError(f"{method.name}: a logistic-regression head needs class labels and a linear head")
-    device = model.device
-    loader = DataLoader(train_ds, batch_size=64, shuffle=False, collate_fn=collator)
-    frozen = [p for p in model.encoder.parameters() if p.requires_grad]
-    for p in frozen:
-        p.requires_grad_(False)
-    model.eval()  # no dropout in the frozen encoder
-
-    def encode(batch) -> tuple[torch.Tensor, torch.Tensor]:
-        batch = {k: v.to(device) for k, v in batch.items()}
-        labels = batch.pop("labels")
-        with torch.no_grad():
-            return method.head_features(model, batch).float(), labels
-
-    t0 = time.perf_counter()
-    try:
-        if cache or solver == "logistic":
-            parts = [encode(b) for b in loader]
-            features, labels = torch.cat([f for f, _ in parts]), torch.cat([y for _, y in parts])
-        t_encode = time.perf_counter() - t0
-        if solver == "logistic":
-            head = LogisticHead.of(method)
-            C, prior = float(head.head_C), float(head.label_prior)
-            weight = None
-            anchors = method.label_features(model) if prior > 0 and hasattr(method, "label_features") else None
-            if anchors is not None:  # each label text weighs as much as `prior` times its class's mean count
-                with torch.no_grad():
-                    anchors = anchors.float()
-                n = len(labels)
-                weight = torch.cat([torch.ones(n), torch.full((len(anchors),), prior * n / len(anchors))])
-                features = torch.cat([features, anchors.to(features.device)])
-                labels = torch.cat([labels, torch.arange(len(anchors), device=labels.device)])
-            model.head.fit_logistic(features, labels, C=C, seed=seed, sample_weight=weight)
-            stage = {"solver": solver, "C": C, "encode_s": t_encode, "total_s": time.perf_counter() - t0}
-            if prior > 0:  # whether the label names joined the fit, or why not
-                stage["label_prior"] = "used" if anchors is not None else getattr(method, "anchor_note", None)
-            return stage
-        epochs = int(epochs if epochs is not None else hp.head_epochs)
-        batch_size = int(hp.head_batch_size)
-        optimizer = torch.optim.AdamW(model.head.parameters(), lr=float(hp.head_learning_rate), weight_decay=0.0)
-        generator = torch.Generator().manual_seed(seed)
-        n = len(train_ds)
-        last = float("nan")
-        scorer = None
-        if validation_ds is not None and len(validation_ds) > 0:
-            from types import SimpleNamespace
-
-            vparts = [encode(b) for b in DataLoader(validation_ds, batch_size=64, shuffle=False, collate_fn=collator)]
-            v_features, v_labels = torch.cat([f for f, _ in vparts]), torch.cat([y for _, y in vparts]).cpu().numpy()
-            compute = _compute_metrics(model.label_names, metric)
-            every = eval_every or max(1, epochs // 10)
-            evaluations: list[dict[str, float]] = []
-            best: tuple[float, int, dict[str, torch.Tensor]] | None = None
-
-            def scorer(epoch: int) -> None:
-                nonlocal best
-                model.head.eval()
-                with torch.no_grad():
-                    logits = model.head(v_features).float().cpu().numpy()
-                scores = compute(SimpleNamespace(predictions=logits, label_ids=v_labels))
-                evaluations.append({"epoch": epoch, **scores})
-                if best is None or scores[SELECTION_KEY] > best[0]:
-                    best = (scores[SELECTION_KEY], epoch, {k: v.detach().clone() for k, v in model.head.state_dict().items()})
-        model.head.train()
-        for epoch in tqdm(range(1, epochs + 1), desc="head", disable=not progress, leave=False):
-            order = torch.randperm(n, generator=generator)
-            for start in range(0, n, batch_size):
-                idx = order[start:start + batch_size]
-                if cache:
-                    x, y = features[idx.to(features.device)], labels[idx.to(labels.device)]
-                else:
-                    x, y = encode(collator([train_ds[int(i)] for i in idx]))
-                loss = method.task_loss(model.head(x), y)
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                optimizer.step()
-                last = float(loss.detach())
-            if scorer is not None and (epoch % every == 0 or epoch == epochs):
-                scorer(epoch)
-                model.head.train()
-        head_selection = None
-        if scorer is not None and best is not None:
-            model.head.load_state_dict(best[2])
-            head_selection = {"metric": metric, "best_epoch": best[1], "evaluations": evaluations,
-                              "best_value": next(e.get(metric) for e in evaluations if e["epoch"] == best[1])}
-    finally:
-        for p in frozen:
-            p.requires_grad_(True)
-        model.eval()
-    return {"solver": solver, "epochs": epochs, "batch_size": batch_size, "learning_rate": float(hp.head_learning_rate),
-            "cached": cache, "encode_s": t_encode, "total_s": time.perf_counter() - t0, "final_loss": last,
-            "head_selection": head_selection}
+    return shape_for(config).sample(config, data or load_config_data(config))
 
 
 #: The TrainConfig fields that may hold in-memory data when given to :func:`train`.
@@ -567,8 +389,6 @@ def _config_with_memory_data(config: TrainConfig | None, texts: Any, labels: Any
     :data:`DATA_FIELDS` (``texts`` and ``labels`` are ``data=(texts, labels)``), taken out of it: in
     the config, in-memory ``data`` becomes ``"memory"`` and an in-memory split None. A path-like
     value becomes its string."""
-    import copy
-
     values = {}
     if config is not None:  # copied as dataclasses.asdict would, but not the data (a DataFrame stays itself)
         values = {f.name: getattr(config, f.name) if f.name in DATA_FIELDS else copy.deepcopy(getattr(config, f.name))
@@ -594,76 +414,39 @@ def _config_with_memory_data(config: TrainConfig | None, texts: Any, labels: Any
     return TrainConfig(**values), memory
 
 
-def validation_choices(config: TrainConfig) -> tuple[bool, bool]:
-    """What ``config``'s run chooses on its validation split, where it has one: ``(step, head_epoch)``.
-    With ``--select-best`` (the default), the kept step of a method whose head trains with the encoder
-    (two-stage methods' stage-1 checkpoints have no head to score), and the head epoch of a head stage
-    trained by AdamW (a logistic-regression head has no epoch to choose)."""
-    method = get_method(config.method or DEFAULT_METHOD).cls
-    refit = config.refit_head and not method.frozen_head_stage
-    step = method.trains_encoder and not method.frozen_head_stage
-    head_epoch = (method.frozen_head_stage or refit) and ("logistic" if refit else method.head_solver) == "adamw"
-    return config.select_best and step, config.select_best and head_epoch
-
-
 def validation_split_for(config: TrainConfig) -> float:
     """``config.validation_split``, or where it is unset: :data:`VALIDATION_SPLIT` when the run chooses
-    something on the validation split (label-set thresholds, or :func:`validation_choices`), else 0.
+    something on the validation split (label-set thresholds, or :func:`contrastfit.shapes.validation_choices`), else 0.
     A two-stage method with a logistic-regression head (the default recipe, SetFit, the linear probe)
     chooses nothing there, so every row of a few-shot file trains (32 rows would otherwise lose 4 to
     a validation split that only reports)."""
     if config.validation_split is not None:
         return config.validation_split
-    return VALIDATION_SPLIT if config.multi_label or any(validation_choices(config)) else 0.0
+    return VALIDATION_SPLIT if shape_for(config).chooses_on_validation(config) else 0.0
 
 
 def load_config_data(config: TrainConfig, memory: dict[str, Any] | None = None) -> TextData:
     """The run's data (:func:`contrastfit.data.load_data` with ``config``'s data options, the validation
     hold-out by :func:`validation_split_for`); ``memory`` holds the in-memory values of
     :data:`DATA_FIELDS` taken out of ``config``."""
-    memory = memory or {}
-    if config.multi_label:
-        return load_multilabel(memory.get("data", config.data), text_column=config.text_column,
-                               text_pair_column=config.text_pair_column, label_column=config.label_column,
-                               label_separator=config.label_separator,
-                               validation_data=memory.get("validation_data", config.validation_data),
-                               test_data=memory.get("test_data", config.test_data),
-                               validation_split=validation_split_for(config))
-    return load_data(
-        memory.get("data", config.data),
-        text_column=config.text_column,
-        text_pair_column=config.text_pair_column,
-        label_column=config.label_column,
-        validation_data=memory.get("validation_data", config.validation_data),
-        test_data=memory.get("test_data", config.test_data),
-        validation_split=validation_split_for(config),
-        task=config.task,
-    )
+    return shape_for(config).load(config, memory or {}, validation_split_for(config))
 
 
 def _train(config: TrainConfig, text_data: TextData | None, callbacks: list[TrainerCallback] | None,
-           keep: bool) -> "TrainResult":
-    """One run of the validated ``config`` into ``config.output``; with ``keep`` False (a temporary
-    folder) nothing is saved there: the model stays in memory."""
-    from transformers import set_seed
-
-    if config.multi_label:  # label sets: the multi-label job (contrastfit.multilabel.training)
-        return train_multilabel(config, text_data or load_config_data(config), callbacks, keep)
+           keep: bool) -> TrainResult:
+    """The one job: a run of the validated ``config`` into ``config.output``, its task shape
+    (:func:`shape_for`) plugged into each step; with ``keep`` False (a temporary folder) nothing is
+    saved there: the model stays in memory."""
+    shape = shape_for(config)
+    shape.check(config)
     output = Path(config.output)
     clock = Clock()
     set_seed(config.seed)
-    prepared = prepare_data(config, text_data)
-    if config.method is None:
-        config = replace(config, method=DEFAULT_METHOD if prepared.data.task == "classification" else DEFAULT_REGRESSION_METHOD)
-    config = with_method_defaults(config)
+    prepared = shape.sample(config, text_data or load_config_data(config))
+    config = shape.configure(config, prepared)
     check_batch_size(config.batch_size, config.sampler, config.method, config.memory_size)  # the method is known now
     pooling = config.pooling or default_pooling(config.model)
-    # the paper's training-set-size-dependent defaults (e.g. Sosnowski Tables 1-2), under the user's values
-    hparams = {**get_method(config.method).defaults_for(len(prepared.train)), **config.hparams}
-    model = ContrastiveClassifier.from_encoder(
-        config.model, config.method, prepared.data.label_names, hparams=hparams, pooling=pooling,
-        max_length=config.max_length, trust_remote_code=config.trust_remote_code,
-    )
+    model = shape.build_model(config, prepared, shape.hparams(config, len(prepared.train)), pooling)
     if model.method.contrastive and config.sampler == "random":
         warnings.warn(f"{config.method} contrasts in-batch positives; random batches of a small training set "
                       "often have none (the default --sampler balanced guarantees them)", stacklevel=2)
@@ -673,16 +456,18 @@ def _train(config: TrainConfig, text_data: TextData | None, callbacks: list[Trai
     epochs, max_steps = resolve_schedule(config, train_ds["labels"])
     # model selection on validation: the kept step, or the head epoch of an AdamW head stage
     has_validation = prepared.validation is not None and len(prepared.validation) > 0
-    step, head_epoch = validation_choices(config)
+    step, head_epoch = shape.validation_choices(config)
     selecting, choosing_head_epoch = has_validation and step, has_validation and head_epoch
+    metric = shape.selection_metric(config, model.task)
     eval_ds = tokenize_dataset(prepared.validation, model.tokenizer, model.max_length) if selecting else None
-    trainer = build_trainer(config, model, train_ds, epochs, max_steps=max_steps, eval_ds=eval_ds, callbacks=callbacks)
+    trainer = build_trainer(config, model, train_ds, epochs, max_steps=max_steps, eval_ds=eval_ds, callbacks=callbacks,
+                            compute_metrics=shape.compute_metrics(model.label_names, metric))
     clock.mark("setup")
     resume_from = resume_checkpoint(output) if config.resume else None
     head_init = None
     if config.head_init == "probe" and resume_from is None:
         # LP-FT (Kumar et al., 2022): start fine-tuning from the linear probe's head
-        head_init = train_head(model, train_ds, trainer.data_collator, seed=config.seed, solver="logistic")
+        head_init = shape.fit_head(model, train_ds, trainer.data_collator, config, probe=True)
     interpolation = WeightInterpolation.for_run(config.wise_ft, model.method, config.refit_head, model.encoder)
     fitted = None
     if model.method.trains_encoder:
@@ -692,12 +477,11 @@ def _train(config: TrainConfig, text_data: TextData | None, callbacks: list[Trai
     wise_ft = interpolation and interpolation.apply(model.encoder)
     head_stage = None
     if model.method.frozen_head_stage or config.refit_head:
-        solver = "logistic" if config.refit_head and not model.method.frozen_head_stage else None
         # the head epoch is chosen on validation, like the encoder step of one-stage runs
         head_validation = (tokenize_dataset(prepared.validation, model.tokenizer, model.max_length)
                            if choosing_head_epoch else None)
-        head_stage = train_head(model, train_ds, trainer.data_collator, seed=config.seed, progress=config.progress,
-                                solver=solver, validation_ds=head_validation, metric=selection_metric(config, model.task))
+        head_stage = shape.fit_head(model, train_ds, trainer.data_collator, config, validation_ds=head_validation)
+    settled = shape.finish(model, prepared.validation)
     clock.mark("train")
 
     metrics: dict[str, Any] = {}
@@ -707,40 +491,50 @@ def _train(config: TrainConfig, text_data: TextData | None, callbacks: list[Trai
         metrics["test"] = evaluate_model(model, prepared.test)
     clock.mark("eval")
 
-    training = {k: getattr(config, k) for k in (
-        "batch_size", "learning_rate", "weight_decay", "warmup_ratio", "gradient_accumulation_steps",
-        "max_length", "fp16", "bf16", "min_steps", "refit_head", "head_init", "sampler", "gradient_cache_chunk",
-        "memory_size")}
-    selection = None
-    if selecting:
-        metric = selection_metric(config, model.task)
-        history = selection_record(trainer, config.early_stopping_patience)
-        best_value = next((e.get(metric) for e in history["evaluations"] if e["step"] == history["best_step"]), None)
-        selection = {"metric": metric, "best_step": history["best_step"], "best_value": best_value, **history,
-                     "rule": "the checkpoint with the best validation metric, ties broken by the lower validation "
-                             "loss, is kept (Trainer load_best_model_at_end)"}
-    training.update(epochs=epochs if model.method.trains_encoder else 0, steps=trainer.state.global_step, selection=selection,
+    training = {k: getattr(config, k) for k in TRAINING_SETTINGS}
+    training.update(epochs=epochs if model.method.trains_encoder else 0, steps=trainer.state.global_step,
+                    selection=_selection(trainer, config, metric, shape.selection_rule) if selecting else None,
                     pooling=pooling, train_loss=fitted and fitted.train_loss, resumed_from=resume_from,
                     head_init=head_init, wise_ft=wise_ft, head_stage=head_stage, world_size=trainer.args.world_size,
-                    warmup_steps=getattr(trainer, "scheduled_warmup_steps", None))
-    data = prepared.description(config)
+                    warmup_steps=getattr(trainer, "scheduled_warmup_steps", None), **settled)
+    data = shape.describe(config, prepared)
     if descriptions:
         data["label_descriptions"] = descriptions
     # a training text per label for the model card's widget (a model is saved; not part of the identity)
-    examples = label_examples(prepared.train, prepared.data.label_names) if config.save_model else []
-    record = Record(
-        kind="train", method=config.method, hparams=model.method.hparams, model=config.model, seed=config.seed,
-        data={**data, "examples": examples} if examples else data, training=training, metrics=metrics,
-        timings=clock.timings, versions=library_versions(),
-        tags=config.tags, log_history=trainer.state.log_history,
-        identity=run_identity("train", method=config.method, hparams=model.method.hparams, seed=config.seed,
-                              model=config.model, settings={f.name: getattr(config, f.name) for f in fields(config)
-                                                            if f.name != "label_descriptions"},  # in `data`
-                              data=data, tags=config.tags))
+    examples = shape.examples(prepared) if config.save_model else []
+    record = _record(config, model, {**data, "examples": examples} if examples else data, training, metrics,
+                     clock, trainer.state.log_history, identity_data=data)
     # the folder (not results.json) keeps digests of the training rows: calibrate and evaluate check for them
     model.info.update(model=config.model, seed=config.seed, data={**record.data, "train_rows": row_sketch(prepared.train)},
                       training=training, versions=record.versions, base_model=config.model)
     if prepared.data.label_type is not None:  # integer labels: predict gives ints back (ContrastiveClassifier.labels)
         model.info["label_type"] = prepared.data.label_type
-    return write_outputs(TrainResult, config, model, record, output if keep else None, label=config.method,
+    return write_outputs(TrainResult, config, model, record, output if keep else None, label=shape.label(config.method),
                          shown={split: headline(m) for split, m in metrics.items()})
+
+
+#: The settings a run's record repeats under ``training`` (with what the run resolved: steps, selection, ...).
+TRAINING_SETTINGS = ("batch_size", "learning_rate", "weight_decay", "warmup_ratio", "gradient_accumulation_steps",
+                     "max_length", "fp16", "bf16", "min_steps", "refit_head", "head_init", "sampler",
+                     "gradient_cache_chunk", "memory_size")
+
+
+def _selection(trainer: ContrastfitTrainer, config: TrainConfig, metric: str, rule: str) -> dict[str, Any]:
+    """The record's ``training.selection``: the metric, the kept step and its value, the evaluations."""
+    history = selection_record(trainer, config.early_stopping_patience)
+    best_value = next((e.get(metric) for e in history["evaluations"] if e["step"] == history["best_step"]), None)
+    return {"metric": metric, "best_step": history["best_step"], "best_value": best_value, **history, "rule": rule}
+
+
+def _record(config: TrainConfig, model: ContrastiveClassifier, data: dict[str, Any], training: dict[str, Any],
+            metrics: dict[str, Any], clock: Clock, log_history: list[dict[str, Any]], *,
+            identity_data: dict[str, Any]) -> Record:
+    """The run's record, with its identity: the settings (``label_descriptions`` are in ``identity_data``),
+    the method, its hyper-parameters, the seed, the model and the data."""
+    settings = {f.name: getattr(config, f.name) for f in fields(config) if f.name != "label_descriptions"}
+    return Record(
+        kind="train", method=config.method, hparams=model.method.hparams, model=config.model, seed=config.seed,
+        data=data, training=training, metrics=metrics, timings=clock.timings, versions=library_versions(),
+        tags=config.tags, log_history=log_history,
+        identity=run_identity("train", method=config.method, hparams=model.method.hparams, seed=config.seed,
+                              model=config.model, settings=settings, data=identity_data, tags=config.tags))

@@ -29,7 +29,7 @@ from .records import RunRecord, as_records, group_records, natural_key, ordered_
 
 __all__ = [
     "DEFAULT_METRICS", "REGRESSION_METRICS", "SIGNIFICANCE", "best_variants", "format_p", "format_stat",
-    "main_table", "runs_table", "selection_metric", "summary_sections", "summary_table", "value_stat",
+    "main_table", "ranking_metric", "runs_table", "summary_sections", "summary_table", "value_stat",
 ]
 
 #: Metrics reported when the experiment does not name any: the headline metrics of the runs' kind
@@ -46,7 +46,7 @@ def is_percent(metric: str) -> bool:
     return metric not in NOT_PERCENT
 
 
-def selection_metric(records: Sequence[RunRecord]) -> str:
+def ranking_metric(records: Sequence[RunRecord]) -> str:
     """The validation metric that ranks runs: the first headline metric of their kind (accuracy;
     Pearson's r for regression; micro-F1 for label sets)."""
     if not records:
@@ -133,7 +133,7 @@ def summary_table(runs: Sequence[RunRecord | Mapping[str, Any]], metrics: Sequen
         raise ConfigError(f"top_k must be a positive integer or null, got {top_k!r}")
     records = as_records(runs)
     metrics = list(metrics)
-    selection = selection_metric(records)
+    selection = ranking_metric(records)
     if baseline is None:
         baseline = _default_baseline(records, variants_of(records))
     variants = variants_of(records, baseline)
@@ -182,7 +182,7 @@ def best_variants(runs: Sequence[RunRecord | Mapping[str, Any]], key: str | None
     """
     records = as_records(runs)
     if key is None:
-        split, metric = "validation", selection_metric(records)
+        split, metric = "validation", ranking_metric(records)
     else:
         parts = key.split(".")
         if len(parts) != 3 or parts[0] != "metrics":

@@ -152,7 +152,7 @@ class Method(nn.Module):
     head_kind: ClassVar[str] = "linear"
     #: Two stages (SupCL-Seq, SimCSE, DiffCSE): stage 1 trains the encoder with
     #: :meth:`training_loss` on the Trainer; stage 2 freezes the encoder, encodes the training set
-    #: once and trains the head on the cached features (:func:`contrastfit.training.train_head`).
+    #: once and trains the head on the cached features (:func:`contrastfit.head_stage.train_head`).
     #: Such methods' ``Hparams`` subclass :class:`HeadStage`.
     frozen_head_stage: ClassVar[bool] = False
     #: How stage 2 fits the head: ``"adamw"`` (epochs of AdamW on the task loss) or ``"logistic"``

@@ -5,7 +5,7 @@ inputs.
 
 All three are two-stage methods (``frozen_head_stage``): stage 1 trains the encoder with the sentence-
 embedding objective of the method's file on the Trainer; stage 2 freezes the encoder and trains the
-report's task head (Sec. 4.2) on cached features (:func:`contrastfit.training.train_head`; the report's
+report's task head (Sec. 4.2) on cached features (:func:`contrastfit.head_stage.train_head`; the report's
 "Frozen Weights for Downstream Training", Sec. 5.2.1). The pure losses live in
 :mod:`contrastfit.losses.simcse` and :mod:`contrastfit.losses.diffcse`; the methods only decide what
 they are applied to.

@@ -7,7 +7,7 @@ r"""SupCL-Seq and its two baselines (Sedghamiz et al., 2021).
     inner product of L2-normalised embeddings, Table 4) is applied with the anchors' labels repeated
     per view: the other views of the same sentence *and* every view of every same-class sentence are
     positives. Stage 2: the encoder is frozen and a linear head is trained with CE on cached
-    embeddings (:func:`contrastfit.training.train_head`).
+    embeddings (:func:`contrastfit.head_stage.train_head`).
 
 ``dropout-augmented-ce`` (the paper's "Dropout Augmented" baseline, Table 2)
     CE on the same dropout views, averaged over views; encoder and head trained together in one stage.

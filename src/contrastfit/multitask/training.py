@@ -37,7 +37,7 @@ import datasets
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
-from transformers import DataCollatorWithPadding, TrainerCallback
+from transformers import DataCollatorWithPadding, TrainerCallback, set_seed
 
 from ..data.loading import LABEL, TEXT, TEXT_PAIR, VALIDATION_SPLIT
 from ..data.overlap import row_sketch
@@ -50,6 +50,7 @@ from ..identity import run_identity
 from ..pipeline import (LOWER_IS_BETTER, SELECTION_KEY, Clock, TrainResult, fit, input_paths, make_trainer, open_output,
                         resume_checkpoint, selection_record, tie_broken, trainer_arguments, write_outputs)
 from ..record import Record
+from ..shapes import SINGLE_LABEL
 from ..training import (DEFAULT_LEARNING_RATE, DEFAULT_MIN_STEPS, LossPartLogging, PreparedData, TrainConfig,
                         check_precision, prepare_data)
 from ..versions import library_versions
@@ -336,8 +337,6 @@ def train_multitask(config: MultiTaskConfig | None = None, *, callbacks: list[Tr
     gives the model an uninterrupted run gives (the schedule's batches depend only on the seed and
     the epoch); on a finished run it returns the record in ``results.json``.
     """
-    from transformers import set_seed
-
     config = MultiTaskConfig(**{**({f.name: getattr(config, f.name) for f in fields(config)} if config else {}),
                                 **overrides})
     tasks = config.validate()
@@ -354,15 +353,7 @@ def train_multitask(config: MultiTaskConfig | None = None, *, callbacks: list[Tr
 
     clock = Clock()
     set_seed(config.seed)
-    prepared: dict[str, PreparedData] = {}
-    specs: list[TaskSpec] = []
-    for task in tasks:
-        p = prepare_data(_task_train_config(config, task))
-        labels = p.train[LABEL]
-        label_range = [float(min(labels)), float(max(labels))] if p.data.label_names is None else None
-        specs.append(resolve_task(task, label_names=p.data.label_names, pairs=p.data.has_pairs, data_name=task.data,
-                                  label_range=label_range))
-        prepared[task.name] = p
+    prepared, specs = _prepare_tasks(config, tasks)
     pooling = config.pooling or default_pooling(config.model)
     model = MultiTaskModel.from_encoder(config.model, specs, pooling=pooling, max_length=config.max_length,
                                         trust_remote_code=config.trust_remote_code)
@@ -386,15 +377,75 @@ def train_multitask(config: MultiTaskConfig | None = None, *, callbacks: list[Tr
     if fitted.interrupted:
         return MultiTaskResult(fitted.interrupted, model)
 
+    per_task = _evaluate_tasks(model, specs, prepared, config.evaluate_test)
+    clock.mark("eval")
+    metrics = _task_metrics(model, per_task)
+    training = {
+        "steps": trainer.state.global_step, "max_steps": total_steps, "steps_per_epoch": len(sampler),
+        "batch_size": config.batch_size, "learning_rate": config.learning_rate,
+        "head_learning_rate": config.head_learning_rate or config.learning_rate, "weight_decay": config.weight_decay,
+        "warmup_ratio": config.warmup_ratio, "gradient_accumulation_steps": config.gradient_accumulation_steps,
+        "max_length": model.max_length, "pooling": pooling, "fp16": config.fp16, "bf16": config.bf16,
+        "train_loss": fitted.train_loss, "selection": _selection_record(trainer, config) if selecting else None,
+        "resumed_from": fitted.resumed_from,
+    }
+    names = [s.name for s in specs]
+    schedule = _schedule_record(config, sampler, names, trainer.state.global_step)
+    task_records = {s.name: {"spec": s.to_dict(),
+                             "data": SINGLE_LABEL.describe(_task_train_config(config, t), prepared[s.name]),
+                             "metrics": per_task[s.name]} for s, t in zip(specs, tasks)}
+    record = _record(config, specs, task_records, schedule, training, metrics, clock, trainer.state.log_history)
+    model.info.update({"base_model": config.model, "seed": config.seed, "schedule": schedule, "training": training,
+                       "data": {name: {**rec["data"], "train_rows": row_sketch(prepared[name].train)}
+                                for name, rec in task_records.items()},
+                       "versions": record.versions})
+    return write_outputs(MultiTaskResult, config, model, record, output, label=f"multitask ({', '.join(names)})",
+                         shown=metrics)
+
+
+def _record(config: MultiTaskConfig, specs: list[TaskSpec], task_records: dict[str, Any], schedule: dict[str, Any],
+            training: dict[str, Any], metrics: dict[str, Any], clock: Clock, log_history: list[dict[str, Any]]) -> Record:
+    """The run's ``multitask`` record, with its identity: the settings, the resolved tasks and their data."""
+    settings = {f.name: getattr(config, f.name) for f in fields(config) if f.name != "tasks"}
+    return Record(
+        kind="multitask", model=config.model, seed=config.seed, tasks=task_records, schedule=schedule,
+        select_on=config.select_on, training=training, metrics=metrics, timings=clock.timings,
+        versions=library_versions(), tags=config.tags, log_history=log_history,
+        identity=run_identity("multitask", method=None, hparams={}, seed=config.seed, model=config.model,
+                              settings={**settings, "tasks": [s.to_dict() for s in specs]},
+                              data={name: rec["data"] for name, rec in task_records.items()}, tags=config.tags))
+
+
+def _prepare_tasks(config: MultiTaskConfig, tasks: Sequence[Task]) -> tuple[dict[str, PreparedData], list[TaskSpec]]:
+    """Each task's data, loaded and sampled as a single-task run's, and its resolved spec."""
+    prepared: dict[str, PreparedData] = {}
+    specs: list[TaskSpec] = []
+    for task in tasks:
+        p = prepare_data(_task_train_config(config, task))
+        labels = p.train[LABEL]
+        label_range = [float(min(labels)), float(max(labels))] if p.data.label_names is None else None
+        specs.append(resolve_task(task, label_names=p.data.label_names, pairs=p.data.has_pairs, data_name=task.data,
+                                  label_range=label_range))
+        prepared[task.name] = p
+    return prepared, specs
+
+
+def _evaluate_tasks(model: MultiTaskModel, specs: list[TaskSpec], prepared: dict[str, PreparedData],
+                    evaluate_test: bool) -> dict[str, dict[str, Any]]:
+    """``{task: {split: metrics}}`` on each task's validation and (with ``evaluate_test``) test rows."""
     per_task: dict[str, dict[str, Any]] = {s.name: {} for s in specs}
     for split in ("validation", "test"):
-        if split == "test" and not config.evaluate_test:
+        if split == "test" and not evaluate_test:
             continue
         for s in specs:
             ds = getattr(prepared[s.name], split)
             if ds is not None and len(ds) > 0:
                 per_task[s.name][split] = evaluate_task(model, s.name, ds)
-    clock.mark("eval")
+    return per_task
+
+
+def _task_metrics(model: MultiTaskModel, per_task: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The record's ``metrics``: per split, the average over the tasks and each task's headline metrics."""
     metrics: dict[str, Any] = {}
     for split in ("validation", "test"):
         scored = {name: m[split] for name, m in per_task.items() if split in m}
@@ -402,38 +453,15 @@ def train_multitask(config: MultiTaskConfig | None = None, *, callbacks: list[Tr
             summary = summarize(model, scored)
             metrics[split] = {"average": summary["average"],
                               **{name: _headline(model.task(name), m) for name, m in scored.items()}}
+    return metrics
 
-    selection = _selection_record(trainer, config) if selecting else None
-    training = {
-        "steps": trainer.state.global_step, "max_steps": total_steps, "steps_per_epoch": len(sampler),
-        "batch_size": config.batch_size, "learning_rate": config.learning_rate,
-        "head_learning_rate": config.head_learning_rate or config.learning_rate, "weight_decay": config.weight_decay,
-        "warmup_ratio": config.warmup_ratio, "gradient_accumulation_steps": config.gradient_accumulation_steps,
-        "max_length": model.max_length, "pooling": pooling, "fp16": config.fp16, "bf16": config.bf16,
-        "train_loss": fitted.train_loss, "selection": selection, "resumed_from": fitted.resumed_from,
-    }
-    names = [s.name for s in specs]
-    schedule = {"name": config.schedule, "temperature": config.temperature if config.schedule == "temperature" else None,
-                "probabilities": dict(zip(names, map(float, sampler.probabilities))),
-                "batch_sizes": dict(zip(names, sampler.batch_sizes)),
-                "batches_per_task": dict(zip(names, sampler.task_counts(
-                    trainer.state.global_step * config.gradient_accumulation_steps)))}
-    task_records = {s.name: {"spec": s.to_dict(), "data": prepared[s.name].description(_task_train_config(config, t)),
-                             "metrics": per_task[s.name]} for s, t in zip(specs, tasks)}
-    settings = {f.name: getattr(config, f.name) for f in fields(config) if f.name != "tasks"}
-    record = Record(
-        kind="multitask", model=config.model, seed=config.seed, tasks=task_records, schedule=schedule,
-        select_on=config.select_on, training=training, metrics=metrics, timings=clock.timings,
-        versions=library_versions(), tags=config.tags, log_history=trainer.state.log_history,
-        identity=run_identity("multitask", method=None, hparams={}, seed=config.seed, model=config.model,
-                              settings={**settings, "tasks": [s.to_dict() for s in specs]},
-                              data={name: rec["data"] for name, rec in task_records.items()}, tags=config.tags))
-    model.info.update({"base_model": config.model, "seed": config.seed, "schedule": schedule, "training": training,
-                       "data": {name: {**rec["data"], "train_rows": row_sketch(prepared[name].train)}
-                                for name, rec in task_records.items()},
-                       "versions": record.versions})
-    return write_outputs(MultiTaskResult, config, model, record, output, label=f"multitask ({', '.join(names)})",
-                         shown=metrics)
+
+def _schedule_record(config: MultiTaskConfig, sampler: TaskBatchSampler, names: list[str], steps: int) -> dict[str, Any]:
+    """The record's ``schedule``: its name, each task's probability and batch size, the batches each got."""
+    return {"name": config.schedule, "temperature": config.temperature if config.schedule == "temperature" else None,
+            "probabilities": dict(zip(names, map(float, sampler.probabilities))),
+            "batch_sizes": dict(zip(names, sampler.batch_sizes)),
+            "batches_per_task": dict(zip(names, sampler.task_counts(steps * config.gradient_accumulation_steps)))}
 
 
 def _headline(spec: TaskSpec, m: dict[str, Any]) -> dict[str, float]:
