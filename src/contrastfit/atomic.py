@@ -282,7 +282,38 @@ def check_output(path: str | os.PathLike, *, inputs: Iterable[str | os.PathLike 
                           "choose a new or empty folder")
     if not folder and exists and real.is_file() and real.stat().st_size > 0 and not overwrite:
         raise OutputError(f"{option} {raw} already exists; give --overwrite to replace it, or another file name")
+    check_output_path(raw, option=option, folder=folder)
     return target
+
+
+def check_output_path(value: str, *, option: str = "--output", folder: bool = True, what: str = "") -> None:
+    """Refuse, in one :class:`OutputError` line, an output path nothing could be written to: a file where
+    a folder goes or the other way round, a path under a file, a name too long for the file system, a
+    folder without write permission. ``what`` follows the kind of path the option takes in the message
+    (e.g. `` (for the model and results.json)``)."""
+
+    def exists(p: Path) -> bool:
+        try:
+            return p.exists()
+        except OSError:  # e.g. a name too long: checked below
+            return False
+
+    kind = f"{'folder' if folder else 'file name'}{what}"
+    path = Path(value).expanduser()
+    if exists(path) and path.is_dir() != folder:
+        raise OutputError(f"output {value} is a {'file' if folder else 'folder'}; {option} takes a {kind}")
+    existing = path if folder and exists(path) else next(p for p in path.absolute().parents if exists(p))
+    if not existing.is_dir():
+        raise OutputError(f"output {value} lies under {existing}, which is a file; {option} takes a {kind}")
+    try:
+        name_max = os.pathconf(existing, "PC_NAME_MAX")
+    except (OSError, ValueError, AttributeError):
+        name_max = 255
+    too_long = next((part for part in path.parts if len(os.fsencode(part)) > name_max), None)
+    if too_long is not None:
+        raise OutputError(f"output {value}: the name '{too_long[:20]}...' is longer than {name_max} bytes")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise OutputError(f"output {value}: no permission to write in {existing}")
 
 
 def claim_folder(path: str | os.PathLike) -> Path:

@@ -899,38 +899,8 @@ _INPUTS = ("data", "validation_data", "test_data", "run", "model", "folder", "fi
            "config", "label_descriptions", "teacher")
 
 
-def _check_output_path(value: str, option: str, folder: bool) -> None:
-    """Refuse, before any work, an output the command could not write: a file where a folder goes or
-    the other way round, a path under a file, a name too long, a folder without write permission."""
-    from pathlib import Path
-
-    def exists(p: Path) -> bool:
-        try:
-            return p.exists()
-        except OSError:  # e.g. a name too long: checked below
-            return False
-
-    path = Path(value).expanduser()
-    if exists(path) and path.is_dir() != folder:
-        raise ContrastfitError(f"output {value} is a {'file' if folder else 'folder'}; {option} takes a "
-                               f"{'folder' if folder else 'file name'}")
-    existing = path if folder and exists(path) else next(p for p in path.absolute().parents if exists(p))
-    if not existing.is_dir():
-        raise ContrastfitError(f"output {value} lies under {existing}, which is a file; {option} needs a path "
-                               "in a folder")
-    try:
-        name_max = os.pathconf(existing, "PC_NAME_MAX")
-    except (OSError, ValueError, AttributeError):
-        name_max = 255
-    too_long = next((part for part in path.parts if len(os.fsencode(part)) > name_max), None)
-    if too_long is not None:
-        raise ContrastfitError(f"output {value}: the name '{too_long[:20]}...' is longer than {name_max} bytes")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise ContrastfitError(f"output {value}: no permission to write in {existing}")
-
-
 def _check_arguments(args: argparse.Namespace) -> None:
-    """What argparse cannot check in one line: outputs (:func:`_check_output_path`) and batch sizes."""
+    """What argparse cannot check in one line: outputs (:func:`contrastfit.atomic.check_output`) and batch sizes."""
     batch_size = getattr(args, "batch_size", None)
     if args.command != "train" and isinstance(batch_size, int) and batch_size < 1:  # (train: TrainConfig's check)
         raise ContrastfitError(f"--batch-size must be at least 1, got {batch_size}")
@@ -940,7 +910,6 @@ def _check_arguments(args: argparse.Namespace) -> None:
             # the user's own files first: the current or home folder, an input, a folder or file of theirs
             check_output(getattr(args, attr), inputs=inputs, option=option, folder=folder,
                          overwrite=getattr(args, "overwrite", False))
-            _check_output_path(getattr(args, attr), option, folder)
 
 
 COMMANDS = {"train": cmd_train, "evaluate": cmd_evaluate, "calibrate": cmd_calibrate, "card": cmd_card, "push": cmd_push, "export": cmd_export, "serve": cmd_serve, "predict": cmd_predict, "datasets": cmd_datasets,

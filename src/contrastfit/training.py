@@ -23,6 +23,7 @@ from typing import Any
 import torch
 from transformers import TrainerCallback, set_seed
 
+from .atomic import OutputError, check_output_path
 from .data import TextData
 from .data.descriptions import attach_label_descriptions, check_label_descriptions
 from .data.loading import VALIDATION_SPLIT, in_memory
@@ -59,14 +60,12 @@ SELECTION_METRICS = ("accuracy", "f1", "macro_f1", "mcc", "loss", "mse", "pearso
 
 
 def _check_output(value: str) -> None:
-    """``--output`` is a folder (or will be): refuse a path that is, or lies under, an existing file."""
-    path = Path(value).expanduser()
-    for part in (path, *path.parents):
-        if part.exists():
-            if not part.is_dir():
-                what = "is a file" if part == path else f"lies under {part}, which is a file"
-                raise ConfigError(f"output {value} {what}; --output takes a folder (for the model and {RESULTS_NAME})")
-            return
+    """``--output`` is a folder (or will be) that can be written: not a file, not under one (a setting's
+    error, :class:`ConfigError`, as every check of a setting is)."""
+    try:
+        check_output_path(value, what=f" (for the model and {RESULTS_NAME})")
+    except OutputError as err:
+        raise ConfigError(str(err)) from None
 
 
 def _check_label_separator(value: str) -> None:
