@@ -206,18 +206,8 @@ def distill(teacher: str | None = _O.teacher, data: Any = _O.data, output: str |
                                              embeddings="embeddings" in get_method(method).cls.teacher_outputs,
                                              batch_size=teacher_batch_size, progress=progress,
                                              device="cpu" if use_cpu else None)
-    labels = targets.logits.argmax(dim=1).tolist()
     names = teacher_model.label_names
-    counts = Counter(labels)
-    if len(counts) < 2:
-        raise DataError(f"the teacher gives every one of the {len(texts)} texts the label '{names[labels[0]]}': a "
-                        "student cannot learn a classifier from one class; give texts of other classes too")
-    never = [names[i] for i in range(len(names)) if i not in counts]
-    if never:
-        warnings.warn(f"the teacher labels none of the {len(texts)} texts {', '.join(map(repr, never[:3]))}"
-                      f"{' and others' if len(never) > 3 else ''}; "
-                      + ("the student learns those classes from the teacher's probabilities only" if method == "distill-kl"
-                         else "the student's logistic head cannot predict them"), stacklevel=2)
+    labels = _teacher_labels(targets, names, texts, method)
     del teacher_model  # the teacher's work is done: only its targets go on
 
     text_data = _text_data(texts, pairs, labels, names, validation_split_for(config), unlabelled, teacher_info,
@@ -225,6 +215,23 @@ def distill(teacher: str | None = _O.teacher, data: Any = _O.data, output: str |
                            text_column=text_column, text_pair_column=text_pair_column, label_column=label_column)
     with teacher_targets(targets):
         return train(config, text_data=text_data)
+
+
+def _teacher_labels(targets: TeacherTargets, names: list[str], texts: list[str], method: str) -> list[int]:
+    """The teacher's label of each text (its argmax); one class only is a DataError, a class never given a warning."""
+    labels = targets.logits.argmax(dim=1).tolist()
+    counts = Counter(labels)
+    if len(counts) < 2:
+        raise DataError(f"the teacher gives every one of the {len(texts)} texts the label '{names[labels[0]]}': a "
+                        "student cannot learn a classifier from one class; give texts of other classes too")
+    never = [names[i] for i in range(len(names)) if i not in counts]
+    if never:  # (stacklevel 3: the warning names distill's caller, as before)
+        warnings.warn(f"the teacher labels none of the {len(texts)} texts {', '.join(map(repr, never[:3]))}"
+                      f"{' and others' if len(never) > 3 else ''}; "
+                      + ("the student learns those classes from the teacher's probabilities only"
+                         if method == "distill-kl" else "the student's logistic head cannot predict them"),
+                      stacklevel=3)
+    return labels
 
 
 def _memory_texts(data: Any) -> list[str]:

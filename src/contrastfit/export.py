@@ -45,6 +45,7 @@ predicts as :class:`~contrastfit.modeling.ContrastiveClassifier` does.
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -201,6 +202,131 @@ def _inputs_of(tokenizer) -> list[str]:
     return [k for k in ("input_ids", "attention_mask", "token_type_ids") if k in made]
 
 
+def _graph_inputs(tokenizer, separate: bool) -> list[str]:
+    """The graph's input names: the tokenizer's, then (``separate``) the second text's, suffixed ``_b``."""
+    names = _inputs_of(tokenizer)
+    if separate:
+        names += [f"{k}_b" for k in names]
+    return names
+
+
+def _check_export_options(run: str | os.PathLike, output: str | os.PathLike, quantize: str | None,
+                          max_prob_diff: float, min_agreement: float,
+                          check_data: str | os.PathLike | None) -> None:
+    """None, once the options that need no model are valid (else :class:`ModelError`)."""
+    if quantize is not None and quantize not in QUANTIZE_TYPES:
+        raise ModelError(f"export: unknown quantisation {quantize!r} (available: {', '.join(QUANTIZE_TYPES)})")
+    if not 0 <= max_prob_diff <= 1 or not 0 <= min_agreement <= 1:
+        raise ModelError(f"export: max_prob_diff ({max_prob_diff:g}) and min_agreement ({min_agreement:g}) are "
+                         "fractions between 0 and 1")
+    if (Path(run) / EXPORT_NAME).is_file():
+        raise ModelError(f"{run} is already an ONNX export; export the folder `contrastfit train` wrote")
+    check_output(output, inputs=(run, check_data))
+
+
+def _check_model_options(model: Any, texts: Sequence[str] | None, quantize: str | None,
+                         check_data: str | os.PathLike | None) -> None:
+    """None, once the options fit each other and the loaded ``model`` (else :class:`ModelError`)."""
+    if texts is not None and check_data is not None:
+        raise ModelError("export: give the texts to check on or a file of them (check_data), not both")
+    if quantize is not None and model.task != "classification":
+        raise ModelError(f"export --quantize: a {model.task} model is not quantised (its check compares labels and "
+                         "probabilities); export it without --quantize")
+
+
+def _texts_to_check(model: Any, run: str | os.PathLike, texts: Sequence[str] | None, pairs: Sequence[str] | None,
+                    pair_model: bool, *, check_data: str | os.PathLike | None, check_rows: int | None,
+                    text_column: str | None, text_pair_column: str | None) -> tuple[Any, Any, dict[str, Any]]:
+    """The texts and pairs to check on (None for the built-in sentences) and ``verification.check_data``."""
+    if texts is not None:
+        texts = list(texts)
+        checked_on = {"kind": "texts", "source": None, "rows": len(texts), "texts": len(texts),
+                      "description": f"the {len(texts)} texts given"}
+    else:
+        texts, pairs, checked_on = check_texts(model, run, check_data=check_data, rows=check_rows,
+                                               text_column=text_column, text_pair_column=text_pair_column)
+        if checked_on["kind"] == "built-in sentences":
+            texts = None  # a pair model's built-in pairs are made below
+    if texts is not None:  # the rule predict and serve follow: a pair model's text splits at its first tab
+        texts, pairs = model_inputs(texts, pairs, pair_model, str(run), "pairs")
+    return texts, pairs, checked_on
+
+
+def _texts_or_defaults(texts: Sequence[str] | None, pairs: Sequence[str] | None,
+                       pair_model: bool) -> tuple[list[str], Any]:
+    """The texts (:data:`VERIFY_TEXTS` when None) and pairs (a pair model's made up when None) to check on."""
+    texts = list(texts) if texts is not None else list(VERIFY_TEXTS)
+    if pair_model and pairs is None:
+        pairs = list(reversed(texts))
+    if not texts:
+        raise ModelError("export: no texts to verify the export on")
+    return texts, pairs
+
+
+def _float_verification(served: OnnxClassifier, reference: np.ndarray, texts: list[str], pairs: list[str] | None,
+                        temperature: float, task: str, *, atol: float, output: str | os.PathLike,
+                        checked_on: dict[str, Any]) -> dict[str, Any]:
+    """The float graph's verification, once its logits match PyTorch's (else :class:`ModelError`)."""
+    check = _parity(served, reference, texts, pairs, temperature, task)
+    worst, same = check["max_abs_diff"], check["same_predictions"]
+    if worst > atol or (task == "classification" and not same):
+        raise ModelError(f"export: ONNX Runtime's logits differ from PyTorch's by {worst:.2e} (tolerance {atol:g})"
+                         f"{'' if same else ' and change predictions'}; nothing written to {output} "
+                         f"(checked on {checked_on['description']})")
+    check.update(atol=atol, runtime="onnxruntime", check_data=checked_on)
+    return check
+
+
+def _quantized_verification(served: OnnxClassifier, reference: np.ndarray, texts: list[str],
+                            pairs: list[str] | None, temperature: float, task: str, *, quantize: str,
+                            max_prob_diff: float, min_agreement: float, output: str | os.PathLike,
+                            checked_on: dict[str, Any]) -> dict[str, Any]:
+    """The quantised graph's verification, once it is within the thresholds (else :class:`ModelError`)."""
+    check = _parity(served, reference, texts, pairs, temperature, task)
+    check.update(max_prob_diff_allowed=max_prob_diff, min_label_agreement=min_agreement, runtime="onnxruntime",
+                 check_data=checked_on)
+    if check["prob_diff_p99"] > max_prob_diff or check["decisive_agreement"] < min_agreement:
+        decisive = len(texts) - check["near_ties"]
+        raise ModelError(
+            f"export --quantize {quantize}: the {quantize} model's labels agree with PyTorch's on "
+            f"{check['decisive_agreement']:.1%} of the {decisive} texts PyTorch does not call within "
+            f"{TIE_BAND:g} of a tie (at least {min_agreement:.1%} required) and its probabilities differ by up "
+            f"to {check['prob_diff_p99']:.3f} on 99% of the texts (at most {max_prob_diff:g} allowed; largest "
+            f"{check['max_prob_diff']:.3f}); nothing written to {output} "
+            f"(checked on {checked_on['description']})")
+    return check
+
+
+def _verify_export(staging: Path, serving: dict[str, Any], reference: np.ndarray, texts: list[str],
+                   pairs: list[str] | None, temperature: float, task: str, *, atol: float, output: str | os.PathLike,
+                   checked_on: dict[str, Any], quantize: str | None, per_channel: bool, reduce_range: bool,
+                   op_types: Sequence[str] | None, max_prob_diff: float,
+                   min_agreement: float) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """``export.json``'s ``verification`` and ``quantization`` (None unless ``quantize``) of ``staging``'s graph."""
+    check = _float_verification(OnnxClassifier(staging, _meta=serving), reference, texts, pairs, temperature, task,
+                                atol=atol, output=output, checked_on=checked_on)
+    quantization = None
+    if quantize is not None:  # the float graph matched; now the int8 one, against the same PyTorch logits
+        quantization = _quantize(staging, quantize, per_channel, reduce_range, op_types)
+        check, float_check = _quantized_verification(
+            OnnxClassifier(staging, _meta=serving), reference, texts, pairs, temperature, task, quantize=quantize,
+            max_prob_diff=max_prob_diff, min_agreement=min_agreement, output=output, checked_on=checked_on), check
+        quantization["float_verification"] = float_check
+    return check, quantization
+
+
+def _export_json(program: Any, opset: int | None, model: Any, names: list[str], pair_model: bool, separate: bool,
+                 temperature: float, method: str, run: str | os.PathLike, multi_label: dict[str, Any],
+                 check: dict[str, Any], quantization: dict[str, Any] | None) -> dict[str, Any]:
+    """What ``export.json`` records of the export (graph, serving settings, verification, versions)."""
+    return {"format": "onnx", "onnx": ONNX_NAME, "inputs": names, "output": "logits",
+            "opset": int(program.model.opset_imports.get("", 0)) if hasattr(program, "model") else opset,
+            "task": model.task, "label_names": model.label_names, "text_pair": pair_model, "separate_pairs": separate,
+            "max_length": model.max_length, "temperature": temperature, "method": method,
+            "source": str(Path(run).absolute()), **multi_label,
+            "verification": check, "quantization": quantization, "versions": library_versions()}
+
+
 def export_onnx(run: str | os.PathLike, output: str | os.PathLike, *, task: str | None = None,
                 texts: Sequence[str] | None = None, pairs: Sequence[str] | None = None, atol: float = 1e-4,
                 opset: int | None = None, quantize: str | None = None, max_prob_diff: float = 0.05,
@@ -224,48 +350,23 @@ def export_onnx(run: str | os.PathLike, output: str | os.PathLike, *, task: str 
     import torch
 
     _require_runtime()
-    if quantize is not None and quantize not in QUANTIZE_TYPES:
-        raise ModelError(f"export: unknown quantisation {quantize!r} (available: {', '.join(QUANTIZE_TYPES)})")
-    if not 0 <= max_prob_diff <= 1 or not 0 <= min_agreement <= 1:
-        raise ModelError(f"export: max_prob_diff ({max_prob_diff:g}) and min_agreement ({min_agreement:g}) are "
-                         "fractions between 0 and 1")
-    if (Path(run) / EXPORT_NAME).is_file():
-        raise ModelError(f"{run} is already an ONNX export; export the folder `contrastfit train` wrote")
-    check_output(output, inputs=(run, check_data))
+    _check_export_options(run, output, quantize, max_prob_diff, min_agreement, check_data)
     model = load_for_inference(str(run), task).to("cpu").eval()
     spec = getattr(model, "spec", None)
     separate = bool(getattr(model, "separate_pairs", False))  # a head reading the pair's texts encoded apart
     method = f"multitask:{spec.name}:{spec.objective}" if spec is not None else model.config_dict()["method"]
     pair_model = bool(model.info.get("data", {}).get("text_pair"))
-    if texts is not None and check_data is not None:
-        raise ModelError("export: give the texts to check on or a file of them (check_data), not both")
-    if quantize is not None and model.task != "classification":
-        raise ModelError(f"export --quantize: a {model.task} model is not quantised (its check compares labels and "
-                         "probabilities); export it without --quantize")
-    if texts is not None:
-        texts = list(texts)
-        checked_on = {"kind": "texts", "source": None, "rows": len(texts), "texts": len(texts),
-                      "description": f"the {len(texts)} texts given"}
-    else:
-        texts, pairs, checked_on = check_texts(model, run, check_data=check_data, rows=check_rows,
-                                               text_column=text_column, text_pair_column=text_pair_column)
-        if checked_on["kind"] == "built-in sentences":
-            texts = None  # a pair model's built-in pairs are made below
-    if texts is not None:  # the rule predict and serve follow: a pair model's text splits at its first tab
-        texts, pairs = model_inputs(texts, pairs, pair_model, str(run), "pairs")
+    _check_model_options(model, texts, quantize, check_data)
+    texts, pairs, checked_on = _texts_to_check(model, run, texts, pairs, pair_model, check_data=check_data,
+                                               check_rows=check_rows, text_column=text_column,
+                                               text_pair_column=text_pair_column)
     temperature = float(getattr(model, "temperature", 1.0))
     # lazy: multilabel.model imports torch, this module imports without torch
     from .multilabel.model import export_meta
 
     multi_label = export_meta(model)  # {} unless multi-label: then its thresholds and per-label temperatures
-    texts = list(texts) if texts is not None else list(VERIFY_TEXTS)
-    if pair_model and pairs is None:
-        pairs = list(reversed(texts))
-    if not texts:
-        raise ModelError("export: no texts to verify the export on")
-    names = _inputs_of(model.tokenizer)
-    if separate:
-        names += [f"{k}_b" for k in names]
+    texts, pairs = _texts_or_defaults(texts, pairs, pair_model)
+    names = _graph_inputs(model.tokenizer, separate)
 
     class Logits(torch.nn.Module):
         def __init__(self, inner):
@@ -283,8 +384,6 @@ def export_onnx(run: str | os.PathLike, output: str | os.PathLike, *, task: str 
                         separate)
     batch = torch.export.Dim("batch")
     sequence = {"": torch.export.Dim("sequence"), "_b": torch.export.Dim("sequence_b")}  # the two texts' lengths
-    import warnings
-
     with atomic_folder(output) as staging, torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the exporter's deprecation and tracing notes
         program = torch.onnx.export(Logits(model), (), str(staging / ONNX_NAME), kwargs={k: example[k] for k in names},
@@ -297,36 +396,12 @@ def export_onnx(run: str | os.PathLike, output: str | os.PathLike, *, task: str 
         reference = model.predict_logits(texts, pairs)
         serving = {"inputs": names, "max_length": model.max_length, "temperature": temperature,
                    "label_names": model.label_names, "task": model.task, "separate_pairs": separate, **multi_label}
-        check = _parity(OnnxClassifier(staging, _meta=serving), reference, texts, pairs, temperature, model.task)
-        worst, same = check["max_abs_diff"], check["same_predictions"]
-        if worst > atol or (model.task == "classification" and not same):
-            raise ModelError(f"export: ONNX Runtime's logits differ from PyTorch's by {worst:.2e} (tolerance {atol:g})"
-                             f"{'' if same else ' and change predictions'}; nothing written to {output} "
-                             f"(checked on {checked_on['description']})")
-        check.update(atol=atol, runtime="onnxruntime", check_data=checked_on)
-        quantization = None
-        if quantize is not None:  # the float graph matched; now the int8 one, against the same PyTorch logits
-            quantization = _quantize(staging, quantize, per_channel, reduce_range, op_types)
-            check, float_check = _parity(OnnxClassifier(staging, _meta=serving), reference, texts, pairs, temperature,
-                                         model.task), check
-            check.update(max_prob_diff_allowed=max_prob_diff, min_label_agreement=min_agreement, runtime="onnxruntime",
-                         check_data=checked_on)
-            if check["prob_diff_p99"] > max_prob_diff or check["decisive_agreement"] < min_agreement:
-                decisive = len(texts) - check["near_ties"]
-                raise ModelError(
-                    f"export --quantize {quantize}: the {quantize} model's labels agree with PyTorch's on "
-                    f"{check['decisive_agreement']:.1%} of the {decisive} texts PyTorch does not call within "
-                    f"{TIE_BAND:g} of a tie (at least {min_agreement:.1%} required) and its probabilities differ by up "
-                    f"to {check['prob_diff_p99']:.3f} on 99% of the texts (at most {max_prob_diff:g} allowed; largest "
-                    f"{check['max_prob_diff']:.3f}); nothing written to {output} "
-                    f"(checked on {checked_on['description']})")
-            quantization["float_verification"] = float_check
-        meta = {"format": "onnx", "onnx": ONNX_NAME, "inputs": names, "output": "logits",
-                "opset": int(program.model.opset_imports.get("", 0)) if hasattr(program, "model") else opset,
-                "task": model.task, "label_names": model.label_names, "text_pair": pair_model, "separate_pairs": separate,
-                "max_length": model.max_length, "temperature": temperature, "method": method,
-                "source": str(Path(run).absolute()), **multi_label,
-                "verification": check, "quantization": quantization, "versions": library_versions()}
+        check, quantization = _verify_export(
+            staging, serving, reference, texts, pairs, temperature, model.task, atol=atol, output=output,
+            checked_on=checked_on, quantize=quantize, per_channel=per_channel, reduce_range=reduce_range,
+            op_types=op_types, max_prob_diff=max_prob_diff, min_agreement=min_agreement)
+        meta = _export_json(program, opset, model, names, pair_model, separate, temperature, method, run, multi_label,
+                            check, quantization)
         write_json_atomic(staging / EXPORT_NAME, meta)
     return meta
 

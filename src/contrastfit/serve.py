@@ -995,23 +995,7 @@ def _protocol(options: ServeOptions, metrics: _Metrics):
     import h11
     from uvicorn.protocols.http.h11_impl import H11Protocol
 
-    class Connection(h11.Connection):
-        """h11's connection, keeping the error of a request it could not read, and refusing a request
-        head over MAX_HEAD bytes also when it arrived whole (h11 refuses one only while incomplete)."""
-
-        error: Exception | None = None
-
-        def next_event(self):
-            try:
-                if self.their_state is h11.IDLE:
-                    data, _ = self.trailing_data
-                    end = _BLANK_LINE.search(data)  # (h11 takes "\n" line ends too)
-                    if (end.start() if end else len(data)) > MAX_HEAD:
-                        raise h11.RemoteProtocolError("Receive buffer too long", error_status_hint=431)
-                return super().next_event()
-            except h11.RemoteProtocolError as exc:
-                self.error = exc
-                raise
+    Connection = _h11_connection(h11)
 
     class Protocol(H11Protocol):
         def __init__(self, *args, **kwargs):
@@ -1053,18 +1037,7 @@ def _protocol(options: ServeOptions, metrics: _Metrics):
                 self._wait_for_request()  # part of a request: the rest within the timeout
 
         def send_400_response(self, msg: str) -> None:
-            exc = self.conn.error
-            status, message = 400, _one_line(f"a malformed request: {exc or msg}")
-            hint = getattr(exc, "error_status_hint", 400)
-            if hint == 431:
-                head, _ = self.conn.trailing_data
-                if not 0 <= head.find(b"\n") <= MAX_HEAD:
-                    status, message = 414, f"the request line is longer than {MAX_HEAD} bytes"
-                else:
-                    status, message = 431, f"the request line and headers are longer than {MAX_HEAD} bytes"
-            elif hint == 501:  # a Transfer-Encoding h11 does not read
-                status, message = 411, "send the body with a Content-Length (a chunked body is not read)"
-            self._refuse(status, message)
+            self._refuse(*_malformed_answer(self.conn, msg))
 
         def eof_received(self):
             cycle = self.cycle
@@ -1082,6 +1055,46 @@ def _protocol(options: ServeOptions, metrics: _Metrics):
                 self.transport.close()
 
     return Protocol
+
+
+def _h11_connection(h11):
+    """The h11 connection class of :func:`_protocol` (``h11``: the module, imported there)."""
+
+    class Connection(h11.Connection):
+        """h11's connection, keeping the error of a request it could not read, and refusing a request
+        head over MAX_HEAD bytes also when it arrived whole (h11 refuses one only while incomplete)."""
+
+        error: Exception | None = None
+
+        def next_event(self):
+            try:
+                if self.their_state is h11.IDLE:
+                    data, _ = self.trailing_data
+                    end = _BLANK_LINE.search(data)  # (h11 takes "\n" line ends too)
+                    if (end.start() if end else len(data)) > MAX_HEAD:
+                        raise h11.RemoteProtocolError("Receive buffer too long", error_status_hint=431)
+                return super().next_event()
+            except h11.RemoteProtocolError as exc:
+                self.error = exc
+                raise
+
+    return Connection
+
+
+def _malformed_answer(conn, msg: str) -> tuple[int, str]:
+    """The status and message answering a request h11 could not read (``conn``: its connection)."""
+    exc = conn.error
+    status, message = 400, _one_line(f"a malformed request: {exc or msg}")
+    hint = getattr(exc, "error_status_hint", 400)
+    if hint == 431:
+        head, _ = conn.trailing_data
+        if not 0 <= head.find(b"\n") <= MAX_HEAD:
+            status, message = 414, f"the request line is longer than {MAX_HEAD} bytes"
+        else:
+            status, message = 431, f"the request line and headers are longer than {MAX_HEAD} bytes"
+    elif hint == 501:  # a Transfer-Encoding h11 does not read
+        status, message = 411, "send the body with a Content-Length (a chunked body is not read)"
+    return status, message
 
 
 def _listen(host: str, port: int) -> socket.socket:

@@ -29,6 +29,7 @@ Conventions
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -146,6 +147,84 @@ def _word_features(model, text: str, text_pair: str | None) -> tuple[dict[str, t
     return batch, torch.tensor([features], device=model.device), words, segments, split
 
 
+def _target_index(target: int | str | None, names: list[str], regression: bool) -> int:
+    """The index of the ``target`` label (0 for regression, -1 to resolve from the full input)."""
+    if regression:
+        target_idx = 0
+    elif target is None:
+        target_idx = -1  # resolved from the full input by token_attributions
+    elif isinstance(target, str):
+        if target not in names:
+            raise ValueError(f"target label {target!r} is not one of the model's labels ({', '.join(names)})")
+        target_idx = names.index(target)
+    else:
+        target_idx = int(target)
+        if not 0 <= target_idx < len(names):
+            raise ValueError(f"target index {target_idx} out of range for {len(names)} labels")
+    return target_idx
+
+
+def _probability_forward(model, batch: dict[str, torch.Tensor], split: int | None,
+                         regression: bool) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+    """The function from token ids and attention mask to the model's probabilities (regression: outputs)."""
+    extra = {k: v for k, v in batch.items() if k not in ("input_ids", "attention_mask")}
+    temps = None
+    if getattr(model, "multi_label", False):  # each label's own probability, as predict_proba gives it
+        temps = torch.as_tensor(temperatures(model), dtype=torch.float32, device=batch["input_ids"].device)
+
+    def forward(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        n = input_ids.shape[0]
+        inputs = {"input_ids": input_ids, "attention_mask": attention_mask,
+                  **{k: v.expand(n, -1) for k, v in extra.items()}}
+        if split is not None:  # the two texts' encodings, one after the other: the model reads them apart
+            inputs = {**{k: v[:, :split] for k, v in inputs.items()},
+                      **{f"{k}_b": v[:, split:] for k, v in inputs.items()}}
+        logits = model(**inputs).logits.float()
+        if regression:
+            return logits
+        return (logits / temps).sigmoid() if temps is not None else logits.softmax(-1)
+
+    return forward
+
+
+def _baseline_inputs(model, batch: dict[str, torch.Tensor], present: torch.Tensor,
+                     baseline: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """The token ids and attention mask with every word absent (removed from attention, or masked)."""
+    if baseline == "remove":
+        base_ids = batch["input_ids"]
+        base_att = torch.where(present, torch.zeros_like(batch["attention_mask"]), batch["attention_mask"])
+    else:
+        tok = model.tokenizer
+        fill = next(t for t in (tok.mask_token_id, tok.unk_token_id, tok.pad_token_id) if t is not None)
+        base_ids = torch.where(present, torch.full_like(batch["input_ids"], fill), batch["input_ids"])
+        base_att = batch["attention_mask"]
+    return base_ids, base_att
+
+
+def _shapley_values(explainer_class: Any, forward: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+                    batch: dict[str, torch.Tensor], base_ids: torch.Tensor, base_att: torch.Tensor,
+                    features: torch.Tensor, present: torch.Tensor, n_words: int, target_idx: int, *,
+                    exact: bool, n_samples: int, seed: int, batch_size: int) -> np.ndarray:
+    """Each word's Shapley value (captum's ``explainer_class`` over ``n_words`` players; none: empty)."""
+    if not n_words:
+        return np.zeros(0)
+    # special tokens get their own player whose baseline equals the input: value 0, never reported
+    mask = torch.where(present, features, torch.full_like(features, n_words))
+    torch.manual_seed(seed)  # captum draws its orderings from torch's global generator
+    if exact and n_words > 6:
+        raise ValueError(f"exact Shapley values over {n_words} words need {n_words}! orderings; "
+                         "use sampling (exact=False) above 6 words")
+    options = {} if exact else {"n_samples": n_samples}
+    explainer = explainer_class(forward)
+    attr = explainer.attribute((batch["input_ids"], batch["attention_mask"]), baselines=(base_ids, base_att),
+                               target=target_idx, feature_mask=(mask, mask),
+                               perturbations_per_eval=max(1, min(batch_size, n_words + 1)),
+                               show_progress=False, **options)
+    # captum writes a player's value on each of its tokens, in each input it spans
+    per_token = attr[0][0].double()
+    return np.array([float(per_token[mask[0] == f][0]) for f in range(n_words)])
+
+
 def token_attributions(model, text: str, text_pair: str | None = None, target: int | str | None = None, *,
                        n_samples: int = EXPLAIN.samples, baseline: str = EXPLAIN.baseline, exact: bool = False,
                        seed: int = EXPLAIN.seed,
@@ -168,34 +247,8 @@ def token_attributions(model, text: str, text_pair: str | None = None, target: i
     batch, features, words, segments, split = _word_features(model, text, text_pair)
     regression = model.task != "classification"
     names = list(model.label_names or [])
-    if regression:
-        target_idx = 0
-    elif target is None:
-        target_idx = -1  # resolved from the full input below
-    elif isinstance(target, str):
-        if target not in names:
-            raise ValueError(f"target label {target!r} is not one of the model's labels ({', '.join(names)})")
-        target_idx = names.index(target)
-    else:
-        target_idx = int(target)
-        if not 0 <= target_idx < len(names):
-            raise ValueError(f"target index {target_idx} out of range for {len(names)} labels")
-    extra = {k: v for k, v in batch.items() if k not in ("input_ids", "attention_mask")}
-    temps = None
-    if getattr(model, "multi_label", False):  # each label's own probability, as predict_proba gives it
-        temps = torch.as_tensor(temperatures(model), dtype=torch.float32, device=batch["input_ids"].device)
-
-    def forward(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        n = input_ids.shape[0]
-        inputs = {"input_ids": input_ids, "attention_mask": attention_mask,
-                  **{k: v.expand(n, -1) for k, v in extra.items()}}
-        if split is not None:  # the two texts' encodings, one after the other: the model reads them apart
-            inputs = {**{k: v[:, :split] for k, v in inputs.items()}, **{f"{k}_b": v[:, split:] for k, v in inputs.items()}}
-        logits = model(**inputs).logits.float()
-        if regression:
-            return logits
-        return (logits / temps).sigmoid() if temps is not None else logits.softmax(-1)
-
+    target_idx = _target_index(target, names, regression)
+    forward = _probability_forward(model, batch, split, regression)
     was_training = model.training
     model.eval()
     try:
@@ -204,33 +257,11 @@ def token_attributions(model, text: str, text_pair: str | None = None, target: i
             if target_idx < 0:
                 target_idx = int(full.argmax())
             present = features >= 0
-            if baseline == "remove":
-                base_ids = batch["input_ids"]
-                base_att = torch.where(present, torch.zeros_like(batch["attention_mask"]), batch["attention_mask"])
-            else:
-                tok = model.tokenizer
-                fill = next(t for t in (tok.mask_token_id, tok.unk_token_id, tok.pad_token_id) if t is not None)
-                base_ids = torch.where(present, torch.full_like(batch["input_ids"], fill), batch["input_ids"])
-                base_att = batch["attention_mask"]
+            base_ids, base_att = _baseline_inputs(model, batch, present, baseline)
             base = forward(base_ids, base_att)[0]
-            if not words:
-                values = np.zeros(0)
-            else:
-                # special tokens get their own player whose baseline equals the input: value 0, never reported
-                mask = torch.where(present, features, torch.full_like(features, len(words)))
-                torch.manual_seed(seed)  # captum draws its orderings from torch's global generator
-                if exact and len(words) > 6:
-                    raise ValueError(f"exact Shapley values over {len(words)} words need {len(words)}! orderings; "
-                                     "use sampling (exact=False) above 6 words")
-                options = {} if exact else {"n_samples": n_samples}
-                explainer = (ShapleyValues if exact else ShapleyValueSampling)(forward)
-                attr = explainer.attribute((batch["input_ids"], batch["attention_mask"]), baselines=(base_ids, base_att),
-                                           target=target_idx, feature_mask=(mask, mask),
-                                           perturbations_per_eval=max(1, min(batch_size, len(words) + 1)),
-                                           show_progress=False, **options)
-                # captum writes a player's value on each of its tokens, in each input it spans
-                per_token = attr[0][0].double()
-                values = np.array([float(per_token[mask[0] == f][0]) for f in range(len(words))])
+            values = _shapley_values(ShapleyValues if exact else ShapleyValueSampling, forward, batch, base_ids,
+                                     base_att, features, present, len(words), target_idx, exact=exact,
+                                     n_samples=n_samples, seed=seed, batch_size=batch_size)
     finally:
         model.train(was_training)
     return TokenAttribution(

@@ -301,6 +301,36 @@ def hyperparameter_search(config: Any = None, *, space: Mapping[str, Any] | Call
     storage URL (e.g. ``sqlite:///search.db``) to keep the trials and continue a study (default: in
     memory); ``sampler``: an Optuna sampler (default: TPE seeded with the config's ``seed``)."""
     optuna = _optuna()
+    base, memory, seeds = _search_base(config, texts, labels, overrides, n_trials, direction, seeds)
+    with progress_bars(base.progress):
+        text_data = load_config_data(base, memory)
+    method = base.method or (DEFAULT_METHOD if text_data.label_names is not None else DEFAULT_REGRESSION_METHOD)
+    ask = space if callable(space) else _space_asker(parse_space(space), method)
+    metric_name = metric
+
+    def objective(trial) -> float:
+        nonlocal metric_name
+        values = ask(trial)
+        runs = ((dataclasses.replace(_trial_config(base, method, values, seed), output=None, save_model=False,
+                                     evaluate_test=False, resume=False, keep_checkpoints=False), text_data)
+                for seed in seeds)
+        value, metric_name = mean_validation_score(runs, metric_name)
+        trial.set_user_attr("values", dict(values))  # what the trial trained with (a space function's names)
+        trial.set_user_attr("metric", f"validation {metric_name}")
+        return value
+
+    study = _run_study(optuna, objective, base, n_trials, metric, direction, storage, study_name, sampler)
+    best = study.best_trial
+    params = dict(best.user_attrs.get("values", best.params))
+    # the data as given (in memory, or the name or file), the best values in
+    best_config = dataclasses.replace(_trial_config(base, method, params, base.seed), **memory)
+    return SearchResult(params=params, value=float(best.value), metric=str(best.user_attrs.get("metric", metric_name)),
+                        config=best_config, study=study)
+
+
+def _search_base(config: Any, texts: Any, labels: Any, overrides: dict[str, Any], n_trials: int,
+                 direction: str | None, seeds: Iterable[int] | None) -> tuple[TrainConfig, dict[str, Any], list[int]]:
+    """The checked arguments of :func:`hyperparameter_search`: its base TrainConfig, in-memory data and seeds."""
     if config is not None and not isinstance(config, TrainConfig):  # hyperparameter_search(df, ...): the data first
         if "data" in overrides or texts is not None or labels is not None:
             raise ConfigError("give the training data once: as the first argument, or as data= or texts= and labels=")
@@ -319,53 +349,43 @@ def hyperparameter_search(config: Any = None, *, space: Mapping[str, Any] | Call
         raise ConfigError("seeds: give at least one training seed")
     if base.validation_split is None and base.validation_data is None:  # every trial is scored on validation
         base = dataclasses.replace(base, validation_split=VALIDATION_SPLIT)
-    with progress_bars(base.progress):
-        text_data = load_config_data(base, memory)
-    method = base.method or (DEFAULT_METHOD if text_data.label_names is not None else DEFAULT_REGRESSION_METHOD)
-    if callable(space):
-        ask, parsed = space, None
-    else:
-        parsed = parse_space(space)
-        hparam_names, setting_defaults = _split_space(parsed, method)
+    return base, memory, seeds
 
-        def ask(trial) -> dict[str, Any]:
-            return suggest_params(trial, parsed, lambda n: get_method(method).defaults[n] if n in hparam_names
-                                  else setting_defaults[n])
 
-    def trial_config(values: Mapping[str, Any], seed: int) -> TrainConfig:
-        defaults = get_method(method).defaults
-        hparams = {**base.hparams, **{k: v for k, v in values.items() if k in defaults}}
-        settings = {k: v for k, v in values.items() if k not in defaults}
-        unknown = [k for k in settings if k not in _setting_fields()]
-        if unknown:
-            raise ConfigError(f"space: {unknown[0]!r} is neither a hyper-parameter of {method} nor a training setting")
-        return dataclasses.replace(base, method=method, hparams=hparams, seed=seed, **settings)
+def _space_asker(parsed: Mapping[str, SearchDimension], method: str) -> Callable[[Any], dict[str, Any]]:
+    """A function ``trial -> {name: value}`` suggesting every dimension of a parsed space for ``method``."""
+    hparam_names, setting_defaults = _split_space(parsed, method)
 
-    metric_name = metric
+    def ask(trial) -> dict[str, Any]:
+        return suggest_params(trial, parsed, lambda n: get_method(method).defaults[n] if n in hparam_names
+                              else setting_defaults[n])
 
-    def objective(trial) -> float:
-        nonlocal metric_name
-        values = ask(trial)
-        runs = ((dataclasses.replace(trial_config(values, seed), output=None, save_model=False, evaluate_test=False,
-                                     resume=False, keep_checkpoints=False), text_data) for seed in seeds)
-        value, metric_name = mean_validation_score(runs, metric_name)
-        trial.set_user_attr("values", dict(values))  # what the trial trained with (a space function's names)
-        trial.set_user_attr("metric", f"validation {metric_name}")
-        return value
+    return ask
 
+
+def _trial_config(base: TrainConfig, method: str, values: Mapping[str, Any], seed: int) -> TrainConfig:
+    """``base`` with ``method``, the ``values`` (hyper-parameters and training settings) and ``seed`` in."""
+    defaults = get_method(method).defaults
+    hparams = {**base.hparams, **{k: v for k, v in values.items() if k in defaults}}
+    settings = {k: v for k, v in values.items() if k not in defaults}
+    unknown = [k for k in settings if k not in _setting_fields()]
+    if unknown:
+        raise ConfigError(f"space: {unknown[0]!r} is neither a hyper-parameter of {method} nor a training setting")
+    return dataclasses.replace(base, method=method, hparams=hparams, seed=seed, **settings)
+
+
+def _run_study(optuna, objective: Callable[[Any], float], base: TrainConfig, n_trials: int, metric: str | None,
+               direction: str | None, storage: str | None, study_name: str | None, sampler: Any):
+    """Create (or load) the Optuna study and run ``n_trials`` of ``objective``, quiet without progress; the study."""
     verbosity = optuna.logging.get_verbosity()
     if not base.progress:
         optuna.logging.set_verbosity(optuna.logging.ERROR)  # no line for the study and each trial
     try:
         study = optuna.create_study(study_name=study_name, storage=storage, load_if_exists=storage is not None,
                                     direction=direction or ("minimize" if metric in _LOWER_IS_BETTER else "maximize"),
-                                    sampler=sampler if sampler is not None else optuna.samplers.TPESampler(seed=base.seed))
+                                    sampler=sampler if sampler is not None
+                                    else optuna.samplers.TPESampler(seed=base.seed))
         study.optimize(objective, n_trials=n_trials, show_progress_bar=base.progress)
     finally:
         optuna.logging.set_verbosity(verbosity)
-    best = study.best_trial
-    params = dict(best.user_attrs.get("values", best.params))
-    # the data as given (in memory, or the name or file), the best values in
-    best_config = dataclasses.replace(trial_config(params, base.seed), **memory)
-    return SearchResult(params=params, value=float(best.value), metric=str(best.user_attrs.get("metric", metric_name)),
-                        config=best_config, study=study)
+    return study
