@@ -3,7 +3,7 @@
 Two-stage methods (SupCL-Seq, SimCSE, DiffCSE, SetFit, the linear probe, the default recipe) fit their
 head here once the encoder stage is done; ``--refit-head`` and LP-FT's ``--head-init probe`` use it
 too. The label-set form (one-vs-rest logistic regressions) is the multi-label task shape's
-(:mod:`contrastfit.multilabel.shape`).
+(:mod:`contrastfit.shapes.label_sets`).
 """
 
 from __future__ import annotations

@@ -37,14 +37,12 @@ from .memory import check_memory
 from .methods import get_method
 from .methods.base import resolve_hparams
 from .modeling import ContrastiveClassifier
-from .multilabel.shape import LABEL_SETS
 from .pipeline import (Clock, TrainResult, WeightInterpolation, fit, input_paths, open_output, resume_checkpoint,
                        selection_record, write_outputs)
 from .progress import progress_bars  # noqa: F401  (re-exported: contrastfit.training.progress_bars)
 from .record import RESULTS_NAME, Record
 from .settings import check_fields, setting
-from .shapes import (DEFAULT_METHOD, DEFAULT_REGRESSION_METHOD, SINGLE_LABEL, PreparedData,  # noqa: F401
-                     TaskShape)
+from .shapes import DEFAULT_METHOD, DEFAULT_REGRESSION_METHOD, PreparedData, shape_for  # noqa: F401
 from .trainer import (DEFAULT_LEARNING_RATE, DEFAULT_MIN_STEPS, MIN_USEFUL_STEPS, MODEL_INPUTS,  # noqa: F401
                       ContrastfitTrainer, LossPartLogging, build_trainer, capped_warmup, resolve_schedule,
                       short_schedule_warning, tokenize_dataset, with_method_defaults)
@@ -288,11 +286,6 @@ def check_batch_size(batch_size: int, sampler: str, method: str | None = None, m
                               "makes its contrastive term 0 at every step; use --batch-size >= 2")
     if sampler == "balanced":
         raise ConfigError("the balanced sampler needs --batch-size >= 2 (or use --sampler random)")
-
-
-def shape_for(config: TrainConfig) -> TaskShape:
-    """The task shape of ``config``'s run: label sets with ``multi_label``, else one label per text."""
-    return LABEL_SETS if config.multi_label else SINGLE_LABEL
 
 
 def prepare_data(config: TrainConfig, data: TextData | None = None) -> PreparedData:

@@ -36,8 +36,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..multilabel.model import temperatures
 from ..settings import setting
+from .calibration import temperatures
 
 __all__ = ["EXPLAIN", "ExplainOptions", "TokenAttribution", "token_attributions"]
 

@@ -51,6 +51,13 @@ class DegenerateFitError(DataError):
     [MIN_TEMPERATURE, MAX_TEMPERATURE]; its one-line message gives T, NLL and ECE before and after."""
 
 
+def temperatures(model) -> np.ndarray:
+    """A multi-label model's per-label temperatures (``info["calibration"]["temperatures"]``; 1 each
+    before calibration)."""
+    got = model.info.get("calibration", {}).get("temperatures")
+    return np.asarray(got if got else [1.0] * len(model.label_names), dtype=np.float64)
+
+
 def log_softmax(logits: np.ndarray) -> np.ndarray:
     z = np.asarray(logits, dtype=np.float64)
     z = z - z.max(axis=1, keepdims=True)

@@ -58,7 +58,7 @@ from pydantic import Field
 from ..data.loading import VALIDATION_SPLIT, file_problem
 from ..errors import ConfigError
 from ..methods.base import resolve_hparams
-from ..multilabel.shape import check_multilabel_config
+from ..shapes import check_multilabel_config
 from ..multitask.training import MultiTaskConfig
 from ..training import TrainConfig, load_config_data
 from ..yamlfile import DuplicateKeyError, UniqueKeyLoader, load_yaml

@@ -5,8 +5,10 @@
   (:func:`contrastfit.losses.jaccard_supcon`) for the contrastive ones;
 * :mod:`.model`: what a multi-label :class:`~contrastfit.modeling.ContrastiveClassifier` does
   differently (per-label probabilities and thresholds, label lists, per-label temperatures);
-* :mod:`.shape`: the label-set task shape that ``contrastfit train --multi-label`` /
-  ``train(multi_label=True)`` plugs into the one training job.
+* :mod:`.cli`: what ``evaluate`` and ``calibrate`` read and print for label sets.
+
+The label-set task shape that ``contrastfit train --multi-label`` / ``train(multi_label=True)`` plugs
+into the one training job is :mod:`contrastfit.shapes.label_sets`.
 
 The data side is :mod:`contrastfit.data.multilabel`; the metrics and thresholds
 :mod:`contrastfit.evaluation.multilabel`.

@@ -23,18 +23,13 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..evaluation.calibration import MAX_TEMPERATURE, MIN_TEMPERATURE
+from ..evaluation.calibration import MAX_TEMPERATURE, MIN_TEMPERATURE, temperatures
 from ..evaluation.multilabel import DEFAULT_THRESHOLD, sigmoid
 
 
 def thresholds(model) -> list[float]:
     got = model.info.get("thresholds")
     return list(got) if got else [DEFAULT_THRESHOLD] * len(model.label_names)
-
-
-def temperatures(model) -> np.ndarray:
-    got = model.info.get("calibration", {}).get("temperatures")
-    return np.asarray(got if got else [1.0] * len(model.label_names), dtype=np.float64)
 
 
 def sigmoid_probabilities(logits: np.ndarray, temps: Sequence[float]) -> np.ndarray:

@@ -1,7 +1,7 @@
 """The label-set task shape (``contrastfit train --multi-label`` / ``train(..., multi_label=True)``).
 
 The one training job (:func:`contrastfit.training.train`) with :class:`LabelSets` plugged in
-(:class:`contrastfit.shapes.TaskShape` is the single-label shape it overrides): the same Trainer
+(:class:`~contrastfit.shapes.single_label.TaskShape` is the single-label shape it overrides): the same Trainer
 (:func:`contrastfit.trainer.build_trainer`: the batches of
 :class:`~contrastfit.data.multilabel.MultiLabelBatchSampler` with ``--sampler balanced``) and the same
 :class:`~contrastfit.record.Record` (kind ``train``, ``data.multi_label`` true). What differs:
@@ -44,9 +44,9 @@ from ..methods import get_method
 from ..methods.base import LogisticHead
 from ..modeling import ContrastiveClassifier
 from ..pipeline import SELECTION_KEY, tie_broken
-from ..shapes import PreparedData, TaskShape, sampling, validation_choices
+from .single_label import PreparedData, TaskShape, sampling, validation_choices
 from ..trainer import with_method_defaults
-from .methods import (MULTILABEL_METHODS, check_multilabel_method, create_multilabel_method, fit_ovr_logistic,
+from ..multilabel.methods import (MULTILABEL_METHODS, check_multilabel_method, create_multilabel_method, fit_ovr_logistic,
                       label_name_hparams)
 
 #: --metric-for-best -> the multi-label metric it selects on

@@ -1,18 +1,6 @@
-"""Task shapes: what differs between the kinds of labels one training job learns.
-
-The job (:func:`contrastfit.training.train`) is one sequence: load and sample the data, build the
-model and its Trainer, fit, fit the head, evaluate, save, record. A **task shape** is what that
-sequence asks of the labels at each step: how data is read and sampled, which method a run gets and
-with which defaults, how the model and its head are built and fitted, what validation selects on,
-what the run settles after training (label-set thresholds), and what the record says of the data.
-
-* :class:`TaskShape` (this module): one label per text or text pair, a class or a number (a
-  regression target). Classification, regression and sentence pairs are this shape.
-* :class:`contrastfit.multilabel.shape.LabelSets`: a set of labels per text (``--multi-label``).
-
-A new shape is a subclass that overrides the steps that differ, in one file, and a line in
-:func:`contrastfit.training.shape_for`.
-"""
+"""The single-label task shape, :class:`TaskShape`, which every other shape overrides: one label per
+text or text pair, a class or a number (a regression target). Classification, regression and
+sentence pairs are this shape."""
 
 from __future__ import annotations
 
@@ -21,14 +9,14 @@ from typing import Any
 
 import datasets
 
-from .card import label_examples
-from .data import TextData, data_hash, load_data, sample_per_class, sample_stratified
-from .data.sampling import derive_seed
-from .head_stage import train_head
-from .methods import get_method
-from .modeling import ContrastiveClassifier
-from .trainer import selection_metric, with_method_defaults
-from .errors import ConfigError
+from ..card import label_examples
+from ..data import TextData, data_hash, load_data, sample_per_class, sample_stratified
+from ..data.sampling import derive_seed
+from ..head_stage import train_head
+from ..methods import get_method
+from ..modeling import ContrastiveClassifier
+from ..trainer import selection_metric, with_method_defaults
+from ..errors import ConfigError
 
 #: The default recipe: what `contrastfit train --data FILE` trains with no --method (docs/concepts/default-recipe.md).
 DEFAULT_METHOD = "ce-scl-lr"
@@ -75,7 +63,8 @@ def validation_choices(config: Any) -> tuple[bool, bool]:
 
 
 class TaskShape:
-    """One label per text (or text pair): a class, or a number for a regression target."""
+    """One label per text (or text pair): a class, or a number for a regression target. Each method is
+    a step of the one job (:func:`contrastfit.training.train`); a new shape overrides those that differ."""
 
     #: What the record says validation selection did.
     selection_rule = ("the checkpoint with the best validation metric, ties broken by the lower validation loss, "
