@@ -494,7 +494,7 @@ def test_runs_that_would_train_nothing_or_in_emulated_precision_are_refused_befo
 
 
 def test_resume_skips_an_incomplete_checkpoint_as_train_does(tmp_path, tiny_encoder_dir, sentiment_csv, capfd):
-    """Issue 19 §5: the same resume as train's (contrastfit.training.resume_checkpoint)."""
+    """Issue 19 §5: the same resume as train's (contrastfit.checkpoints.resume_checkpoint)."""
     import shutil
 
     tasks = [{"name": "sent", "data": str(sentiment_csv), "label_column": "sentiment"}]

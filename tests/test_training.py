@@ -586,7 +586,7 @@ def test_resume_skips_a_checkpoint_cut_short_and_says_so(tmp_path, tiny_encoder_
 def test_checkpoint_completeness_reads_headers_only(tmp_path):
     from safetensors.torch import save_file
 
-    from contrastfit.pipeline import checkpoint_problem
+    from contrastfit.checkpoints import checkpoint_problem
 
     folder = tmp_path / "checkpoint-1"
     folder.mkdir()

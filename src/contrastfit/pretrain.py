@@ -53,7 +53,8 @@ from .atomic import atomic_folder, check_output, write_json_atomic
 from .errors import ConfigError, DataError
 from .identity import run_identity
 from .modeling import ContrastiveClassifier
-from .pipeline import CHECKPOINT_DIR, Clock, TrainResult, fit
+from .checkpoints import CHECKPOINT_DIR
+from .pipeline import Clock, TrainResult, fit
 from .record import Record, read_record
 from .settings import check_fields, same_as, setting
 from .training import SEED_MAX, TrainConfig, build_trainer, tokenize_dataset

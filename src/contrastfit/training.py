@@ -37,7 +37,8 @@ from .memory import check_memory
 from .methods import get_method
 from .methods.base import resolve_hparams
 from .modeling import ContrastiveClassifier
-from .pipeline import (Clock, TrainResult, WeightInterpolation, fit, input_paths, open_output, resume_checkpoint,
+from .checkpoints import resume_checkpoint
+from .pipeline import (Clock, TrainResult, WeightInterpolation, fit, input_paths, open_output,
                        selection_record, write_outputs)
 from .progress import progress_bars  # noqa: F401  (re-exported: contrastfit.training.progress_bars)
 from .record import RESULTS_NAME, Record
@@ -335,7 +336,7 @@ def train(config: TrainConfig | Any = None, *, texts: Any = None, labels: Any = 
     ``results.json`` are written, the checkpoints are kept (set ``control.should_save`` too for one at
     that step), and the returned record is ``{"interrupted_at_step": N, "checkpoint": PATH or None}``;
     ``resume=True`` continues the run from that checkpoint. Resuming loads the checkpoint with
-    weights-only unpickling (:func:`contrastfit.pipeline.weights_only_loading`).
+    weights-only unpickling (:func:`contrastfit.checkpoints.weights_only_loading`).
     """
     if config is not None and not isinstance(config, TrainConfig):  # train(df, ...): the data first
         if "data" in overrides or texts is not None or labels is not None:

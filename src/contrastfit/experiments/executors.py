@@ -203,8 +203,8 @@ class _Progress:
 def train_in_scratch(work: Any, run_id: str) -> tuple[Any, dict[str, bytes]]:
     """A Ray task: train a run (``work(folder)``) in a scratch folder of this worker and return its record
     with its files (``{relative path: bytes}``, the Trainer's checkpoints left out); the folder is removed."""
-    # lazy: pipeline imports torch, this module imports without torch
-    from ..pipeline import CHECKPOINT_DIR
+    # lazy: checkpoints imports transformers, this module imports without torch
+    from ..checkpoints import CHECKPOINT_DIR
 
     scratch = Path(tempfile.mkdtemp(prefix="contrastfit-run-"))
     try:

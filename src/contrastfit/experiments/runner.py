@@ -40,7 +40,8 @@ from ..evaluation.attributions import token_attributions
 from ..methods.base import resolve_hparams
 from ..modeling import CONFIG_NAME
 from ..multilabel.methods import MULTILABEL_METHODS
-from ..pipeline import CHECKPOINT_DIR, input_paths
+from ..checkpoints import CHECKPOINT_DIR
+from ..pipeline import input_paths
 from ..record import RESULTS_NAME, read_record
 from ..trainer import with_method_defaults
 from ..training import TrainConfig, train

@@ -47,8 +47,9 @@ from ..errors import ConfigError
 from ..settings import check_fields, same_as, setting
 from ..evaluation.metrics import classification_metrics, probability_metrics, regression_metrics
 from ..identity import run_identity
+from ..checkpoints import resume_checkpoint
 from ..pipeline import (LOWER_IS_BETTER, SELECTION_KEY, Clock, TrainResult, fit, input_paths, make_trainer, open_output,
-                        resume_checkpoint, selection_record, tie_broken, trainer_arguments, write_outputs)
+                        selection_record, tie_broken, trainer_arguments, write_outputs)
 from ..record import Record
 from ..shapes import SINGLE_LABEL
 from ..training import (DEFAULT_LEARNING_RATE, DEFAULT_MIN_STEPS, LossPartLogging, PreparedData, TrainConfig,
