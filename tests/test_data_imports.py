@@ -103,3 +103,39 @@ def test_only_the_command_line_imports_the_experiments_layer():
     upward = {m: sorted(e for e in edges if e.startswith("contrastfit.experiments"))
               for m, edges in graph.items() if not m.startswith("contrastfit.experiments")}
     assert {m: e for m, e in upward.items() if e} == {"contrastfit.cli": upward["contrastfit.cli"]}
+
+
+def _layers() -> dict[str, int]:
+    """The layer of each name the Design page draws (its ``text`` block: names joined by `` · ``, a line
+    a layer, top down)."""
+    page = (Path(__file__).parents[1] / "docs" / "design.md").read_text(encoding="utf-8")
+    block = page.split("```text\n", 1)[1].split("```", 1)[0]
+    return {name.strip().rstrip("/"): i for i, line in enumerate(block.strip().splitlines()) for name in line.split("·")}
+
+
+def _upward(graph: dict[str, set[str]], layer_of: dict[str, int]) -> tuple[list[str], list[str]]:
+    """The package's modules no layer holds, and the imports that run back up a layer."""
+
+    def layer(module: str) -> int | None:
+        return layer_of.get(module.split(".")[1]) if module != "contrastfit" else None
+
+    unplaced = sorted(m for m in graph if m != "contrastfit" and layer(m) is None)
+    upward = sorted(f"{m} -> {e}" for m, edges in graph.items() if layer(m) is not None
+                    for e in edges if layer(e) is not None and layer(e) < layer(m))
+    return unplaced, upward
+
+
+def test_the_package_imports_only_down_the_layers_the_design_page_draws():
+    """Every module of the package is on one line of the Design page's drawing, and imports only
+    modules on its own line or below it (inside functions too): the layers read top-down."""
+    graph = import_graph(Path(contrastfit.data.__file__).parents[1], "contrastfit")
+    assert _upward(graph, _layers()) == ([], [])
+
+
+def test_the_layer_check_finds_an_import_that_runs_back_up_and_a_module_it_does_not_place():
+    layers = _layers()
+    assert layers["cli"] < layers["training"] < layers["shapes"] < layers["modeling"] < layers["losses"]
+    graph = {"contrastfit.modeling": {"contrastfit.training", "contrastfit.losses.supcon"},
+             "contrastfit.training": {"contrastfit.modeling"}, "contrastfit.losses.supcon": set(),
+             "contrastfit.newthing": set()}
+    assert _upward(graph, layers) == (["contrastfit.newthing"], ["contrastfit.modeling -> contrastfit.training"])
