@@ -31,7 +31,7 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import torch
 from transformers import PrinterCallback, Trainer, TrainerCallback, TrainingArguments
@@ -192,6 +192,28 @@ def make_trainer(trainer_class: type[Trainer], config: Any, args: TrainingArgume
 # ---------------------------------------------------------------------------------------------
 # Fit
 # ---------------------------------------------------------------------------------------------
+
+def grouped_optimizer(trainer: Trainer, model: torch.nn.Module,
+                      group_of: Callable[[str, torch.nn.Parameter], tuple[str, float, float | None] | None]) -> Any:
+    """The Trainer's optimiser (its class and settings, AdamW by default) over one parameter group per
+    (name, learning rate, weight decay): ``group_of(name, parameter)`` places a trainable parameter in a
+    group of its own (its name, learning rate and weight decay, None: the Trainer's rule), or None: the
+    ``main`` group at the main learning rate. The Trainer's weight-decay rule (weights decay, biases and
+    LayerNorm do not) applies wherever a group sets none."""
+    decay = set(trainer.get_decay_parameter_names(model))
+    groups: dict[tuple[str, float, float], list[torch.nn.Parameter]] = {}
+    for name, param in model.named_parameters():
+        if not param.requires_grad:
+            continue
+        wd = trainer.args.weight_decay if name in decay else 0.0
+        own = group_of(name, param)
+        key = ("main", trainer.args.learning_rate, wd) if own is None else (own[0], own[1], wd if own[2] is None else own[2])
+        groups.setdefault(key, []).append(param)
+    param_groups = [{"params": ps, "lr": lr, "weight_decay": wd, "name": name} for (name, lr, wd), ps in groups.items()]
+    optimizer_cls, optimizer_kwargs = trainer.get_optimizer_cls_and_kwargs(trainer.args, model)
+    optimizer_kwargs.pop("lr", None)
+    return optimizer_cls(param_groups, lr=trainer.args.learning_rate, **optimizer_kwargs)
+
 
 @dataclass
 class Fitted:

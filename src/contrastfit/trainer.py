@@ -48,7 +48,7 @@ from .gradcache import GradientCache, check_gradient_cache
 from .memory import attach_memory, check_checkpoint_memory, check_memory, detach_memory
 from .methods import get_method
 from .methods.base import Method
-from .pipeline import LOWER_IS_BETTER, SELECTION_KEY, make_trainer, tie_broken, trainer_arguments
+from .pipeline import LOWER_IS_BETTER, SELECTION_KEY, grouped_optimizer, make_trainer, tie_broken, trainer_arguments
 from .modeling import ContrastiveClassifier
 
 DEFAULT_LEARNING_RATE = 5e-5
@@ -243,11 +243,9 @@ class ContrastfitTrainer(LossPartLogging):
         return self.accelerator.prepare(loader)
 
     def create_optimizer(self, model=None):
-        """The Trainer's optimiser (AdamW and its settings) over one parameter group per (name, learning
-        rate, weight decay): each of the method's own groups (:meth:`Method.param_groups`, e.g.
-        SoftTriple's centres at their learning rate, pitfall 3), and the main learning rate for every
-        other trainable parameter, with the Trainer's weight-decay rule (weights decay, biases and
-        LayerNorm do not) wherever a group sets none."""
+        """The Trainer's optimiser (:func:`contrastfit.pipeline.grouped_optimizer`): each of the method's own
+        parameter groups (:meth:`Method.param_groups`, e.g. SoftTriple's centres at their learning rate,
+        pitfall 3), and the main learning rate for every other trainable parameter."""
         if self.optimizer is not None:
             return self.optimizer
         model = self._classifier()
@@ -262,22 +260,8 @@ class ContrastfitTrainer(LossPartLogging):
                     raise ValueError(f"{model.method.name}: a parameter is in two parameter groups, "
                                      f"'{own[id(param)].name}' and '{group.name}'")
                 own[id(param)] = group
-        decay = set(self.get_decay_parameter_names(model))
-        groups: dict[tuple[str, float, float], list[torch.nn.Parameter]] = {}
-        for name, param in model.named_parameters():
-            if not param.requires_grad:
-                continue
-            wd = self.args.weight_decay if name in decay else 0.0
-            group = own.get(id(param))
-            if group is None:
-                key = ("main", self.args.learning_rate, wd)
-            else:
-                key = (group.name, group.lr, wd if group.weight_decay is None else group.weight_decay)
-            groups.setdefault(key, []).append(param)
-        param_groups = [{"params": ps, "lr": lr, "weight_decay": wd, "name": name} for (name, lr, wd), ps in groups.items()]
-        optimizer_cls, optimizer_kwargs = self.get_optimizer_cls_and_kwargs(self.args, model)
-        optimizer_kwargs.pop("lr", None)
-        self.optimizer = optimizer_cls(param_groups, lr=self.args.learning_rate, **optimizer_kwargs)
+        self.optimizer = grouped_optimizer(
+            self, model, lambda name, param: (g.name, g.lr, g.weight_decay) if (g := own.get(id(param))) else None)
         return self.optimizer
 
 

@@ -48,7 +48,8 @@ from ..settings import check_fields, same_as, setting
 from ..evaluation.metrics import classification_metrics, probability_metrics, regression_metrics
 from ..identity import run_identity
 from ..checkpoints import resume_checkpoint
-from ..pipeline import (LOWER_IS_BETTER, SELECTION_KEY, Clock, TrainResult, fit, input_paths, make_trainer, open_output,
+from ..pipeline import (LOWER_IS_BETTER, SELECTION_KEY, Clock, TrainResult, fit, grouped_optimizer, input_paths,
+                        make_trainer, open_output,
                         selection_record, tie_broken, trainer_arguments, write_outputs)
 from ..record import Record
 from ..shapes import SINGLE_LABEL
@@ -269,20 +270,9 @@ class MultiTaskTrainer(LossPartLogging):
     def create_optimizer(self, model=None):
         if self.optimizer is not None:
             return self.optimizer
-        model = self._model()
         head_lr = self.head_learning_rate or self.args.learning_rate
-        decay = set(self.get_decay_parameter_names(model))
-        groups: dict[tuple[float, float], list[torch.nn.Parameter]] = {}
-        for name, param in model.named_parameters():
-            if not param.requires_grad:
-                continue
-            lr = head_lr if name.startswith("heads.") else self.args.learning_rate
-            wd = self.args.weight_decay if name in decay else 0.0
-            groups.setdefault((lr, wd), []).append(param)
-        param_groups = [{"params": ps, "lr": lr, "weight_decay": wd} for (lr, wd), ps in groups.items()]
-        optimizer_cls, optimizer_kwargs = self.get_optimizer_cls_and_kwargs(self.args, model)
-        optimizer_kwargs.pop("lr", None)
-        self.optimizer = optimizer_cls(param_groups, lr=self.args.learning_rate, **optimizer_kwargs)
+        self.optimizer = grouped_optimizer(  # the heads at their own learning rate
+            self, self._model(), lambda name, param: ("heads", head_lr, None) if name.startswith("heads.") else None)
         return self.optimizer
 
     def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix: str = "eval") -> dict[str, float]:
