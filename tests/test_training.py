@@ -645,3 +645,23 @@ def test_a_weights_only_checkpoint_is_not_resumed_from_half_way(tmp_path, tiny_e
     assert evaluations(resumed) == evaluations(full) and len(evaluations(full)) == 3
     texts = ["good fun film", "awful dull plot"]
     np.testing.assert_allclose(resumed.model.predict_logits(texts), full.model.predict_logits(texts), atol=1e-5)
+
+
+def test_the_optimiser_groups_parameters_by_learning_rate_and_the_trainers_decay_rule(tmp_path):
+    """pipeline.grouped_optimizer: a parameter placed in a group of its own gets that group's learning
+    rate; every other one the main rate; weights decay and biases do not unless the group says."""
+    from transformers import Trainer, TrainingArguments
+
+    from contrastfit.pipeline import grouped_optimizer
+
+    model = torch.nn.ModuleDict({"body": torch.nn.Linear(3, 3), "head": torch.nn.Linear(3, 2)})
+    trainer = Trainer(model=model, args=TrainingArguments(output_dir=str(tmp_path), learning_rate=1e-3,
+                                                           weight_decay=0.1, use_cpu=True, report_to=[]))
+    optimizer = grouped_optimizer(trainer, model,
+                                  lambda name, p: ("head", 5e-3, None) if name.startswith("head.") else None)
+    got = {(g["name"], g["lr"], g["weight_decay"]): sorted(tuple(p.shape) for p in g["params"])
+           for g in optimizer.param_groups}
+    assert got == {("main", 1e-3, 0.1): [(3, 3)], ("main", 1e-3, 0.0): [(3,)],
+                   ("head", 5e-3, 0.1): [(2, 3)], ("head", 5e-3, 0.0): [(2,)]}
+    fixed = grouped_optimizer(trainer, model, lambda name, p: ("head", 5e-3, 0.0) if name.startswith("head.") else None)
+    assert {(g["name"], g["weight_decay"]) for g in fixed.param_groups} == {("main", 0.1), ("main", 0.0), ("head", 0.0)}
