@@ -2,8 +2,7 @@
 
 Two-stage methods (SupCL-Seq, SimCSE, DiffCSE, SetFit, the linear probe, the default recipe) fit their
 head here once the encoder stage is done; ``--refit-head`` and LP-FT's ``--head-init probe`` use it
-too. The label-set form (one-vs-rest logistic regressions) is the multi-label task shape's
-(:mod:`contrastfit.shapes.label_sets`).
+too; for label sets the logistic regression is one-vs-rest, a regression per label.
 """
 
 from __future__ import annotations
@@ -20,6 +19,7 @@ from tqdm.auto import tqdm
 from .errors import ConfigError
 from .methods.base import LogisticHead
 from .modeling import ContrastiveClassifier
+from .multilabel.methods import fit_ovr_logistic
 from .pipeline import SELECTION_KEY
 from .trainer import _compute_metrics
 
@@ -74,7 +74,8 @@ def train_head(model: ContrastiveClassifier, train_ds: datasets.Dataset, collato
         t_encode = time.perf_counter() - t0
         if solver == "logistic":
             C, names = _logistic(model, features, labels, seed)
-            return {"solver": solver, "C": C, "encode_s": t_encode, "total_s": time.perf_counter() - t0, **names}
+            return {"solver": "one-vs-rest logistic" if model.multi_label else solver, "C": C, "encode_s": t_encode,
+                    "total_s": time.perf_counter() - t0, **names}
         scorer = None
         if validation_ds is not None and len(validation_ds) > 0:
             scorer = _HeadScorer(model, *_encode_all(encode, validation_ds, collator), metric)
@@ -98,21 +99,27 @@ def _encode_all(encode: Callable[[Batch], tuple[torch.Tensor, torch.Tensor]], ds
 
 def _logistic(model: ContrastiveClassifier, features: torch.Tensor, labels: torch.Tensor,
               seed: int) -> tuple[float, dict[str, Any]]:
-    """The logistic-regression head, with the label texts as weighted examples where ``label_prior`` > 0:
-    its C, and where the prior is on, whether the names joined the fit (or why not)."""
+    """The logistic-regression head (one-vs-rest for label sets), with the label texts as weighted
+    examples where ``label_prior`` > 0: its C, and where the prior is on, whether the names joined the
+    fit (or why not)."""
     method = model.method
     head = LogisticHead.of(method)
     C, prior = float(head.head_C), float(head.label_prior)
-    weight = None
-    anchors = method.label_features(model) if prior > 0 and hasattr(method, "label_features") else None
-    if anchors is not None:  # each label text weighs as much as `prior` times its class's mean count
+    anchors = None
+    if prior > 0 and hasattr(method, "label_features"):
         with torch.no_grad():
-            anchors = anchors.float()
-        n = len(labels)
-        weight = torch.cat([torch.ones(n), torch.full((len(anchors),), prior * n / len(anchors))])
-        features = torch.cat([features, anchors.to(features.device)])
-        labels = torch.cat([labels, torch.arange(len(anchors), device=labels.device)])
-    model.head.fit_logistic(features, labels, C=C, seed=seed, sample_weight=weight)
+            anchors = method.label_features(model)  # None where the names are not used (codes, pairs)
+            anchors = anchors if anchors is None else anchors.float()
+    if model.multi_label:  # each label's text a positive of its own label, weighing `prior` times its positives
+        fit_ovr_logistic(model.head, features, labels, C=C, seed=seed, anchors=anchors, prior=prior)
+    else:
+        weight = None
+        if anchors is not None:  # each label text weighs as much as `prior` times its class's mean count
+            n = len(labels)
+            weight = torch.cat([torch.ones(n), torch.full((len(anchors),), prior * n / len(anchors))])
+            features = torch.cat([features, anchors.to(features.device)])
+            labels = torch.cat([labels, torch.arange(len(anchors), device=labels.device)])
+        model.head.fit_logistic(features, labels, C=C, seed=seed, sample_weight=weight)
     if prior == 0:
         return C, {}
     return C, {"label_prior": "used" if anchors is not None else getattr(method, "anchor_note", None)}

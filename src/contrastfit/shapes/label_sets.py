@@ -11,7 +11,7 @@ The one training job (:func:`contrastfit.training.train`) with :class:`LabelSets
    draw plain random subsets (seeded like the single-label draws);
 2. the model: the encoder and a sigmoid head with the multi-label form of the method
    (:mod:`contrastfit.multilabel.methods`; default ``ce-scl-lr``: BCE + Jaccard-weighted SupCon, then
-   one-vs-rest logistic regressions on the frozen encoder, :func:`fit_head`);
+   one-vs-rest logistic regressions on the frozen encoder, :func:`contrastfit.head_stage.train_head`);
 3. selection (``--select-best``): the best step on validation at threshold 0.5 by ``--metric-for-best``
    (:data:`SELECTION`; default micro-F1), ties broken by the lower validation BCE;
 4. the thresholds: per label, on the validation split
@@ -25,14 +25,11 @@ Not available with ``--multi-label`` (a one-line error): ``--memory-size``, and 
 
 from __future__ import annotations
 
-import time
 from dataclasses import replace
 from typing import Any
 
 import datasets
 import numpy as np
-import torch
-from torch.utils.data import DataLoader
 
 from ..data.multilabel import is_multilabel, label_counts, load_multilabel, random_subset, sample_per_label
 from ..data.sampling import derive_seed
@@ -40,14 +37,13 @@ from ..data.types import LABEL, TEXT, TEXT_PAIR, TextData
 from ..encoders import TextEncoder, load_backbone
 from ..errors import ConfigError, DataError
 from ..evaluation.multilabel import choose_thresholds, multilabel_metrics, sigmoid
+from ..head_stage import train_head
 from ..methods import get_method
-from ..methods.base import LogisticHead
 from ..modeling import ContrastiveClassifier
+from ..multilabel.methods import MULTILABEL_METHODS, check_multilabel_method, create_multilabel_method, label_name_hparams
 from ..pipeline import SELECTION_KEY, tie_broken
-from .single_label import PreparedData, TaskShape, sampling, validation_choices
 from ..trainer import with_method_defaults
-from ..multilabel.methods import (MULTILABEL_METHODS, check_multilabel_method, create_multilabel_method, fit_ovr_logistic,
-                      label_name_hparams)
+from .single_label import PreparedData, TaskShape, sampling, validation_choices
 
 #: --metric-for-best -> the multi-label metric it selects on
 SELECTION = {None: "micro_f1", "f1": "micro_f1", "accuracy": "subset_accuracy", "macro_f1": "macro_f1", "loss": "loss"}
@@ -79,42 +75,6 @@ def compute_metrics(label_names: list[str], metric: str):
         return out
 
     return compute
-
-
-@torch.no_grad()
-def _features(model, ds: datasets.Dataset, collator) -> tuple[torch.Tensor, torch.Tensor]:
-    was = model.training
-    model.eval()
-    feats, labels = [], []
-    try:
-        for batch in DataLoader(ds, batch_size=64, shuffle=False, collate_fn=collator):
-            batch = {k: v.to(model.device) for k, v in batch.items()}
-            labels.append(batch.pop("labels").float().cpu())
-            feats.append(model.method.head_features(model, batch).float().cpu())
-    finally:
-        model.train(was)
-    return torch.cat(feats), torch.cat(labels)
-
-
-def fit_head(model, train_ds: datasets.Dataset, collator, seed: int) -> dict[str, Any]:
-    """One-vs-rest logistic regressions on the frozen encoder's head features (``head_C``),
-    with each label's name as a weighted positive of its own label where ``label_prior`` > 0."""
-    t0 = time.perf_counter()
-    features, labels = _features(model, train_ds, collator)
-    head = LogisticHead.of(model.method)
-    C, prior = float(head.head_C), float(head.label_prior)
-    anchors = None
-    if prior > 0 and hasattr(model.method, "label_features"):
-        was = model.training
-        model.eval()
-        with torch.no_grad():
-            anchors = model.method.label_features(model)
-        model.train(was)
-    fit_ovr_logistic(model.head, features, labels, C=C, seed=seed, anchors=anchors, prior=prior)
-    stage = {"solver": "one-vs-rest logistic", "C": C, "total_s": time.perf_counter() - t0}
-    if prior > 0:  # whether the label names joined the fit, or why not
-        stage["label_prior"] = "used" if anchors is not None else getattr(model.method, "anchor_note", None)
-    return stage
 
 
 def validation_thresholds(model, validation: datasets.Dataset | None) -> tuple[list[float], str]:
@@ -198,7 +158,7 @@ class LabelSets(TaskShape):
 
     def fit_head(self, model: ContrastiveClassifier, train_ds: datasets.Dataset, collator, config: Any, *,
                  probe: bool = False, validation_ds: datasets.Dataset | None = None) -> dict[str, Any]:
-        return fit_head(model, train_ds, collator, config.seed)  # no epoch to choose
+        return train_head(model, train_ds, collator, seed=config.seed, solver="logistic")  # one-vs-rest
 
     def finish(self, model: ContrastiveClassifier, validation: datasets.Dataset | None) -> dict[str, Any]:
         """Each label's threshold, chosen on ``validation``, kept in the model and the record."""
