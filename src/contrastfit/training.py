@@ -439,7 +439,8 @@ def _train(config: TrainConfig, text_data: TextData | None, callbacks: list[Trai
     config = shape.configure(config, prepared)
     check_batch_size(config.batch_size, config.sampler, config.method, config.memory_size)  # the method is known now
     pooling = config.pooling or default_pooling(config.model)
-    model = shape.build_model(config, prepared, shape.hparams(config, len(prepared.train)), pooling)
+    hparams = shape.hparams(config, len(prepared.train))
+    model = shape.build_model(config, prepared, hparams, pooling)
     if model.method.contrastive and config.sampler == "random":
         warnings.warn(f"{config.method} contrasts in-batch positives; random batches of a small training set "
                       "often have none (the default --sampler balanced guarantees them)", stacklevel=2)
