@@ -40,10 +40,12 @@ one line; the server goes on.
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import concurrent.futures
 import contextlib
 import copy
+import importlib.util
 import itertools
 import json
 import re
@@ -56,9 +58,13 @@ from dataclasses import dataclass, fields, replace
 from http import HTTPStatus
 from typing import Annotated, Any, Literal, Optional, Union
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, RootModel, StrictInt, StrictStr, ValidationError
 
+from . import __version__
 from .errors import ContrastfitError, DataError
+from .inference import rows, takes_pairs
+from .inputs import model_inputs
 from .settings import setting
 
 __all__ = ["ServeOptions", "make_app", "make_server", "ModelServer", "check_settings", "require_serving"]
@@ -164,8 +170,6 @@ def _options(options: ServeOptions | None, settings: dict[str, Any]) -> ServeOpt
 
 def require_serving() -> None:
     """Refuse, in one line, to serve without the ``serve`` extra's packages."""
-    import importlib.util
-
     for module, package in (("fastapi", "fastapi"), ("uvicorn", "uvicorn"), ("prometheus_client", "prometheus-client")):
         try:
             found = importlib.util.find_spec(module) is not None
@@ -300,8 +304,6 @@ def _check_unicode(name: str, values: list[str]) -> None:
 
 
 def _model_inputs(texts: list[str], pairs: list[str] | None, pair_model: bool, pairs_name: str):
-    from .inputs import model_inputs  # the rule predict follows too
-
     try:
         return model_inputs(texts, pairs, pair_model, "this model", pairs_name)
     except DataError as exc:
@@ -389,8 +391,6 @@ def _function(model) -> str:
 
 
 def _answer(model, request: _Request, scores) -> Any:
-    from .inference import rows
-
     if request.form == "texts":
         return {"predictions": rows(model, scores)}
     if model.task == "regression":  # (Hugging Face's name of a model's one output without a label name)
@@ -424,8 +424,6 @@ class _Job:
         return self.next > 0 or self.future.set_running_or_notify_cancel()
 
     def finish(self) -> None:
-        import numpy as np
-
         try:
             if self.error is not None:
                 self.future.set_exception(self.error)
@@ -823,8 +821,6 @@ class _Limits:
     @staticmethod
     async def _read(receive, length: int, deadline: float, keep: bool = True) -> bytes:
         """Up to ``length`` bytes of body (fewer when it ends early); TimeoutError at ``deadline``."""
-        import asyncio
-
         chunks, got = [], 0
         while got < length:
             left = deadline - time.monotonic()
@@ -861,14 +857,10 @@ def make_app(model, options: ServeOptions | None = None, *, name: str = "", **se
     server's shutdown); the host, port and connection settings are :func:`make_server`'s."""
     require_serving()
     options = _options(options, settings)
-    import asyncio
-
+    # lazy: the serve extra's packages (require_serving has checked them)
     from fastapi import FastAPI, Request
     from starlette.concurrency import run_in_threadpool
     from starlette.responses import Response
-
-    from . import __version__
-    from .inference import takes_pairs
 
     pair_model = takes_pairs(model)
     function = _function(model)
