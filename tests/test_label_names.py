@@ -206,11 +206,11 @@ def test_descriptions_stand_in_for_codes(tiny_encoder_dir, word_labels_csv, tmp_
     np.testing.assert_allclose(described.model.predict_logits(texts), named.model.predict_logits(texts), atol=1e-6)
     assert described["data"]["label_descriptions"] == {"0": "bad", "1": "good"}
     assert described.model.info["label_descriptions"] == {"0": "bad", "1": "good"}
-    assert described.record.identity["spec"]["data"]["label_descriptions"] == {"0": "bad", "1": "good"}
+    assert described.record.identity.spec["data"]["label_descriptions"] == {"0": "bad", "1": "good"}
     (tmp_path / "d.csv").write_text("label,description\n0,dull\n1,good\n")  # the same file, edited
     again = train(method="zero-shot", data=str(_codes_csv(tmp_path)), label_column="sentiment",
                   model=str(tiny_encoder_dir), label_descriptions=str(tmp_path / "d.csv"), progress=False)
-    assert again.record.identity["sha256"] != described.record.identity["sha256"]
+    assert again.record.identity.sha256 != described.record.identity.sha256
 
 
 def test_the_default_recipe_anchors_on_the_descriptions(tiny_encoder_dir, tmp_path):

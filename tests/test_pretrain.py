@@ -50,15 +50,15 @@ def test_text_corpus_gives_a_plain_encoder_folder_with_moved_weights(tmp_path, t
     assert default_pooling(str(out)) == "mean" and default_pooling(str(tiny_encoder_dir)) == "cls"
     record = read_pretrain_record(out)
     assert record.to_dict() == json.loads((out / RECORD_NAME).read_text()) == dict(result)
-    assert record.kind == "pretrain" and record.version == 1 and len(record.identity["sha256"]) == 64
+    assert record.kind == "pretrain" and record.version == 1 and len(record.identity.sha256) == 64
     assert record.method == "simcse-unsup" and record.hparams == {"temperature": 0.05}
-    assert record.model == str(tiny_encoder_dir) and record.training["pooling"] == "mean"
-    assert record.training["steps"] == 3 and record.training["learning_rate"] == 1e-3
-    assert record.training["weight_decay"] == 0.1  # the report's
+    assert record.model == str(tiny_encoder_dir) and record.training.pooling == "mean"
+    assert record.training.steps == 3 and record.training.learning_rate == 1e-3
+    assert record.training.weight_decay == 0.1  # the report's
     corpus = record.data
-    assert corpus["kind"] == "text-lines" and corpus["n_texts"] == 30  # the first 30 non-blank lines
-    assert corpus["sha256"] == hashlib.sha256(corpus_txt.read_bytes()).hexdigest()
-    assert len(corpus["rows_hash"]) == 16
+    assert corpus.kind == "text-lines" and corpus.n_texts == 30  # the first 30 non-blank lines
+    assert corpus.sha256 == hashlib.sha256(corpus_txt.read_bytes()).hexdigest()
+    assert len(corpus.rows_hash) == 16
     assert "torch" in record.versions and "transformers" in record.versions
 
 

@@ -33,8 +33,8 @@ def test_version_0_records_load_and_round_trip(kind):
     assert Record.from_dict(out) == record and Record.from_dict(json.loads(json.dumps(out))) == record
     # every entry of the old record is kept, where version 1 keeps it
     if kind == "pretrain":
-        assert record.model == raw["base_model"] and record.data == raw["corpus"]
-        assert {k: record.training[k] for k in ("pooling", "max_length", "base_model_path")} == \
+        assert record.model == raw["base_model"] and record.data.to_dict() == raw["corpus"]
+        assert {k: getattr(record.training, k) for k in ("pooling", "max_length", "base_model_path")} == \
             {k: raw[k] for k in ("pooling", "max_length", "base_model_path")}
     else:
         assert {k: v for k, v in out.items() if k not in ("version", "kind")} == \
@@ -61,6 +61,9 @@ def test_a_later_version_or_another_kind_is_refused_in_one_line(tmp_path):
         Record.from_dict({**_v0("train"), "kind": "recipe"})
     with pytest.raises(ContrastfitError, match="^run r1: training is not a mapping"):
         Record.from_dict({**_v0("train"), "training": [1]}, "run r1")
+    with pytest.raises(ContrastfitError, match=r"^run r1: an entry has the wrong type \(steps: .*integer") as info:
+        Record.from_dict({**_v0("train"), "training": {**_v0("train")["training"], "steps": "ten"}}, "run r1")
+    assert "\n" not in str(info.value)
     path.write_text("{", encoding="utf-8")
     with pytest.raises(ContrastfitError, match="unreadable run record"):
         read_record(path)
@@ -73,8 +76,8 @@ def test_a_run_writes_the_record_it_returns_with_its_identity(tmp_path, tiny_enc
     written = read_record(tmp_path / "a" / RESULTS_NAME)
     assert written == first.record and written.to_dict() == dict(first)
     assert written.kind == "train" and written.version == RECORD_VERSION
-    assert len(written.identity["sha256"]) == 64 and record_identity(first) == written.identity_sha256
-    assert written.identity["spec"]["data"]["train_hash"] == written.data["train_hash"]
+    assert len(written.identity.sha256) == 64 and record_identity(first) == written.identity_sha256
+    assert written.identity.spec["data"]["train_hash"] == written.data.train_hash
     # the identity is what made the run: not where it was written, nor the tags
     second = train(output=str(tmp_path / "b"), tags={"note": "again"}, **opts)
     assert second.record.identity == written.identity

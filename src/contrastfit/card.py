@@ -259,7 +259,8 @@ def _data_rows(data: dict[str, Any], prefix: str = "") -> list[str]:
 
 
 def _settings(record: Record, hparams: dict[str, Any]) -> list[str]:
-    shown = {k: v for k, v in record.training.items() if k not in ("selection", "train_loss") and not isinstance(v, dict)}
+    shown = {k: v for k, v in record.training.to_dict().items()
+             if k not in ("selection", "train_loss") and not isinstance(v, dict)}
     return (["## Training", "", "| setting | value |", "|---|---|", f"| seed | {record.seed} |"]
             + [f"| {k} | {_fmt(v)} |" for k, v in {**hparams, **shown}.items()])
 
@@ -312,7 +313,7 @@ def model_card(record: Record | dict[str, Any], config: dict[str, Any]) -> str:
         return multitask_card(record, config)
     method = record.method or config.get("method")
     spec = available_methods().get(method)
-    data: dict[str, Any] = dict(record.data) if record.data else {}
+    data: dict[str, Any] = record.data.to_dict() if record.data else {}
     metrics = record.metrics
     task = record.task or config.get("task", "classification")
     labels = record.label_names if record.label_names is not None else config.get("label_names")
@@ -344,7 +345,7 @@ def model_card(record: Record | dict[str, Any], config: dict[str, Any]) -> str:
     out += [what, "", "## Training data", "", "| split | rows | hash | sampling |", "|---|---|---|---|",
             *_data_rows(data), "", f"Source: `{json.dumps(public_record(data.get('source', {})), sort_keys=True)}`.", ""]
     out += _settings(record, record.hparams or {})
-    selection = record.training.get("selection")
+    selection = record.training.selection
     if selection:
         out += ["", f"The kept step is {selection.get('best_step')}, the best validation {selection.get('metric')} "
                     f"({_fmt(selection.get('best_value'), metric=True)}) of {len(selection.get('evaluations', []))} evaluations."]
@@ -357,7 +358,7 @@ def model_card(record: Record | dict[str, Any], config: dict[str, Any]) -> str:
             out += ["`nll` is the mean cross-entropy of the predicted probabilities and `ece` their expected "
                     "calibration error (15 bins), both before any temperature scaling.", ""]
         if multi_label:
-            out += _multilabel_results(metrics, splits, record.training.get("thresholds", {}))
+            out += _multilabel_results(metrics, splits, record.training.thresholds or {})
     calibration = config.get("calibration")
     if calibration:
         out += ["## Calibration", "", _calibration_sentence(calibration), ""]
@@ -424,14 +425,14 @@ def multitask_card(record: Record | dict[str, Any], config: dict[str, Any] | Non
     ``contrastfit.json`` (which holds each calibrated task's temperature)."""
     record = record if isinstance(record, Record) else Record.from_dict(record)
     config = config if config is not None else {}
-    tasks: dict[str, dict[str, Any]] = dict(record.tasks) if record.tasks else {}
-    specs = {name: t.get("spec", {}) for name, t in tasks.items()}
-    task_data = {name: t.get("data", {}) for name, t in tasks.items()}
+    tasks = record.tasks or {}
+    specs = {name: t.spec or {} for name, t in tasks.items()}
+    task_data = {name: t.data.to_dict() if t.data else {} for name, t in tasks.items()}
     base = record.model
     shown_base = hub_base_model(base) or (Path(str(base)).name if base else "?")
     kinds = sorted({s.get("type", "?") for s in specs.values()})
     metric_names = sorted({s["metric"] for s in specs.values() if s.get("metric")})
-    schedule = record.schedule["name"] if record.schedule and "name" in record.schedule else None
+    schedule = record.schedule.name if record.schedule else None
     front = _card_data(base, ["contrastfit", "multi-task", *kinds], _hub_names(*task_data.values()), metric_names,
                        config.get("card", {}))
     out = [f"# Multi-task model: {', '.join(tasks)}", "",
@@ -449,7 +450,7 @@ def multitask_card(record: Record | dict[str, Any], config: dict[str, Any] | Non
         out += _data_rows(data, prefix=f"{name}: ")
     out.append("")
     out += _settings(record, {})
-    selection = record.training.get("selection")
+    selection = record.training.selection
     if selection and selection.get("best_step") is not None:
         out += ["", f"The kept step is {selection['best_step']}, the best validation "
                     + ("average of the tasks' selection metrics." if record.select_on == "average"

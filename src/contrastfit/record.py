@@ -13,6 +13,12 @@ through :meth:`Record.from_dict` and its attributes. The JSON is the dict of :me
      "training", "metrics", "timings", "versions",   # settings and steps; validation / test; phases; libraries
      "tags", "identity", "log_history"}              # the user's tags; the run identity; the Trainer's log
 
+Every nested entry is a typed model (:class:`RunData` and its :class:`Sampling`, :class:`Corpus`,
+:class:`Training`, :class:`MultiTaskTraining`, :class:`PretrainTraining`, :class:`Schedule`,
+:class:`TaskEntry`, :class:`Identity`): readers ask ``record.training.steps``, never a dict. An entry
+that another version wrote and this one does not declare is kept as written, so a record reads and
+writes back unchanged; an entry of the wrong type is a one-line error.
+
 ``identity`` is the run's identity (:mod:`contrastfit.identity`): ``{"sha256", "spec"}``, the
 content hash of everything that made the run; the experiment runner's (``tags.run_identity``) for a run it
 made, else the job's own (:func:`contrastfit.identity.run_identity`).
@@ -30,13 +36,16 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, Union
+
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from .atomic import write_json_atomic
 from .errors import ContrastfitError
 from .identity import record_identity
 
-__all__ = ["KINDS", "RECORD_VERSION", "RESULTS_NAME", "Record", "read_record"]
+__all__ = ["KINDS", "RECORD_VERSION", "RESULTS_NAME", "Corpus", "Identity", "MultiTaskTraining", "PretrainTraining",
+           "Record", "RunData", "Sampling", "Schedule", "TaskEntry", "Training", "read_record"]
 
 #: The record of a run of ``train`` or ``train_multitask``, in its output folder.
 RESULTS_NAME = "results.json"
@@ -45,6 +54,174 @@ RECORD_VERSION = 1
 KINDS = ("train", "multitask", "pretrain")
 #: Version 0 pre-training records kept these at the top level; version 1 keeps them in ``training``.
 _PRETRAIN_V0_TRAINING = ("base_model_path", "pooling", "max_length")
+
+
+#: A number as written: an int stays an int, a float a float.
+Number = Union[int, float]
+
+
+class Entry(BaseModel):
+    """A nested entry of a record: what the writers put there, declared and typed. An entry a writer of
+    another version added is kept as written (``extra``), and :meth:`to_dict` gives back the keys that
+    were given, so a record reads and writes again unchanged."""
+
+    model_config = ConfigDict(extra="allow")
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.model_dump(exclude_unset=True)
+
+
+class Sampling(Entry):
+    """How a run drew its training sample and validation subset."""
+
+    shots: int | None = None
+    #: label sets: ``at least K texts per label``
+    shots_rule: str | None = None
+    train_size: int | None = None
+    validation_size: int | None = None
+    sample_seed: int | None = None
+    sample_index: int | None = None
+
+
+class RunData(Entry):
+    """The data a training run learned from and was scored on (kind ``train``, and each task of a
+    multi-task run): where it came from, its labels, how it was sampled, each split's size and hash."""
+
+    name: str | None = None
+    source: dict[str, Any] | None = None
+    task: str | None = None
+    multi_label: bool | None = None
+    label_names: list[Union[str, int]] | None = None
+    text_pair: bool | None = None
+    sampling: Sampling | None = None
+    #: label sets: each label's texts in the training sample
+    train_label_counts: dict[str, int] | None = None
+    train_size: int | None = None
+    train_hash: str | None = None
+    validation_size: int | None = None
+    validation_hash: str | None = None
+    test_size: int | None = None
+    test_hash: str | None = None
+    label_descriptions: dict[str, str] | None = None
+    #: a training text per label, for the model card's widget
+    examples: list[dict[str, str]] | None = None
+
+
+class Corpus(Entry):
+    """The corpus of stage-1 pre-training (kind ``pretrain``)."""
+
+    kind: str | None = None
+    path: str | None = None
+    name: str | None = None
+    split: str | None = None
+    sha256: str | None = None
+    labels: bool | None = None
+    n_texts: int | None = None
+    pairs: bool | None = None
+    rows_hash: str | None = None
+    max_texts: int | None = None
+
+
+class Training(Entry):
+    """What a training run (kind ``train``) was set to do and did."""
+
+    batch_size: int | None = None
+    learning_rate: Number | None = None
+    weight_decay: Number | None = None
+    warmup_ratio: Number | None = None
+    gradient_accumulation_steps: int | None = None
+    max_length: int | None = None
+    fp16: bool | None = None
+    bf16: bool | None = None
+    min_steps: int | None = None
+    refit_head: bool | None = None
+    sampler: str | None = None
+    gradient_cache_chunk: int | None = None
+    memory_size: int | None = None
+    epochs: Number | None = None
+    steps: int | None = None
+    #: validation selection: the metric, the kept step and its value, the evaluations, the rule
+    selection: dict[str, Any] | None = None
+    pooling: str | None = None
+    train_loss: Number | None = None
+    resumed_from: str | None = None
+    #: LP-FT's starting probe (its head stage), None without one
+    head_init: Union[dict[str, Any], str] | None = None
+    #: the weight interpolation: ``alpha``, the tensors mixed, the rule
+    wise_ft: dict[str, Any] | None = None
+    head_stage: dict[str, Any] | None = None
+    world_size: int | None = None
+    warmup_steps: int | None = None
+    #: label sets: each label's threshold, and the rule that chose them
+    thresholds: dict[str, float] | None = None
+    threshold_rule: str | None = None
+
+
+class MultiTaskTraining(Entry):
+    """What a multi-task run was set to do and did."""
+
+    steps: int | None = None
+    max_steps: int | None = None
+    steps_per_epoch: int | None = None
+    batch_size: int | None = None
+    learning_rate: Number | None = None
+    head_learning_rate: Number | None = None
+    weight_decay: Number | None = None
+    warmup_ratio: Number | None = None
+    gradient_accumulation_steps: int | None = None
+    max_length: int | None = None
+    pooling: str | None = None
+    fp16: bool | None = None
+    bf16: bool | None = None
+    train_loss: Number | None = None
+    selection: dict[str, Any] | None = None
+    resumed_from: str | None = None
+
+
+class PretrainTraining(Entry):
+    """What stage-1 pre-training was set to do and did."""
+
+    batch_size: int | None = None
+    learning_rate: Number | None = None
+    weight_decay: Number | None = None
+    warmup_ratio: Number | None = None
+    epochs: Number | None = None
+    max_steps: int | None = None
+    steps: int | None = None
+    sampler: str | None = None
+    train_loss: Number | None = None
+    pooling: str | None = None
+    max_length: int | None = None
+    base_model_path: str | None = None
+
+
+class Schedule(Entry):
+    """A multi-task run's batch schedule: its name, each task's probability and batch size, the batches it got."""
+
+    name: str | None = None
+    temperature: Number | None = None
+    probabilities: dict[str, float] | None = None
+    batch_sizes: dict[str, int] | None = None
+    batches_per_task: dict[str, int] | None = None
+
+
+class TaskEntry(Entry):
+    """One task of a multi-task run: its resolved spec, its data and its metrics per split."""
+
+    spec: dict[str, Any] | None = None
+    data: RunData | None = None
+    metrics: dict[str, Any] | None = None
+
+
+class Identity(Entry):
+    """The run identity (:mod:`contrastfit.identity`): the content hash of everything that made the run."""
+
+    sha256: str | None = None
+    spec: dict[str, Any] | None = None
+
+
+#: The training entry of each kind of record.
+_TRAINING = {"train": Training, "multitask": MultiTaskTraining, "pretrain": PretrainTraining}
 
 
 @dataclass
@@ -59,32 +236,53 @@ class Record:
     #: the encoder the run started from (a built-in name, a local folder or a Hub name)
     model: str | None = None
     seed: int | None = None
-    #: train: the data description (name, source, task, label_names, text_pair, sampling, and the size
-    #: and hash of each split's rows); pretrain: the corpus (source, kind, n_texts, rows_hash, ...)
-    data: dict[str, Any] | None = None
-    #: multitask: ``{task: {"spec", "data", "metrics"}}``
-    tasks: dict[str, dict[str, Any]] | None = None
-    schedule: dict[str, Any] | None = None
+    #: train: the data (:class:`RunData`); pretrain: the corpus (:class:`Corpus`)
+    data: RunData | Corpus | None = None
+    #: multitask: each task's spec, data and metrics
+    tasks: dict[str, TaskEntry] | None = None
+    schedule: Schedule | None = None
     select_on: str | None = None
-    training: dict[str, Any] = field(default_factory=dict)
+    #: :class:`Training`, :class:`MultiTaskTraining` or :class:`PretrainTraining`, by ``kind``
+    training: Training | MultiTaskTraining | PretrainTraining = field(default_factory=dict)  # type: ignore[assignment]
     #: ``{split: {metric: value}}`` (multitask: ``{split: {"average", task: headline metrics}}``)
     metrics: dict[str, Any] = field(default_factory=dict)
     #: seconds of the run's phases (``setup_s``, ``train_s``, ``eval_s``)
     timings: dict[str, float] = field(default_factory=dict)
     versions: dict[str, str] = field(default_factory=dict)
     tags: dict[str, Any] = field(default_factory=dict)
-    #: the run identity, ``{"sha256", "spec"}`` (None: a record written before identities)
-    identity: dict[str, Any] | None = None
+    #: the run identity (None: a record written before identities)
+    identity: Identity | None = None
     log_history: list[dict[str, Any]] = field(default_factory=list)
     version: int = RECORD_VERSION
+
+    def __post_init__(self) -> None:
+        """Each nested entry as its typed model (a writer may hand in plain dicts)."""
+        if isinstance(self.data, Mapping):
+            self.data = (Corpus if self.kind == "pretrain" else RunData).model_validate(self.data)
+        if isinstance(self.training, Mapping):
+            self.training = _TRAINING[self.kind].model_validate(self.training)
+        if isinstance(self.identity, Mapping):
+            self.identity = Identity.model_validate(self.identity)
+        if isinstance(self.schedule, Mapping):
+            self.schedule = Schedule.model_validate(self.schedule)
+        if self.tasks is not None:
+            self.tasks = {name: TaskEntry.model_validate(t) if isinstance(t, Mapping) else t
+                          for name, t in self.tasks.items()}
 
     # -- reading and writing
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form: ``version`` first, then every entry that is not None, in field order."""
-        out = {"version": self.version}
-        out.update((f.name, getattr(self, f.name)) for f in fields(self)
-                   if f.name != "version" and getattr(self, f.name) is not None)
+        out: dict[str, Any] = {"version": self.version}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name == "version" or value is None:
+                continue
+            if isinstance(value, Entry):
+                value = value.to_dict()
+            elif f.name == "tasks":
+                value = {name: t.to_dict() for name, t in value.items()}
+            out[f.name] = value
         return out
 
     @classmethod
@@ -114,7 +312,14 @@ class Record:
         history = values.get("log_history")
         if history is not None and not isinstance(history, list):
             raise ContrastfitError(f"{where}: log_history is not a list")
-        return cls(**{k: v for k, v in values.items() if k in known and v is not None}, version=RECORD_VERSION)
+        if values.get("tasks") is not None and not all(isinstance(t, Mapping) for t in values["tasks"].values()):
+            raise ContrastfitError(f"{where}: a task of tasks is not a mapping")
+        try:
+            return cls(**{k: v for k, v in values.items() if k in known and v is not None}, version=RECORD_VERSION)
+        except ValidationError as exc:
+            error = exc.errors()[0]
+            at = ".".join(str(part) for part in error["loc"])
+            raise ContrastfitError(f"{where}: an entry has the wrong type ({at}: {error['msg']})") from None
 
     def write(self, path: str | os.PathLike) -> Path:
         """Write :meth:`to_dict` to ``path`` as JSON, atomically."""
@@ -125,20 +330,21 @@ class Record:
     @property
     def identity_sha256(self) -> str | None:
         """The identity hash (``identity.sha256``, else that of ``tags.run_identity``), or None."""
-        return record_identity({"identity": self.identity, "tags": self.tags})
+        return record_identity({"identity": self.identity and self.identity.to_dict(), "tags": self.tags})
+
+    @property
+    def run_data(self) -> RunData:
+        """The data of a single-task run (empty for another kind)."""
+        return self.data if isinstance(self.data, RunData) else RunData()
 
     @property
     def task(self) -> str | None:
         """The data's task (``classification`` or ``regression``) of a single-task run."""
-        return (self.data or {}).get("task")
+        return self.run_data.task
 
     @property
     def label_names(self) -> list[str] | None:
-        return (self.data or {}).get("label_names")
-
-    def data_entry(self, key: str) -> Any:
-        """``data[key]`` (e.g. ``train_hash``, ``train_size``, ``name``), None when absent."""
-        return (self.data or {}).get(key)
+        return self.run_data.label_names
 
 
 def _from_v0(values: dict[str, Any]) -> dict[str, Any]:

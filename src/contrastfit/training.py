@@ -499,7 +499,7 @@ def _train(config: TrainConfig, text_data: TextData | None, callbacks: list[Trai
     record = _record(config, model, {**data, "examples": examples} if examples else data, training, metrics,
                      clock, trainer.state.log_history, identity_data=data)
     # the folder (not results.json) keeps digests of the training rows: calibrate and evaluate check for them
-    model.info.update(model=config.model, seed=config.seed, data={**record.data, "train_rows": row_sketch(prepared.train)},
+    model.info.update(model=config.model, seed=config.seed, data={**record.data.to_dict(), "train_rows": row_sketch(prepared.train)},
                       training=training, versions=record.versions, base_model=config.model)
     if prepared.data.label_type is not None:  # integer labels: predict gives ints back (ContrastiveClassifier.labels)
         model.info["label_type"] = prepared.data.label_type

@@ -143,9 +143,9 @@ def stage1_encoder(config: MultiTaskExperimentConfig, name: str, seed: int, out:
                               progress=progress, **opts).record
     return {"name": name, "encoder": str(folder), "folder": f"{ENCODERS_DIR}/{folder.name}", "method": record.method,
             "hparams": record.hparams, "base_model": record.model,
-            "steps": record.training["steps"], "train_loss": record.training["train_loss"],
+            "steps": record.training.steps, "train_loss": record.training.train_loss,
             "train_s": float(record.timings["train_s"]),
-            "corpus": {k: record.data.get(k) for k in ("kind", "n_texts", "rows_hash", "sha256")}}
+            "corpus": {k: getattr(record.data, k) for k in ("kind", "n_texts", "rows_hash", "sha256")}}
 
 
 # -----------------------------------------------------------------------------------------------

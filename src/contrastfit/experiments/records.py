@@ -227,10 +227,10 @@ class RunRecord:
             record=record, run_id=rid, method=method, variant=variant, setting=str(tags.get("setting") or "full"),
             sample=sample, task=str(task), params=dict(params), metrics=metrics, per_class=per_class,
             confusion=confusion, label_names=tuple(str(n) for n in names) if names else None,
-            test_hash=None if record.data_entry("test_hash") is None else str(record.data_entry("test_hash")),
+            test_hash=None if record.run_data.test_hash is None else str(record.run_data.test_hash),
             train_s=float(train_s) if _number(train_s) else 0.0, identity=record.identity_sha256,
             model_label=None if tags.get("model") is None else str(tags["model"]),
-            data_name=None if record.data_entry("name") is None else str(record.data_entry("name")),
+            data_name=None if record.run_data.name is None else str(record.run_data.name),
             analysis_path=analysis if analysis is not None and analysis.is_file() else None,
             attributions_path=attributions if attributions is not None and attributions.is_file() else None,
         )
@@ -242,7 +242,7 @@ class RunRecord:
     @property
     def multi_label(self) -> bool:
         """Whether the run is of label sets (``data.multi_label``: a multi-label run's record)."""
-        return bool(self.record.data_entry("multi_label"))
+        return bool(self.record.run_data.multi_label)
 
     @property
     def hparams(self) -> dict[str, Any]:
@@ -250,7 +250,7 @@ class RunRecord:
 
     @property
     def training(self) -> dict[str, Any]:
-        return self.record.training
+        return self.record.training.to_dict()
 
     @property
     def model(self) -> str | None:

@@ -214,9 +214,9 @@ class TransferSources:
             record = train(tc).record
         info = {"key": spec["key"], "shared": spec["shared"], "folder": f"{SOURCES_DIR}/{folder.name}",
                 "encoder": str(folder / "encoder"), "method": record.method, "hparams": record.hparams,
-                "data": spec["data"], "train_hash": record.data_entry("train_hash"),
-                "train_size": record.data_entry("train_size"),
-                "training": {k: record.training.get(k) for k in ("batch_size", "learning_rate", "epochs", "steps")},
+                "data": spec["data"], "train_hash": record.run_data.train_hash,
+                "train_size": record.run_data.train_size,
+                "training": {k: getattr(record.training, k) for k in ("batch_size", "learning_rate", "epochs", "steps")},
                 "base_model": spec["base_model"]}
         self._done[spec["key"]] = info
         return info
