@@ -487,10 +487,10 @@ def _value_for(f):
 
 
 def test_every_train_option_reaches_trainconfig(monkeypatch, tmp_path):
-    import contrastfit.training
+    import contrastfit.cli
 
     seen = {}
-    monkeypatch.setattr(contrastfit.training, "train", lambda config: seen.setdefault("config", config) and {"ok": 1})
+    monkeypatch.setattr(contrastfit.cli, "train", lambda config: seen.setdefault("config", config) and {"ok": 1})
     argv, expected = ["train"], {}
     for f in _train_fields():
         text, value = _value_for(f)

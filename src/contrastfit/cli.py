@@ -19,12 +19,52 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import logging
 import os
+import signal
 import sys
+import typing
+import warnings
+from dataclasses import fields
+from pathlib import Path
 from typing import Any, Sequence
 
+import datasets
+from tqdm.auto import tqdm
+
+from . import __version__
 from .atomic import atomic_open, check_output, write_json_atomic, write_text_atomic
-from .errors import ContrastfitError
+from .card import write_model_card
+from .data import describe_builtin, load_data
+from .data.loading import (LABEL, SUFFIX_BUILDERS, TEXT, TEXT_PAIR, check_utf8, decode_utf8, file_problem,
+                           normalise_columns, read_table)
+from .data.multilabel import describe_multilabel_builtin
+from .data.overlap import MAX_CALIBRATION_OVERLAP, train_overlap
+from .distillation import DistillOptions, distill
+from .distributed import world
+from .errors import ContrastfitError, DataError
+from .evaluation import evaluate_model, headline
+from .evaluation.attributions import ExplainOptions, token_attributions
+from .evaluation.calibration import DegenerateFitError
+from .evaluation.plots import plot_attributions
+from .experiments import load_config, run_experiment
+from .experiments.config import MultiTaskExperimentConfig
+from .experiments.executors import EXECUTOR_SECTIONS, executor_overrides
+from .experiments.report import compare, main_table_text, write_report
+from .experiments.search import run_search
+from .export import CHECK_ROWS, EXPORT_NAME, export_onnx
+from .hub import push_to_hub
+from .inference import load_for_inference, prediction_rows, takes_pairs
+from .inputs import check_utf8_texts, model_inputs
+from .methods import available_methods
+from .modeling import CONFIG_NAME
+from .multilabel.cli import calibration_lines, load_eval_split
+from .pretrain import PretrainOptions, pretrain
+from .serve import ServeOptions, check_settings, make_server, require_serving
+from .setfit_format import SETFIT_CONFIG, export_setfit
+from .settings import check_fields
+from .trainer import method_schedule
+from .training import OPTION_GROUPS, TrainConfig, train
 
 #: The ``TrainConfig`` settings that ``evaluate`` shares with ``train``.
 _DATA_OPTIONS = ("data", "text_column", "text_pair_column", "label_column")
@@ -34,9 +74,6 @@ def config_option_fields(names: Sequence[str] | None = None, source: type | None
     """The fields of ``source`` (default :class:`~contrastfit.training.TrainConfig`; a dataclass declared
     with :func:`~contrastfit.settings.setting`) that are command-line options (those with a ``group``), in
     declaration order; only ``names`` if given."""
-    from dataclasses import fields
-
-    from .training import TrainConfig
 
     return [f for f in fields(source or TrainConfig) if f.metadata.get("group") and (names is None or f.name in names)]
 
@@ -47,10 +84,6 @@ def hparam_options() -> dict[str, dict[str, Any]]:
     keywords (type and choices from the first declaration), the help of each declaration followed by
     the methods that declare it so. The value is passed on as given (text for a tuple) and checked by
     the method."""
-    import typing
-
-    from .methods import available_methods
-
     options: dict[str, dict[str, Any]] = {}
     for method, spec in available_methods().items():
         for name, info in spec.cls.Hparams.model_fields.items():
@@ -72,8 +105,6 @@ def hparam_options() -> dict[str, dict[str, Any]]:
 def _option_type(annotation: Any, name: str) -> type:
     """``int``, ``float``, ``str`` or ``bool`` from a field's annotation (``X | None`` -> ``X``; a
     ``str | dict`` field, a file or the mapping it holds, takes the file on the command line)."""
-    import typing
-
     kinds = [k for k in (typing.get_args(annotation) or (annotation,)) if k is not type(None)]
     if str in kinds and all(k is str or typing.get_origin(k) is dict for k in kinds):
         kinds = [str]
@@ -95,10 +126,6 @@ def add_config_options(parser: argparse.ArgumentParser, names: Sequence[str] | N
     for one that is on by default). ``required`` options get no default. Each help text is the
     field's, with its default appended when it has one that is not None.
     """
-    import typing
-
-    from .training import OPTION_GROUPS, TrainConfig
-
     source = source or TrainConfig
     hints = typing.get_type_hints(source)
     chosen = config_option_fields(names, source)
@@ -170,8 +197,6 @@ def _add_text_input_args(p: argparse.ArgumentParser, verb: str) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import __version__
-
     parser = argparse.ArgumentParser(prog="contrastfit", description="Fine-tune text classifiers with supervised contrastive objectives; `contrastfit COMMAND --help` for each.")
     parser.add_argument("--version", action="version", version=f"contrastfit {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -232,8 +257,6 @@ def _add_predict_parser(sub) -> None:
 
 def _add_explain_parser(sub) -> None:
     """`contrastfit explain`."""
-    from .evaluation.attributions import ExplainOptions
-
     p = sub.add_parser("explain", help="Shapley values of the words of texts (JSONL out, optional PNG)",
                        description="Word attributions by Shapley value sampling (captum): how much each word moves the "
                                    "probability of the target label. Texts come as for `predict`. Writes one JSON "
@@ -266,8 +289,6 @@ def _add_calibrate_parser(sub) -> None:
 
 def _add_export_parser(sub) -> None:
     """`contrastfit export`."""
-    from .export import CHECK_ROWS
-
     p = sub.add_parser("export", help="export a trained model to ONNX, verified against PyTorch",
                        description="Write OUTPUT/model.onnx (token ids to logits, batch and length dynamic), the tokenizer "
                                    "and export.json (labels, temperature, the verification), after checking ONNX Runtime's "
@@ -308,8 +329,6 @@ def _add_export_parser(sub) -> None:
 
 def _add_serve_parser(sub) -> None:
     """`contrastfit serve`."""
-    from .serve import ServeOptions
-
     p = sub.add_parser("serve", help="serve a model over HTTP (POST /predict, GET /health, /metrics, /docs)",
                        description="An HTTP server (FastAPI on uvicorn: the `serve` extra) for a trained model, a "
                                    "multi-task folder's --task, or an ONNX export: POST /predict with {\"texts\": [...]} "
@@ -347,8 +366,6 @@ def _add_push_parser(sub) -> None:
 
 def _add_pretrain_parser(sub) -> None:
     """`contrastfit pretrain`."""
-    from .pretrain import PretrainOptions
-
     p = sub.add_parser("pretrain", help="train the encoder alone on a corpus (SimCSE / DiffCSE stage 1), save an encoder folder",
                        description="Stage 1 on its own corpus: the encoder stage of simcse-unsup, simcse-sup or diffcse on "
                                    "DATA (a text file with one text per line, a table, or a data set name; simcse-sup needs "
@@ -361,8 +378,6 @@ def _add_pretrain_parser(sub) -> None:
 
 def _add_distill_parser(sub) -> None:
     """`contrastfit distill`."""
-    from .distillation import DistillOptions
-
     p = sub.add_parser("distill", help="train a small student on unlabelled texts against a trained teacher",
                        description="Distillation: the teacher (a trained model folder) predicts once for every text of "
                                    "--data (unlabelled: a .txt file with one text per line, a table or a data set "
@@ -400,7 +415,6 @@ def _add_experiment_parser(sub) -> None:
     p.add_argument("--rebuild-store", action="store_true",
                    help="move OUTPUT/results.sqlite aside (e.g. an unreadable one) and rebuild it from the runs' "
                         "results.json files: finished runs are imported, not trained again")
-    from .experiments.executors import EXECUTOR_SECTIONS
 
     for source in EXECUTOR_SECTIONS.values():  # the config's executor keys (declared once there); not given: the config's
         add_config_options(p, source=source)
@@ -435,12 +449,9 @@ def _parse_params(items: Sequence[str]) -> dict[str, str]:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from .training import TrainConfig, train
-
     hparams = _parse_params(args.param)
     hparams.update({k[3:]: v for k, v in vars(args).items() if k.startswith("hp_") and v is not None})
     config = TrainConfig(hparams=hparams, **{f.name: getattr(args, f.name) for f in config_option_fields()})
-    from .distributed import world
 
     result = train(config)
     if world()[0] == 0:  # under torchrun only the first process wrote the model
@@ -451,13 +462,8 @@ def cmd_train(args: argparse.Namespace) -> int:
 def _load_eval_split(args: argparse.Namespace, model) -> tuple[object, str]:
     """A built-in or Hub data set's split, or a local file whole, labelled with the model's labels."""
     if getattr(model, "multi_label", False):
-        from .multilabel.cli import load_eval_split
-
         return load_eval_split(args, model)
-    from pathlib import Path
 
-    from .data import load_data
-    from .data.loading import SUFFIX_BUILDERS, normalise_columns, read_table
 
     path = Path(args.data).expanduser()
     if path.suffix.lower() in SUFFIX_BUILDERS or path.is_file():
@@ -472,8 +478,6 @@ def _load_eval_split(args: argparse.Namespace, model) -> tuple[object, str]:
     split = args.split or "test"
     ds = data.split(split)
     if data.label_names is not None and model.label_names is not None and data.label_names != model.label_names:
-        from .errors import DataError
-
         raise DataError(f"data set '{args.data}' has labels {data.label_names}, the model {model.label_names}")
     return ds, f"{args.data} ({split} split, {len(ds)} rows)"
 
@@ -486,8 +490,6 @@ def _add_task_arg(p: argparse.ArgumentParser, verb: str) -> None:
 def _load_model(args: argparse.Namespace):
     """The model in ``args.run`` (:func:`contrastfit.inference.load_for_inference`): a single-task model, the
     task ``--task`` of a multi-task folder, or an ONNX export."""
-    from .inference import load_for_inference
-
     return load_for_inference(args.run, getattr(args, "task", None))
 
 
@@ -495,16 +497,11 @@ def _model_inputs(args: argparse.Namespace, model, texts, pairs) -> tuple[list[s
     """The texts as ``model`` reads them (:func:`contrastfit.inputs.model_inputs`, the rule ``serve``
     follows too): whole lines for a single-text model, two tab-separated texts per line (or a table's
     pair column) for a pair model."""
-    from .inputs import model_inputs
-    from .inference import takes_pairs
-
     what = f"task '{args.task}' of {args.run}" if args.task is not None else args.run
     return model_inputs(texts, pairs, takes_pairs(model), what, "a second-text column (--text-pair-column)")
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    from .evaluation import evaluate_model, headline
-
     model = _load_model(args)
     ds, what = _load_eval_split(args, model)
     overlap = _train_overlap(args, model, ds)
@@ -533,21 +530,15 @@ def _model_name(args: argparse.Namespace) -> str:
 def _train_overlap(args: argparse.Namespace, model, ds):
     """How many rows of ``ds`` the model in ``args.run`` was trained on
     (:func:`contrastfit.data.overlap.train_overlap` of its record), None if its folder does not say."""
-    from .data.overlap import train_overlap
-
     return train_overlap(model.info.get("data"), ds)
 
 
 def cmd_card(args: argparse.Namespace) -> int:
-    from .card import write_model_card
-
     print(f"wrote {write_model_card(args.run, license=args.license, language=args.language, datasets=args.dataset)}")
     return 0
 
 
 def cmd_push(args: argparse.Namespace) -> int:
-    from .hub import push_to_hub
-
     url = push_to_hub(args.folder, args.repo, private=args.private, commit_message=args.message, license=args.license,
                       language=args.language, datasets=args.dataset)
     print(f"pushed {args.folder} to {url}")
@@ -555,14 +546,11 @@ def cmd_push(args: argparse.Namespace) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from .serve import ServeOptions, check_settings, make_server, require_serving
-
     options = {f.name: getattr(args, f.name) for f in config_option_fields(source=ServeOptions)}
     check_settings(cli=True, **options)  # before the model loads
     require_serving()
     model = _load_model(args)
     server = make_server(model, ServeOptions(**options), name=str(args.run), log=True)
-    import signal
 
     def stop(signum, frame):
         raise KeyboardInterrupt
@@ -584,8 +572,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from .export import export_onnx
-
     if args.verify_file and args.check_data:
         raise ContrastfitError("--verify-file and --check-data both name the texts to check the export on: give one")
     if args.check_rows < 1:
@@ -596,7 +582,6 @@ def cmd_export(args: argparse.Namespace) -> int:
                                     ("--verify-file", args.verify_file)) if v is not None]
         if onnx_only:
             raise ContrastfitError(f"{onnx_only[0]} is an option of the ONNX export; --format setfit takes --check-data")
-        from .setfit_format import SETFIT_CONFIG, export_setfit
 
         record = export_setfit(args.run, args.output, check_data=args.check_data, text_column=args.text_column)
         check = record["verification"]
@@ -629,13 +614,6 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
-    from .data.loading import LABEL, TEXT, TEXT_PAIR
-    from .data.overlap import MAX_CALIBRATION_OVERLAP
-    from .evaluation.calibration import DegenerateFitError
-    from .export import EXPORT_NAME
-    from .modeling import CONFIG_NAME
-    from .inference import load_for_inference
-
     if os.path.isfile(os.path.join(args.run, EXPORT_NAME)):
         raise ContrastfitError(f"{args.run} is an ONNX export; calibrate the model folder it was exported from, "
                                "then export again")
@@ -663,11 +641,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     saved = getattr(model, "model", model)  # a task's model saves the whole multi-task configuration
     write_json_atomic(os.path.join(args.run, CONFIG_NAME), saved.config_dict())  # the weights are unchanged
     if os.path.isfile(os.path.join(args.run, "results.json")):
-        from .card import write_model_card
-
         write_model_card(args.run)  # the card states the temperature
     if "temperatures" in record:  # multi-label: one temperature per label (contrastfit.multilabel.model)
-        from .multilabel.cli import calibration_lines
 
         print(f"{args.run}: per-label temperature scaling fitted on {what} (predictions unchanged)")
         print("\n".join(calibration_lines(record)))
@@ -681,11 +656,6 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 def _read_predict_inputs(args: argparse.Namespace) -> tuple[list[str], list[str] | None]:
     """Texts from the arguments, ``--file`` or standard input (lines as they are: a tab splits a line
     into a pair only for a pair model, :func:`_model_inputs`), and a table's pair column."""
-    from pathlib import Path
-
-    from .data.loading import SUFFIX_BUILDERS, check_utf8, decode_utf8, file_problem, normalise_columns, read_table
-    from .errors import DataError
-    from .inputs import check_utf8_texts
 
     if args.texts:
         check_utf8_texts(args.texts)  # an argument's bytes that are not UTF-8: lone surrogates, no tokenizer takes them
@@ -717,7 +687,6 @@ def _read_predict_inputs(args: argparse.Namespace) -> tuple[list[str], list[str]
 def cmd_predict(args: argparse.Namespace) -> int:
     model = _load_model(args)
     texts, pairs = _model_inputs(args, model, *_read_predict_inputs(args))
-    from .inference import prediction_rows
 
     rows = prediction_rows(model, texts, pairs, batch_size=args.batch_size)
     with atomic_open(args.output) if args.output else contextlib.nullcontext(sys.stdout) as out:
@@ -728,10 +697,6 @@ def cmd_predict(args: argparse.Namespace) -> int:
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
-    from tqdm.auto import tqdm
-
-    from .evaluation.attributions import ExplainOptions, token_attributions
-    from .settings import check_fields
 
     options = ExplainOptions(**{f.name: getattr(args, f.name) for f in config_option_fields(source=ExplainOptions)})
     check_fields(options)  # before the model loads
@@ -753,8 +718,6 @@ def cmd_explain(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(lines)
     if args.plot:
-        from .evaluation.plots import plot_attributions
-
         plot_attributions([(f"text {i + 1}", r) for i, r in enumerate(results)], args.plot,
                           title=f"{_model_title(model)}: Shapley values of words")
         print(f"wrote {args.plot}", file=sys.stderr)
@@ -767,9 +730,6 @@ def _model_title(model) -> str:
 
 
 def cmd_datasets(args: argparse.Namespace) -> int:
-    from .data import describe_builtin
-    from .data.multilabel import describe_multilabel_builtin
-
     rows = describe_builtin() + describe_multilabel_builtin()
     if args.json:
         print(json.dumps(rows, indent=2))
@@ -792,9 +752,6 @@ def cmd_datasets(args: argparse.Namespace) -> int:
 
 
 def cmd_methods(args: argparse.Namespace) -> int:
-    from .methods import available_methods
-    from .trainer import method_schedule
-
     specs = available_methods()
     schedule = {n: method_schedule(s.cls) for n, s in specs.items()}  # with --learning-rate / --min-steps left out
     if args.json:
@@ -813,10 +770,6 @@ def cmd_methods(args: argparse.Namespace) -> int:
 
 
 def cmd_experiment(args: argparse.Namespace) -> int:
-    from .experiments import load_config, run_experiment
-
-    from .experiments.executors import EXECUTOR_SECTIONS, executor_overrides
-
     overrides = list(args.set or [])
     if args.output:
         overrides.append(f"output={json.dumps(args.output)}")
@@ -824,8 +777,6 @@ def cmd_experiment(args: argparse.Namespace) -> int:
                                    for f in config_option_fields(source=source)})
     config = load_config(args.config, overrides)
     if executor:
-        from .experiments.config import MultiTaskExperimentConfig
-
         if isinstance(config, MultiTaskExperimentConfig):
             raise ContrastfitError(f"{args.config} is a multi-task experiment, which runs in this process; "
                                    "--executor, --ray-address and --slurm-cluster run a single-task grid")
@@ -834,9 +785,6 @@ def cmd_experiment(args: argparse.Namespace) -> int:
                                    "on Slurm, start `--search optuna` jobs that share one search.storage")
         config = load_config(args.config, overrides + executor)
     if args.search:
-        from .experiments.config import MultiTaskExperimentConfig
-        from .experiments.search import run_search
-
         if isinstance(config, MultiTaskExperimentConfig):
             raise ContrastfitError(f"{args.config} is a multi-task experiment; --search runs a single-task "
                                    "config's search: block")
@@ -851,8 +799,6 @@ def cmd_experiment(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from .experiments.report import main_table_text, write_report
-
     paths = write_report(args.folder)
     print(main_table_text(args.folder))
     print(f"\nwritten: {paths['markdown']}, {paths['html']}")
@@ -860,15 +806,11 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from .experiments.report import compare
-
     print(compare(args.folder_a, args.folder_b, args.metric or ["accuracy", "macro_f1"]))
     return 0
 
 
 def cmd_pretrain(args: argparse.Namespace) -> int:
-    from .pretrain import PretrainOptions, pretrain
-
     options = {f.name: getattr(args, f.name) for f in config_option_fields(source=PretrainOptions)}
     result = pretrain(**options, hparams=_parse_params(args.param))
     print(f"encoder saved to {result.output}")
@@ -876,8 +818,6 @@ def cmd_pretrain(args: argparse.Namespace) -> int:
 
 
 def cmd_distill(args: argparse.Namespace) -> int:
-    from .distillation import DistillOptions, distill
-
     options = {f.name: getattr(args, f.name) for f in config_option_fields(source=DistillOptions)}
     result = distill(args.teacher, **options, hparams=_parse_params(args.param) or None)
     print(f"saved to {args.output}")
@@ -945,9 +885,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _quiet_libraries() -> None:
     """Keep library chatter (weight-loading bars, advisory warnings) out of the user's terminal."""
-    import logging
-    import warnings
-
     warnings.filterwarnings("ignore", category=FutureWarning)
     warnings.filterwarnings("ignore", category=UserWarning, module="transformers")
     for name in ("transformers", "datasets", "accelerate"):
@@ -960,8 +897,6 @@ def _quiet_libraries() -> None:
     except Exception:  # pragma: no cover - logging is cosmetic
         pass
     try:
-        import datasets
-
         datasets.disable_progress_bars()
     except Exception:  # pragma: no cover
         pass
