@@ -215,7 +215,7 @@ def test_multi_label_values_explain_each_labels_own_probability(tiny_encoder_dir
     model = train(texts=[t for t, _ in rows], labels=[lab.split("|") for _, lab in rows],
                   multi_label=True, method="ce", model=str(tiny_encoder_dir), epochs=1, validation_split=0,
                   progress=False).model.eval()
-    model.info["calibration"] = {"temperatures": [0.5, 2.0, 1.0]}  # as `contrastfit calibrate` would set them
+    model.info.calibration = {"temperatures": [0.5, 2.0, 1.0]}  # as `contrastfit calibrate` would set them
     names = model.label_names
     text = "good fun dull plot"
     probs = model.predict_proba([text])[0]

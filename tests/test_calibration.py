@@ -303,12 +303,12 @@ def test_the_saved_folder_keeps_digests_of_its_training_rows(trained):
         return datasets.Dataset.from_dict({"text": texts, "label": labels or [0] * len(texts)})
 
     texts = [r["sentence"] for r in sentiment_rows()]
-    assert train_overlap(record, table([" " + t.upper() + " " for t in texts[:5]] + ["a new text"], [1] * 6)).to_dict() == {
+    assert train_overlap(record["train_hash"], sketch, table([" " + t.upper() + " " for t in texts[:5]] + ["a new text"], [1] * 6)).to_dict() == {
         "rows": 5, "of": 6, "same_rows": False, "estimated": False, "fraction": 5 / 6}
     train = table([f"training text {i}" for i in range(4000)])
     cut = {"train_hash": "-", "train_rows": row_sketch(train, size=400)}
     assert cut["train_rows"]["kept"] == 400 and cut["train_rows"]["distinct"] == 4000
     other = table([f"training text {i}" for i in range(0, 4000, 4)] + [f"other text {i}" for i in range(3000)])
-    estimate = train_overlap(cut, other)  # 1000 of 4000 rows; about 400 of them fall in the kept range
+    estimate = train_overlap(cut["train_hash"], cut["train_rows"], other)  # 1000 of 4000 rows; about 400 of them fall in the kept range
     assert estimate.estimated and estimate.of == 4000 and abs(estimate.rows - 1000) < 200
-    assert train_overlap({"train_hash": "-"}, other) is None  # a folder saved before the digests
+    assert train_overlap("-", None, other) is None  # a folder saved before the digests

@@ -596,7 +596,7 @@ def test_calibrate_each_task_of_a_multitask_folder(multitask_run, capsys, tmp_pa
     expected = torch.softmax(torch.tensor(logits) / t, -1).numpy()
     assert after.predict_proba(texts, task="sent") == pytest.approx(expected, abs=1e-5)
     assert after.for_task("sent").temperature == after.task_temperature("sent")
-    assert after.for_task("sent").info["calibration"]["temperature"] == pytest.approx(t, rel=1e-6)
+    assert after.for_task("sent").info.calibration.temperature == pytest.approx(t, rel=1e-6)
     t_para = after.task_temperature("para")
     para_logits = before.predict_logits(firsts, seconds, task="para")
     assert after.predict_proba(firsts, seconds, task="para") == pytest.approx(

@@ -52,7 +52,7 @@ def saved(tmp_path_factory, tiny_encoder_dir):
     for name, pairs in (("run", False), ("pair-run", True)):
         model = ContrastiveClassifier.from_encoder(str(tiny_encoder_dir), "ce", ["negative", "positive"])
         if pairs:
-            model.info["data"] = {"text_pair": True}
+            model.info.data = {"text_pair": True}
         model.save_pretrained(folder / name)
         runs[name] = folder / name
     return SimpleNamespace(**{k.replace("-", "_"): v for k, v in runs.items()}, encoder=tiny_encoder_dir)

@@ -17,7 +17,7 @@ TEXTS = ["good fun film", "the plot was very dull and the actor was weak but the
 def _saved(tmp_path, encoder, method, hparams=None, pairs=False, labels=("negative", "neutral", "positive")):
     model = ContrastiveClassifier.from_encoder(str(encoder), method, list(labels), hparams=hparams or {})
     if pairs:
-        model.info["data"] = {"text_pair": True}
+        model.info.data = {"text_pair": True}
     folder = tmp_path / f"run-{method}"
     model.save_pretrained(folder)
     return folder, model.eval()

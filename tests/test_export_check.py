@@ -20,7 +20,7 @@ NOTE = "checking on the 8 built-in sentences instead (--check-data FILE checks o
 def _saved(tmp_path, encoder, data=None, labels=("negative", "positive")):
     model = ContrastiveClassifier.from_encoder(str(encoder), "ce", list(labels))
     if data is not None:
-        model.info["data"] = data
+        model.info.data = data
     folder = tmp_path / "run"
     model.save_pretrained(folder)
     return folder

@@ -167,11 +167,11 @@ def _run_folder(tmp_path, tiny_encoder_dir) -> tuple[Path, ContrastiveClassifier
 
     folder = tmp_path / "runs" / "a"
     model = _trained_like(tiny_encoder_dir, "mean")
-    model.info.update({"model": str(tiny_encoder_dir), "seed": 0,
-                       "data": {"name": "my", "source": {"kind": "local", "path": str(tmp_path / "data" / "my.csv")},
-                                "train_size": 10}})
+    model.info.update(model=str(tiny_encoder_dir), seed=0,
+                      data={"name": "my", "source": {"kind": "local", "path": str(tmp_path / "data" / "my.csv")},
+                            "train_size": 10})
     model.save_pretrained(folder)
-    record = {"method": "ce", "model": str(tiny_encoder_dir), "seed": 0, "data": model.info["data"],
+    record = {"method": "ce", "model": str(tiny_encoder_dir), "seed": 0, "data": model.info.data.to_dict(),
               "metrics": {"test": {"accuracy": 0.75, "f1": 0.7}}}
     (folder / "results.json").write_text(json.dumps(record))
     (folder / "checkpoints" / "checkpoint-2").mkdir(parents=True)

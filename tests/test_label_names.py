@@ -205,7 +205,7 @@ def test_descriptions_stand_in_for_codes(tiny_encoder_dir, word_labels_csv, tmp_
     texts = ["good fun film", "bad dull plot", "the actor"]
     np.testing.assert_allclose(described.model.predict_logits(texts), named.model.predict_logits(texts), atol=1e-6)
     assert described["data"]["label_descriptions"] == {"0": "bad", "1": "good"}
-    assert described.model.info["label_descriptions"] == {"0": "bad", "1": "good"}
+    assert described.model.info.label_descriptions == {"0": "bad", "1": "good"}
     assert described.record.identity.spec["data"]["label_descriptions"] == {"0": "bad", "1": "good"}
     (tmp_path / "d.csv").write_text("label,description\n0,dull\n1,good\n")  # the same file, edited
     again = train(method="zero-shot", data=str(_codes_csv(tmp_path)), label_column="sentiment",
@@ -218,7 +218,7 @@ def test_the_default_recipe_anchors_on_the_descriptions(tiny_encoder_dir, tmp_pa
     from datasets import Dataset
 
     model = ContrastiveClassifier.from_encoder(str(tiny_encoder_dir), "ce-scl-lr", ["0", "1"])
-    model.info["label_descriptions"] = {"0": "bad plot", "1": "good"}
+    model.info.label_descriptions = {"0": "bad plot", "1": "good"}
     model.method.prepare(model, Dataset.from_dict({"input_ids": [[1, 2]]}))
     want = model.tokenizer(["bad plot", "good"], padding=True, return_tensors="pt")
     assert model.method.anchor_note is None

@@ -72,7 +72,7 @@ def test_string_labels_stay_strings_and_numbers_as_text_stay_text(tiny_encoder_d
 def test_a_file_of_word_labels_and_a_regression_target_are_unchanged(tiny_encoder_dir, tmp_path):
     path = write_sentiment_csv(tmp_path / "toy.csv")
     result = train(data=str(path), label_column="sentiment", **_fast(tiny_encoder_dir))
-    assert result.model.info.get("label_type") is None and result.model.predict(["superb"])[0] in ("negative", "positive")
+    assert result.model.info.label_type is None and result.model.predict(["superb"])[0] in ("negative", "positive")
     texts, _ = _rows()
     scores = [float(i % 5) + 0.5 for i in range(len(texts))]
     regression = train(texts=texts, labels=scores, **_fast(tiny_encoder_dir))

@@ -282,7 +282,7 @@ def test_command_line_predict_evaluate_calibrate(tmp_path, tiny_encoder_dir, top
     assert main(["calibrate", str(run), "--data", str(held)]) == 0
     assert "per-label temperatures" in capsys.readouterr().out
     calibrated = ContrastiveClassifier.from_pretrained(run)
-    assert len(calibrated.info["calibration"]["temperatures"]) == 3
+    assert len(calibrated.info.calibration.temperatures) == 3
     assert calibrated.predict(texts) == before  # thresholds move with the temperatures: no prediction changes
 
 

@@ -9,11 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from contrastfit import ContrastiveClassifier
 from contrastfit.card import model_card
-from contrastfit.errors import ContrastfitError
+from contrastfit.errors import ContrastfitError, ModelError
 from contrastfit.identity import record_identity
 from contrastfit.experiments.records import RunRecord
-from contrastfit.record import RECORD_VERSION, RESULTS_NAME, Record, read_record
+from contrastfit.record import RECORD_VERSION, RESULTS_NAME, Calibration, ModelInfo, Record, read_record
 from contrastfit.training import train
 
 RECORDS = Path(__file__).parent / "records"
@@ -86,3 +87,36 @@ def test_a_run_writes_the_record_it_returns_with_its_identity(tmp_path, tiny_enc
     # a finished run resumed returns its record as it was written
     again = train(output=str(tmp_path / "a"), resume=True, **opts)
     assert again.record == written and again.output == str(tmp_path / "a")
+
+
+def test_model_info_reads_and_writes_a_folders_entries_unchanged():
+    raw = {"base_model": "minilm-l6", "seed": 0, "label_type": "int", "future_entry": [1, 2],
+           "data": {"name": "my", "source": {"kind": "local", "path": "/d/my.csv", "new_key": 1},
+                    "train_hash": "abc", "train_rows": {"rows": 3}},
+           "training": {"steps": 15, "learning_rate": 1e-4, "new_setting": True},
+           "calibration": {"temperature": 1.5, "n": 10}}
+    info = ModelInfo.read(raw)
+    assert info.to_dict() == raw
+    assert (info.data.source.path, info.data.train_hash, info.training.steps, info.calibration.temperature,
+            info.future_entry) == ("/d/my.csv", "abc", 15, 1.5, [1, 2])
+    empty = ModelInfo.read({})
+    assert (empty.data.source, empty.calibration.temperature, empty.label_descriptions, empty.to_dict()) == (
+        None, None, {}, {})
+    empty.calibration = {"temperature": 2.0}  # validated into its model
+    assert isinstance(empty.calibration, Calibration) and empty.to_dict() == {"calibration": {"temperature": 2.0}}
+    with pytest.raises(ModelError, match=r"^run/contrastfit.json: an entry has the wrong type \(calibration\.temperature"):
+        ModelInfo.read({"calibration": {"temperature": "hot"}}, "run/contrastfit.json")
+
+
+def test_a_folder_with_a_wrongly_typed_info_entry_is_one_line(tmp_path, tiny_encoder_dir):
+    model = ContrastiveClassifier.from_encoder(str(tiny_encoder_dir), "ce", ["negative", "positive"])
+    model.info.update(seed=3, label_type="int")
+    folder = model.save_pretrained(tmp_path / "run", progress=False)
+    again = ContrastiveClassifier.from_pretrained(folder, progress=False)
+    assert again.info.to_dict() == model.info.to_dict() == {"base_model": str(tiny_encoder_dir), "seed": 3,
+                                                             "label_type": "int"}
+    config = json.loads((folder / "contrastfit.json").read_text())
+    (folder / "contrastfit.json").write_text(json.dumps({**config, "seed": "three"}))
+    with pytest.raises(ModelError, match=r"contrastfit.json: an entry has the wrong type \(seed:") as caught:
+        ContrastiveClassifier.from_pretrained(folder, progress=False)
+    assert "\n" not in str(caught.value)

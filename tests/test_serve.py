@@ -20,6 +20,7 @@ import pytest
 
 from contrastfit import ContrastiveClassifier
 from contrastfit.inference import load_for_inference
+from contrastfit.record import ModelInfo
 from contrastfit.serve import ServeOptions, make_app, make_server
 
 
@@ -172,7 +173,7 @@ def test_a_pair_model_takes_pairs_in_both_payloads(tiny_encoder_dir):
     from fastapi.testclient import TestClient
 
     model = ContrastiveClassifier.from_encoder(str(tiny_encoder_dir), "ce", ["no", "yes"]).eval()
-    model.info["data"] = {"text_pair": True}
+    model.info.data = {"text_pair": True}
     texts, pairs = ["good film", "awful plot"], ["great movie", "superb story"]
     want = model.predict_proba(texts, pairs)
     with TestClient(make_app(model)) as c:
@@ -191,7 +192,7 @@ class _Fixed:
     """A model stand-in that answers the same scores for every text: a multi-label or a regression model."""
 
     def __init__(self, task, labels, scores, **extra):
-        self.task, self.label_names, self.info, self.scores = task, labels, {}, np.array(scores)
+        self.task, self.label_names, self.info, self.scores = task, labels, ModelInfo(), np.array(scores)
         self.__dict__.update(extra)
 
     def predict_proba(self, texts, pairs=None, batch_size=64):
@@ -712,7 +713,7 @@ def test_small_requests_waiting_together_share_one_pass(saved):
 
 def test_a_pair_model_runs_in_chunks_with_its_pairs(tiny_encoder_dir):
     model = ContrastiveClassifier.from_encoder(str(tiny_encoder_dir), "ce", ["no", "yes"]).eval()
-    model.info["data"] = {"text_pair": True}
+    model.info.data = {"text_pair": True}
     texts = ["good film", "awful plot", "the story", "a fun actor", "dull"]
     pairs = ["great movie", "superb story", "the plot", "bad actor", "boring and weak"]
     slow = _Slow(model)
@@ -734,7 +735,7 @@ class _Numbered:
 
     def __init__(self, pause: float = 0.0, meet=None, fail_on: str | None = None):
         self.pause, self.meet, self.fail_on = pause, meet, fail_on
-        self.info, self.task, self.label_names = {}, "classification", ["negative", "positive"]
+        self.info, self.task, self.label_names = ModelInfo(), "classification", ["negative", "positive"]
         self.passes: list[tuple[str, list[str]]] = []
 
     def __deepcopy__(self, memo):

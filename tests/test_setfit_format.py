@@ -28,7 +28,7 @@ def _saved(tmp_path, encoder, method: str, labels: list[str], temperature: float
         for p in model.head.parameters():
             p.normal_(0, 3.0)
     if temperature is not None:
-        model.info["calibration"] = {"temperature": temperature}
+        model.info.calibration = {"temperature": temperature}
     folder = tmp_path / f"{method}-{len(labels)}"
     model.save_pretrained(folder)
     return folder, model
@@ -60,7 +60,7 @@ def test_setfit_loads_the_export_and_gives_the_same_probabilities_and_labels(tmp
 def test_models_without_a_setfit_equivalent_are_refused_in_one_line(tmp_path, tiny_encoder_dir, capsys):
     lacon, _ = _saved(tmp_path, tiny_encoder_dir, "lacon", ["a", "b"], heads=4)
     pairs, model = _saved(tmp_path / "p", tiny_encoder_dir, "ce-scl-lr", ["no", "yes"])
-    model.info["data"] = {"text_pair": True}
+    model.info.data = {"text_pair": True}
     model.save_pretrained(pairs)
     capsys.readouterr()
     for run, fragment in ((lacon, "is a model whose head (LabelMatchingHead"), (pairs, "is a model of text pairs")):

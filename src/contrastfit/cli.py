@@ -60,6 +60,7 @@ from .methods import available_methods
 from .modeling import CONFIG_NAME
 from .multilabel.cli import calibration_lines, load_eval_split
 from .pretrain import PretrainOptions, pretrain
+from .record import DataSource
 from .serve import ServeOptions, check_settings, make_server, require_serving
 from .setfit_format import SETFIT_CONFIG, export_setfit
 from .settings import check_fields
@@ -467,10 +468,10 @@ def _load_eval_split(args: argparse.Namespace, model) -> tuple[object, str]:
 
     path = Path(args.data).expanduser()
     if path.suffix.lower() in SUFFIX_BUILDERS or path.is_file():
-        source = model.info.get("data", {}).get("source", {})
-        text_col = args.text_column or source.get("text_column")
-        pair_col = args.text_pair_column or source.get("text_pair_column")
-        label_col = args.label_column or source.get("label_column")
+        source = model.info.data.source or DataSource()
+        text_col = args.text_column or source.text_column
+        pair_col = args.text_pair_column or source.text_pair_column
+        label_col = args.label_column or source.label_column
         ds, _ = normalise_columns(read_table(path), str(path), text_col, pair_col, label_col, model.label_names)
         return ds, f"{path} (all {len(ds)} rows)"
     data = load_data(args.data, text_column=args.text_column, text_pair_column=args.text_pair_column,
@@ -530,7 +531,7 @@ def _model_name(args: argparse.Namespace) -> str:
 def _train_overlap(args: argparse.Namespace, model, ds):
     """How many rows of ``ds`` the model in ``args.run`` was trained on
     (:func:`contrastfit.data.overlap.train_overlap` of its record), None if its folder does not say."""
-    return train_overlap(model.info.get("data"), ds)
+    return train_overlap(model.info.data.train_hash, model.info.data.train_rows, ds)
 
 
 def cmd_card(args: argparse.Namespace) -> int:

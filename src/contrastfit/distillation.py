@@ -259,15 +259,14 @@ def load_teacher(folder: str):
         kind = "multi-label" if teacher.multi_label else "regression"
         raise ModelError(f"teacher {folder} is a {kind} model; distill learns a single-label classifier's "
                          "predictions")
-    record = {}
+    accuracy = None
     results = path / "results.json"
     if results.is_file():
         with contextlib.suppress(Exception):  # an unreadable record only leaves the description shorter
-            record = read_record(results).to_dict()
-    test = (record.get("metrics") or {}).get("test") or {}
+            accuracy = read_record(results).metric("test", "accuracy")
     info = {"folder": str(path.resolve()), "method": getattr(teacher.method, "registered_name", teacher.method.name),
-            "model": teacher.info.get("base_model") or teacher.info.get("model"), "label_names": teacher.label_names,
-            "temperature": teacher.temperature, "test_accuracy": test.get("accuracy")}
+            "model": teacher.info.base_model or teacher.info.model, "label_names": teacher.label_names,
+            "temperature": teacher.temperature, "test_accuracy": accuracy}
     return teacher, info
 
 

@@ -107,7 +107,7 @@ def load_backbone(name_or_path: str, *, trust_remote_code: bool = False, revisio
     try:
         tokenizer = AutoTokenizer.from_pretrained(target, **kwargs)
         model = AutoModel.from_pretrained(target, use_safetensors=_has_safetensors(target) if local else None, **kwargs)
-    except RuntimeError as exc:  # e.g. weights of other shapes than config.json's: transformers logs which, raises
+    except RuntimeError:  # e.g. weights of other shapes than config.json's: transformers logs which, raises
         mismatch = weights_config_mismatch(target, trust_remote_code) if local else None
         if mismatch is None:
             raise

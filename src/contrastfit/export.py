@@ -144,46 +144,46 @@ def _read_check_file(path: Path, text_column: str | None, text_pair_column: str 
 
 def _model_data(model: Any, run: str) -> tuple[list[str], list[str] | None, dict[str, Any]]:
     """The test (else validation) split of the data ``model`` records it was trained on, read again."""
-    data = model.info.get("data") if isinstance(getattr(model, "info", None), dict) else None
-    source = data.get("source") if isinstance(data, dict) else None
-    if not isinstance(source, dict) or not source.get("kind"):
+    data = model.info.data
+    source = data.source
+    if source is None or not source.kind:
         raise _NoCheckData(f"{run} records no data it was trained on")
-    kind, multi_label = source["kind"], bool(source.get("multi_label") or getattr(model, "multi_label", False))
+    kind, multi_label = source.kind, bool(source.multi_label or getattr(model, "multi_label", False))
     if kind == "builtin":
         # lazy: data.builtin and data.multilabel import datasets and torch, this module imports without torch
         from .data.builtin import load_builtin
         from .data.multilabel import load_multilabel_builtin
 
-        name = str(source.get("name"))
+        name = str(source.name)
         loaded, origin = (load_multilabel_builtin(name) if multi_label else load_builtin(name)), name
     elif kind == "local":
-        path = Path(str(source.get("path") or ""))
-        if not source.get("path") or not path.is_file():
+        path = Path(source.path or "")
+        if not source.path or not path.is_file():
             raise _NoCheckData(f"{path}, the data {run} was trained on, is no longer there")
-        given = {split: source.get(f"{split}_data") for split in ("validation", "test")}
+        given = {"validation": source.validation_data, "test": source.test_data}
         files = {split: f if isinstance(f, str) and Path(f).expanduser().is_file() else None for split, f in given.items()}
         if files["test"] is None and given["validation"] is not None and files["validation"] is None:
             raise _NoCheckData(f"the validation data {run} was trained with ({given['validation']}) is no longer "
                                "there" if isinstance(given["validation"], str) else
                                f"{run} was validated on in-memory data, which cannot be read again")
-        options = {"text_column": source.get("text_column"), "text_pair_column": source.get("text_pair_column"),
-                   "label_column": source.get("label_column"), "validation_data": files["validation"],
+        options = {"text_column": source.text_column, "text_pair_column": source.text_pair_column,
+                   "label_column": source.label_column, "validation_data": files["validation"],
                    "test_data": files["test"]}
         if multi_label:
             # lazy: data.multilabel imports datasets and torch, this module imports without torch
             from .data.multilabel import load_multilabel
 
-            loaded = load_multilabel(path, label_separator=source.get("label_separator"), **options)
+            loaded = load_multilabel(path, label_separator=source.label_separator, **options)
         else:
             # lazy: data imports datasets and torch, this module imports without torch
             from .data import load_data
 
-            loaded = load_data(path, validation_split=source.get("validation_split"), task=data.get("task"), **options)
+            loaded = load_data(path, validation_split=source.validation_split, task=data.task, **options)
         origin = str(path)
     elif kind == "memory":
         raise _NoCheckData(f"{run} was trained on in-memory data, which cannot be read again")
     elif kind == "hub":
-        raise _NoCheckData(f"{run} was trained on the Hub data set '{source.get('name')}', which the export does not "
+        raise _NoCheckData(f"{run} was trained on the Hub data set '{source.name}', which the export does not "
                            "download")
     else:
         raise _NoCheckData(f"{run} records its data as {kind!r}, which the export cannot read")
@@ -355,7 +355,7 @@ def export_onnx(run: str | os.PathLike, output: str | os.PathLike, *, task: str 
     spec = getattr(model, "spec", None)
     separate = bool(getattr(model, "separate_pairs", False))  # a head reading the pair's texts encoded apart
     method = f"multitask:{spec.name}:{spec.objective}" if spec is not None else model.config_dict()["method"]
-    pair_model = bool(model.info.get("data", {}).get("text_pair"))
+    pair_model = bool(model.info.data.text_pair)
     _check_model_options(model, texts, quantize, check_data)
     texts, pairs, checked_on = _texts_to_check(model, run, texts, pairs, pair_model, check_data=check_data,
                                                check_rows=check_rows, text_column=text_column,

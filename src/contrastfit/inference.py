@@ -44,7 +44,7 @@ def load_for_inference(folder: str, task: str | None = None):
 
 def takes_pairs(model) -> bool:
     """Whether ``model`` (any :func:`load_for_inference` gives) classifies text pairs."""
-    return bool(model.info.get("data", {}).get("text_pair"))
+    return bool(model.info.data.text_pair)
 
 
 def rows(model, scores) -> list[dict[str, Any]]:

@@ -53,8 +53,13 @@ from .methods import Method, get_method
 from .multilabel.methods import create_multilabel_method
 from .multilabel.model import calibrate_per_label, label_lists, probabilities, thresholds
 from .progress import progress_bars
+from .record import ModelInfo
 
 from .folder import CONFIG_NAME, ENCODER_DIR, FORMAT_VERSION, HEAD_NAME  # noqa: F401  (the folder's names)
+
+#: The entries of a single-task model's ``contrastfit.json`` that are not its info (:class:`ModelInfo`).
+_FOLDER_ENTRIES = ("format_version", "method", "hparams", "task", "label_names", "pooling", "max_length",
+                   "sentence_transformers")
 
 
 @dataclass
@@ -98,7 +103,7 @@ class ContrastiveClassifier(nn.Module):
         method: Method,
         label_names: list[str] | None,
         max_length: int = 128,
-        info: dict[str, Any] | None = None,
+        info: ModelInfo | dict[str, Any] | None = None,
     ):
         super().__init__()
         self.encoder = encoder
@@ -107,7 +112,7 @@ class ContrastiveClassifier(nn.Module):
         self.tokenizer = tokenizer
         self.label_names = label_names
         self.max_length = model_max_length(tokenizer, encoder, max_length)
-        self.info: dict[str, Any] = dict(info or {})
+        self.info = ModelInfo.read(info)
 
     # -- construction --------------------------------------------------------------------------
     @classmethod
@@ -204,7 +209,8 @@ class ContrastiveClassifier(nn.Module):
     @property
     def temperature(self) -> float:
         """The temperature :meth:`predict_proba` divides the logits by: 1, or the one :meth:`calibrate` fitted."""
-        return float(self.info.get("calibration", {}).get("temperature", 1.0))
+        temperature = self.info.calibration.temperature
+        return 1.0 if temperature is None else float(temperature)
 
     def predict_proba(self, texts: Sequence[str], pairs: Sequence[str] | None = None, batch_size: int = 64) -> np.ndarray:
         """Class probabilities, ``softmax(logits / temperature)`` (the predicted values for regression);
@@ -220,22 +226,22 @@ class ContrastiveClassifier(nn.Module):
                   batch_size: int = 64, progress: bool = False) -> dict[str, float]:
         """Temperature scaling (Guo et al. 2017; :mod:`contrastfit.evaluation.calibration`): fit the
         temperature of :meth:`predict_proba` on held-out ``texts`` with their label ids, keep it in
-        ``info["calibration"]`` (saved with the model) and return it with the NLL and expected calibration
+        ``info.calibration`` (saved with the model) and return it with the NLL and expected calibration
         error before and after. Predictions (the arg max) do not change."""
         if self.task != "classification":
             raise ModelError("temperature scaling calibrates class probabilities; this model is a regression model")
         if self.multi_label:  # labels: one multi-hot row per text; one temperature per label
             return calibrate_per_label(self, self.predict_logits(texts, pairs, batch_size, progress=progress), labels)
         record = temperature_scaling(self.predict_logits(texts, pairs, batch_size, progress=progress), labels)
-        self.info["calibration"] = record
+        self.info.calibration = record
         return record
 
     @property
     def labels(self) -> list | None:
         """The classes as the training data gave them, in the order of the logits: :attr:`label_names`
-        (strings), or ints where the training labels were integers (``info["label_type"] == "int"``,
+        (strings), or ints where the training labels were integers (``info.label_type == "int"``,
         saved with the model); None for regression."""
-        if self.label_names is not None and self.info.get("label_type") == "int":
+        if self.label_names is not None and self.info.label_type == "int":
             return [int(name) for name in self.label_names]
         return self.label_names
 
@@ -280,7 +286,7 @@ class ContrastiveClassifier(nn.Module):
             "label_names": self.label_names,
             "pooling": self.encoder.pooling,
             "max_length": self.max_length,
-            **self.info,
+            **self.info.to_dict(),
         }
 
     def head_state_dict(self) -> dict[str, torch.Tensor]:
@@ -322,9 +328,7 @@ class ContrastiveClassifier(nn.Module):
                 method = create_multilabel_method(cfg["method"], num_labels, encoder.hidden_size, **cfg["hparams"])
             else:
                 method = get_method(cfg["method"]).create(num_labels, encoder.hidden_size, cfg["task"], **cfg["hparams"])
-            info = {k: v for k, v in cfg.items()
-                    if k not in ("format_version", "method", "hparams", "task", "label_names", "pooling", "max_length",
-                                 "sentence_transformers")}
+            info = ModelInfo.read({k: v for k, v in cfg.items() if k not in _FOLDER_ENTRIES}, f"{directory}: {CONFIG_NAME}")
             return cls(encoder, tokenizer, method, label_names, cfg["max_length"], info=info), f"method '{cfg['method']}'"
 
         return load_model_folder(directory, HEAD_NAME, None, build, device, revision=revision, token=token,

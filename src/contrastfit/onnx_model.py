@@ -15,6 +15,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from .errors import ModelError
+from .record import ModelData, ModelInfo
 
 __all__ = ["EXPORT_NAME", "ONNX_NAME", "OnnxClassifier"]
 
@@ -68,9 +69,9 @@ class OnnxClassifier:
                                                     providers=list(providers or ["CPUExecutionProvider"]))
 
     @property
-    def info(self) -> dict[str, Any]:
+    def info(self) -> ModelInfo:
         """What the command line reads of a model's record: whether it takes text pairs."""
-        return {"data": {"text_pair": bool(self.meta.get("text_pair"))}}
+        return ModelInfo(data=ModelData(text_pair=bool(self.meta.get("text_pair"))))
 
     @classmethod
     def from_pretrained(cls, folder: str | os.PathLike, **kwargs) -> "OnnxClassifier":

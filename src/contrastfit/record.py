@@ -41,11 +41,12 @@ from typing import Any, Union
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from .atomic import write_json_atomic
-from .errors import ContrastfitError
+from .errors import ContrastfitError, ModelError
 from .identity import record_identity
 
-__all__ = ["KINDS", "RECORD_VERSION", "RESULTS_NAME", "Corpus", "Identity", "MultiTaskTraining", "PretrainTraining",
-           "Record", "RunData", "Sampling", "Schedule", "TaskEntry", "Training", "read_record"]
+__all__ = ["KINDS", "RECORD_VERSION", "RESULTS_NAME", "Calibration", "Corpus", "DataSource", "Identity", "ModelData",
+           "ModelInfo", "MultiTaskModelInfo", "MultiTaskTraining", "PretrainTraining", "Record", "RunData", "Sampling",
+           "Schedule", "TaskEntry", "Training", "read_record"]
 
 #: The record of a run of ``train`` or ``train_multitask``, in its output folder.
 RESULTS_NAME = "results.json"
@@ -83,12 +84,40 @@ class Sampling(Entry):
     sample_index: int | None = None
 
 
+class DataSource(Entry):
+    """Where a run's data came from (``kind``: ``builtin``, ``local``, ``memory`` or ``hub``) and how it
+    was read: what reads the same data again (evaluate, calibrate, export's check) needs."""
+
+    kind: str | None = None
+    name: str | None = None
+    path: str | None = None
+    package: str | None = None
+    package_version: str | None = None
+    config: str | None = None
+    revision: str | None = None
+    split_seed: int | None = None
+    split_fractions: list[Number] | None = None
+    #: in-memory data: the form it was given in, its rows and their hash
+    form: str | None = None
+    rows: int | None = None
+    hash: str | None = None
+    #: the validation and test data given beside the training data (a path, or a description)
+    validation_data: Any = None
+    test_data: Any = None
+    validation_split: Number | None = None
+    text_column: str | None = None
+    text_pair_column: str | None = None
+    label_column: str | None = None
+    multi_label: bool | None = None
+    label_separator: str | None = None
+
+
 class RunData(Entry):
     """The data a training run learned from and was scored on (kind ``train``, and each task of a
     multi-task run): where it came from, its labels, how it was sampled, each split's size and hash."""
 
     name: str | None = None
-    source: dict[str, Any] | None = None
+    source: DataSource | None = None
     task: str | None = None
     multi_label: bool | None = None
     label_names: list[Union[str, int]] | None = None
@@ -220,6 +249,85 @@ class Identity(Entry):
     spec: dict[str, Any] | None = None
 
 
+class Calibration(Entry):
+    """A saved model's calibration (``contrastfit calibrate``): the temperature of its class
+    probabilities, or one per label of label sets, and the fit's numbers."""
+
+    #: label sets: ``per-label temperature``
+    kind: str | None = None
+    temperature: Number | None = None
+    temperatures: list[Number] | None = None
+    #: label sets: the labels whose temperature could not be fitted (kept at 1)
+    not_fitted: list[str] | None = None
+    n: int | None = None
+    nll_before: Number | None = None
+    nll_after: Number | None = None
+    ece_before: Number | None = None
+    ece_after: Number | None = None
+
+
+class ModelData(RunData):
+    """A saved model's data: its run's :class:`RunData`, and a sketch of the training rows
+    (:func:`contrastfit.data.overlap.row_sketch`) by which evaluate and calibrate find them again."""
+
+    train_rows: dict[str, Any] | None = None
+
+
+class ModelInfo(Entry):
+    """What a saved model's ``contrastfit.json`` says, beside its method, labels and pooling, of how it was
+    made and what was fitted to it since: the model's ``info``. Set an entry by assigning it (a dict is
+    validated into its model); an entry another version wrote is kept. ``data`` and ``calibration`` read as
+    empty entries where the folder has none (and ``label_descriptions`` as an empty mapping) (and are written only when set)."""
+
+    model_config = ConfigDict(extra="allow", validate_assignment=True)
+
+    base_model: str | None = None
+    multi_label: bool | None = None
+    #: ``--label-descriptions``: label -> the text the label-name methods encode for it
+    label_descriptions: dict[str, str] = {}
+    model: str | None = None
+    seed: int | None = None
+    data: ModelData = ModelData()
+    training: Training | None = None
+    versions: dict[str, str] | None = None
+    #: ``int`` where the training labels were integers (predict gives ints back)
+    label_type: str | None = None
+    calibration: Calibration = Calibration()
+    #: label sets: each label's threshold (in label order), and the rule that chose them
+    thresholds: list[Number] | None = None
+    threshold_rule: str | None = None
+
+    @classmethod
+    def read(cls, raw: Mapping[str, Any] | ModelInfo | None, where: str = "the model's info") -> ModelInfo:
+        """``raw`` (a ``contrastfit.json``'s entries, or a model's info) as this model; an entry of the
+        wrong type is a one-line :class:`~contrastfit.errors.ModelError` naming ``where``."""
+        if isinstance(raw, cls):
+            return raw
+        try:
+            return cls.model_validate(dict(raw) if raw is not None else {})
+        except ValidationError as exc:
+            raise ModelError(f"{where}: {_first_error(exc)}") from None
+
+    def update(self, **entries: Any) -> None:
+        """Set several entries at once (each validated, as an assignment is)."""
+        for name, value in entries.items():
+            setattr(self, name, value)
+
+
+class MultiTaskModelInfo(ModelInfo):
+    """A multi-task model's info: ``data``, ``calibration`` per task, its ``training`` and ``schedule``."""
+
+    data: dict[str, ModelData] = {}  # type: ignore[assignment]
+    training: MultiTaskTraining | None = None  # type: ignore[assignment]
+    schedule: Schedule | None = None
+    calibration: dict[str, Calibration] = {}  # type: ignore[assignment]
+
+
+def _first_error(exc: ValidationError) -> str:
+    error = exc.errors()[0]
+    return f"an entry has the wrong type ({'.'.join(str(part) for part in error['loc'])}: {error['msg']})"
+
+
 #: The training entry of each kind of record.
 _TRAINING = {"train": Training, "multitask": MultiTaskTraining, "pretrain": PretrainTraining}
 
@@ -317,9 +425,7 @@ class Record:
         try:
             return cls(**{k: v for k, v in values.items() if k in known and v is not None}, version=RECORD_VERSION)
         except ValidationError as exc:
-            error = exc.errors()[0]
-            at = ".".join(str(part) for part in error["loc"])
-            raise ContrastfitError(f"{where}: an entry has the wrong type ({at}: {error['msg']})") from None
+            raise ContrastfitError(f"{where}: {_first_error(exc)}") from None
 
     def write(self, path: str | os.PathLike) -> Path:
         """Write :meth:`to_dict` to ``path`` as JSON, atomically."""
@@ -331,6 +437,10 @@ class Record:
     def identity_sha256(self) -> str | None:
         """The identity hash (``identity.sha256``, else that of ``tags.run_identity``), or None."""
         return record_identity({"identity": self.identity and self.identity.to_dict(), "tags": self.tags})
+
+    def metric(self, split: str, name: str) -> Any:
+        """``metrics[split][name]``, or None where the run did not score it."""
+        return self.metrics[split].get(name) if isinstance(self.metrics.get(split), Mapping) else None
 
     @property
     def run_data(self) -> RunData:

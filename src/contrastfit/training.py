@@ -327,7 +327,7 @@ def train(config: TrainConfig | Any = None, *, texts: Any = None, labels: Any = 
     folder) and no closing summary line.
 
     Labels given as integers (a DataFrame or file column of ints, ``labels=[0, 1, ...]``) come back as
-    ints from ``result.model.predict`` (the model's ``info["label_type"]`` is ``"int"``, saved with it);
+    ints from ``result.model.predict`` (the model's ``info.label_type`` is ``"int"``, saved with it);
     other labels as strings.
 
     ``callbacks``: ``transformers.TrainerCallback`` objects added to the Trainer's. A callback that
@@ -502,7 +502,7 @@ def _train(config: TrainConfig, text_data: TextData | None, callbacks: list[Trai
     model.info.update(model=config.model, seed=config.seed, data={**record.data.to_dict(), "train_rows": row_sketch(prepared.train)},
                       training=training, versions=record.versions, base_model=config.model)
     if prepared.data.label_type is not None:  # integer labels: predict gives ints back (ContrastiveClassifier.labels)
-        model.info["label_type"] = prepared.data.label_type
+        model.info.label_type = prepared.data.label_type
     return write_outputs(TrainResult, config, model, record, output if keep else None, label=shape.label(config.method),
                          shown={split: headline(m) for split, m in metrics.items()})
 

@@ -141,7 +141,7 @@ def attach_label_descriptions(model, config) -> dict[str, str] | None:
     the method uses no label names. Returns the descriptions (None without them)."""
     descriptions = label_descriptions_for(config.label_descriptions, model.label_names)
     if descriptions:
-        model.info["label_descriptions"] = descriptions
+        model.info.label_descriptions = descriptions
         if not getattr(model.method, "uses_label_names", lambda: False)():
             hint = " (the multi-label forms use them with --param label_anchors=true or label_prior=1)"
             warnings.warn(f"{config.method} does not use label names; the label descriptions are not used"

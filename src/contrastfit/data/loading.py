@@ -435,7 +435,7 @@ def _check_column_names(path: Path, builder: str, delimiter: str) -> None:
             json.loads(path.read_text(encoding="utf-8"), object_pairs_hook=pairs)
         except Twice as exc:
             refuse(str(exc), f" in the record on line {number}" if number else " in a record")
-        except json.JSONDecodeError as exc:  # one line here (the reader would log its own line first)
+        except json.JSONDecodeError:  # one line here (the reader would log its own line first)
             if bad is not None and (records or path.suffix.lower() == ".jsonl"):
                 line, exc = bad  # JSON lines with a bad line
                 raise DataError(f"data file {path}: line {line} is not valid JSON ({exc.msg} at column {exc.colno}); "

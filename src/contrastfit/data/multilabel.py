@@ -48,7 +48,7 @@ from .loading import (
     parse_hub_name,
     read_table,
 )
-from .types import LABEL, TEXT, TEXT_PAIR, TextData, check_label_names, label_list_problem, label_name
+from .types import LABEL, TEXT, TextData, check_label_names, label_list_problem, label_name
 
 DEFAULT_SEPARATOR = "|"
 SPLIT_SEED = 13

@@ -1,7 +1,7 @@
 """Which rows of a data set a saved model was trained on: the check that keeps ``calibrate`` and
 ``evaluate`` off the training rows.
 
-At train time the model folder's record (``contrastfit.json``, ``info["data"]``; per task for a
+At train time the model folder's record (``contrastfit.json``, ``info.data``; per task for a
 multi-task model) gets :func:`row_sketch` of the training rows next to their ``train_hash``
 (:func:`~contrastfit.data.loading.data_hash`): the 8-byte digests (the first 8 bytes of the sha1 of
 the row's text, and of its pair, NFKC-normalised, case-folded, whitespace collapsed; the label is
@@ -91,13 +91,11 @@ class Overlap:
         return f"{about}{self.rows} of its {self.of} rows ({100 * self.fraction:.1f}%) are rows {model} was trained on"
 
 
-def train_overlap(data_record: dict[str, Any] | None, ds) -> Overlap | None:
-    """The overlap of ``ds`` (columns ``text``, ``text_pair``, ``label``) with the training rows that
-    ``data_record`` (a model's ``info["data"]``) records; None when it holds no row sketch (a folder
-    saved before them) and its ``train_hash`` is not that of ``ds``."""
-    data_record = data_record or {}
+def train_overlap(train_hash: str | None, sketch: dict[str, Any] | None, ds) -> Overlap | None:
+    """The overlap of ``ds`` (columns ``text``, ``text_pair``, ``label``) with the training rows a model
+    records (its ``info.data``): their ``train_hash`` and row ``sketch`` (:func:`row_sketch`); None when
+    there is no sketch (a folder saved before them) and ``train_hash`` is not that of ``ds``."""
     n = len(ds)
-    train_hash, sketch = data_record.get("train_hash"), data_record.get("train_rows")
     if train_hash is not None and n and data_hash(ds) == train_hash:
         return Overlap(rows=n, of=n, same_rows=True)
     if not sketch:  # a folder saved before the row digests: only the same rows in order are known

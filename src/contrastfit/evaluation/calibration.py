@@ -52,9 +52,9 @@ class DegenerateFitError(DataError):
 
 
 def temperatures(model) -> np.ndarray:
-    """A multi-label model's per-label temperatures (``info["calibration"]["temperatures"]``; 1 each
+    """A multi-label model's per-label temperatures (``info.calibration.temperatures``; 1 each
     before calibration)."""
-    got = model.info.get("calibration", {}).get("temperatures")
+    got = model.info.calibration.temperatures
     return np.asarray(got if got else [1.0] * len(model.label_names), dtype=np.float64)
 
 

@@ -279,7 +279,7 @@ class NormalizedFeaturesMethod(Method):
     def prepare(self, model, train_dataset) -> None:
         super().prepare(model, train_dataset)
         self.label_inputs = None
-        descriptions = getattr(model, "info", {}).get("label_descriptions") or {}  # --label-descriptions
+        descriptions = model.info.label_descriptions  # --label-descriptions
         self.anchor_note = label_anchor_problem(model.label_names, train_dataset, descriptions)
         if not self.uses_label_names():
             return

@@ -5,7 +5,7 @@ calls these where its ``method`` is a multi-label method (``model.multi_label``)
   (1 until :func:`calibrate_per_label`);
 * :func:`label_lists`: each text's labels, those whose probability is >= the label's threshold, in
   the order of ``label_names``; an empty list when none passes;
-* :func:`thresholds`: ``info["thresholds"]`` (chosen on validation at training time,
+* :func:`thresholds`: ``info.thresholds`` (chosen on validation at training time,
   :func:`contrastfit.evaluation.multilabel.choose_thresholds`, saved in the folder's
   ``contrastfit.json``), or 0.5 for every label;
 * :func:`calibrate_per_label`: per-label temperature scaling (Guo et al. 2017's, one temperature per
@@ -28,7 +28,7 @@ from ..evaluation.multilabel import DEFAULT_THRESHOLD, sigmoid
 
 
 def thresholds(model) -> list[float]:
-    got = model.info.get("thresholds")
+    got = model.info.thresholds
     return list(got) if got else [DEFAULT_THRESHOLD] * len(model.label_names)
 
 
@@ -77,7 +77,7 @@ def _fit_one(z: np.ndarray, y: np.ndarray) -> float | None:
 
 
 def calibrate_per_label(model, logits: np.ndarray, label_sets: Sequence[Sequence[float]]) -> dict[str, Any]:
-    """Fit and keep (in ``model.info["calibration"]``) one temperature per label; returns the record."""
+    """Fit and keep (in ``model.info.calibration``) one temperature per label; returns the record."""
     z = np.asarray(logits, dtype=np.float64)
     y = (np.asarray(label_sets, dtype=np.float64) > 0.5).astype(np.float64)
     if y.shape != z.shape:
@@ -100,6 +100,5 @@ def calibrate_per_label(model, logits: np.ndarray, label_sets: Sequence[Sequence
     new_thr = sigmoid(logit_thr / temps_a)
     record = {"kind": "per-label temperature", "temperatures": temps_a.tolist(), "not_fitted": skipped,
               "n": int(len(z)), "nll_before": before, "nll_after": after}
-    model.info["calibration"] = record
-    model.info["thresholds"] = new_thr.tolist()
+    model.info.update(calibration=record, thresholds=new_thr.tolist())
     return record

@@ -36,10 +36,13 @@ from ..evaluation.calibration import temperature_scaling
 from ..heads import HEAD_DROPOUT, CosineRegressionHead, LinearHead, MLPHead, PairConcatHead
 from ..losses import supcon
 from ..modeling import CONFIG_NAME, ClassifierOutput, load_model_folder, model_max_length, save_model_folder
+from ..record import Calibration, ModelData, ModelInfo, MultiTaskModelInfo
 from .tasks import TaskSpec
 
 HEADS_NAME = "heads.safetensors"
 KIND = "multitask"
+#: The entries of a multi-task model's ``contrastfit.json`` that are not its info (:class:`MultiTaskModelInfo`).
+_FOLDER_ENTRIES = ("format_version", "kind", "tasks", "pooling", "max_length")
 FORMAT_VERSION = 1
 
 
@@ -103,7 +106,7 @@ class MultiTaskModel(nn.Module):
         self.task_index = {t.name: i for i, t in enumerate(self.tasks)}
         self.heads = nn.ModuleDict({t.name: build_task_head(t, encoder.hidden_size) for t in self.tasks})
         self.max_length = model_max_length(tokenizer, encoder, max_length)
-        self.info: dict[str, Any] = dict(info or {})
+        self.info = MultiTaskModelInfo.read(info)
 
     @classmethod
     def from_encoder(cls, model: str, tasks: Sequence[TaskSpec], *, pooling: str = "cls", max_length: int = 128,
@@ -245,7 +248,8 @@ class MultiTaskModel(nn.Module):
         """The temperature :meth:`predict_proba` divides ``task``'s logits by: 1, or the one
         :meth:`calibrate` fitted for that task."""
         self.task(task)  # a one-line error for an unknown task
-        return float(self.info.get("calibration", {}).get(task, {}).get("temperature", 1.0))
+        temperature = self.info.calibration[task].temperature if task in self.info.calibration else None
+        return 1.0 if temperature is None else float(temperature)
 
     def predict_proba(self, texts: Sequence[str], pairs: Sequence[str] | None = None, *, task: str,
                       batch_size: int = 64) -> np.ndarray:
@@ -260,13 +264,13 @@ class MultiTaskModel(nn.Module):
                   task: str, batch_size: int = 64, progress: bool = False) -> dict[str, float]:
         """Temperature scaling of one classification task's probabilities (as
         :meth:`contrastfit.modeling.ContrastiveClassifier.calibrate`): fit it on held-out ``texts`` with
-        their label ids, keep it in ``info["calibration"][task]`` (saved with the model) and return it
+        their label ids, keep it in ``info.calibration[task]`` (saved with the model) and return it
         with the NLL and ECE before and after. Other tasks keep theirs."""
         if self.task(task).type == "regression":
             raise ModelError(f"task '{task}' is a regression task; temperature scaling calibrates class probabilities")
         record = temperature_scaling(self.predict_logits(texts, pairs, task=task, batch_size=batch_size,
                                                          progress=progress), labels)
-        self.info.setdefault("calibration", {})[task] = record
+        self.info.calibration = {**self.info.calibration, task: record}
         return record
 
     def predict(self, texts: Sequence[str], pairs: Sequence[str] | None = None, *, task: str,
@@ -302,7 +306,7 @@ class MultiTaskModel(nn.Module):
     # -- save / load ---------------------------------------------------------------------------
     def config_dict(self) -> dict[str, Any]:
         return {"format_version": FORMAT_VERSION, "kind": KIND, "tasks": [t.to_dict() for t in self.tasks],
-                "pooling": self.encoder.pooling, "max_length": self.max_length, **self.info}
+                "pooling": self.encoder.pooling, "max_length": self.max_length, **self.info.to_dict()}
 
     def save_pretrained(self, directory: str | os.PathLike, *, progress: bool = True) -> Path:
         """Write ``encoder/``, ``heads.safetensors`` and ``contrastfit.json`` to ``directory`` atomically
@@ -320,7 +324,8 @@ class MultiTaskModel(nn.Module):
         :meth:`contrastfit.ContrastiveClassifier.from_pretrained` does. ``progress=False``: no progress bar."""
         def build(cfg: dict[str, Any], encoder: TextEncoder, tokenizer) -> tuple["MultiTaskModel", str]:
             tasks = [TaskSpec.from_dict(t) for t in cfg["tasks"]]
-            info = {k: v for k, v in cfg.items() if k not in ("format_version", "kind", "tasks", "pooling", "max_length")}
+            info = MultiTaskModelInfo.read({k: v for k, v in cfg.items() if k not in _FOLDER_ENTRIES},
+                                           f"{directory}: {CONFIG_NAME}")
             return cls(encoder, tokenizer, tasks, cfg["max_length"], info=info), f"the tasks in {CONFIG_NAME}"
 
         return load_model_folder(directory, HEADS_NAME, KIND, build, device, revision=revision, token=token,
@@ -339,20 +344,14 @@ class TaskModel(nn.Module):
         super().__init__()
         self.spec = model.task(name)
         self.model = model
-        data = model.info.get("data", {})
-        task_data = dict(data.get(name, {})) if isinstance(data, dict) else {}
-        task_data["text_pair"] = self.spec.pairs
-        self.info: dict[str, Any] = {**{k: v for k, v in model.info.items() if k not in ("data", "calibration")},
-                                     "data": task_data}
+        task_data = model.info.data.get(name, ModelData()).model_copy(update={"text_pair": self.spec.pairs})
+        shared = model.info.model_dump(exclude_unset=True, exclude={"data", "calibration", "training", "schedule"})
+        self.info = ModelInfo.read({**shared, "data": task_data})
         self._sync_calibration()
 
     def _sync_calibration(self) -> None:
-        """``info["calibration"]`` is this task's record (as a single-task model's), when it has one."""
-        record = self.model.info.get("calibration", {}).get(self.name)
-        if record is None:
-            self.info.pop("calibration", None)
-        else:
-            self.info["calibration"] = record
+        """``info.calibration`` is this task's record (as a single-task model's), when it has one."""
+        self.info.calibration = self.model.info.calibration.get(self.name, Calibration())
 
     @property
     def name(self) -> str:

@@ -386,10 +386,10 @@ def train_multitask(config: MultiTaskConfig | None = None, *, callbacks: list[Tr
                              "data": SINGLE_LABEL.describe(_task_train_config(config, t), prepared[s.name]),
                              "metrics": per_task[s.name]} for s, t in zip(specs, tasks)}
     record = _record(config, specs, task_records, schedule, training, metrics, clock, trainer.state.log_history)
-    model.info.update({"base_model": config.model, "seed": config.seed, "schedule": schedule, "training": training,
-                       "data": {name: {**rec["data"], "train_rows": row_sketch(prepared[name].train)}
-                                for name, rec in task_records.items()},
-                       "versions": record.versions})
+    model.info.update(base_model=config.model, seed=config.seed, schedule=schedule, training=training,
+                      data={name: {**rec["data"], "train_rows": row_sketch(prepared[name].train)}
+                            for name, rec in task_records.items()},
+                      versions=record.versions)
     return write_outputs(MultiTaskResult, config, model, record, output, label=f"multitask ({', '.join(names)})",
                          shown=metrics)
 

@@ -16,7 +16,7 @@ The one training job (:func:`contrastfit.training.train`) with :class:`LabelSets
    (:data:`SELECTION`; default micro-F1), ties broken by the lower validation BCE;
 4. the thresholds: per label, on the validation split
    (:func:`contrastfit.evaluation.multilabel.choose_thresholds`; 0.5 without one), kept in the model
-   (``info["thresholds"]``, the folder's ``contrastfit.json``) and the record (``training.thresholds``,
+   (``info.thresholds``, the folder's ``contrastfit.json``) and the record (``training.thresholds``,
    ``training.threshold_rule``); the metrics on validation and test are at those thresholds.
 
 Not available with ``--multi-label`` (a one-line error): ``--memory-size``, and methods other than
