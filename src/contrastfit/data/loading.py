@@ -465,19 +465,30 @@ def load_local(
     raw = read_table(path)
     train, names = normalise_columns(raw, str(path), text_column, text_pair_column, label_column, task=task)
     check_training_classes(train, names, str(path), label_column or LABEL)
+    return _table_data(Path(path).stem, raw, train, names, {"kind": "local", "path": str(Path(path).resolve())},
+                       text_column=text_column, text_pair_column=text_pair_column, label_column=label_column,
+                       validation_data=validation_data, test_data=test_data, validation_split=validation_split,
+                       split_seed=split_seed)
+
+
+def _table_data(name: str, raw, train, names: list[str] | None, source: dict[str, Any], *, text_column: str | None,
+                text_pair_column: str | None, label_column: str | None, validation_data: Any, test_data: Any,
+                validation_split: float, split_seed: int) -> TextData:
+    """A file's or an in-memory table's :class:`TextData`: ``train`` (its rows read from ``raw``), the given
+    validation and test data (else a stratified ``validation_split`` of ``train`` held out for validation,
+    seed ``split_seed``), and ``source`` completed with how the splits and columns were read."""
     splits, sources = _given_splits(validation_data, test_data, names, text_column, text_pair_column, label_column)
     if splits["validation"] is None and validation_split > 0 and len(train) >= 20:
         train, splits["validation"] = stratified_split(train, validation_split, split_seed, names is not None)
     return TextData(
-        name=Path(path).stem,
+        name=name,
         train=train,
         validation=splits["validation"],
         test=splits["test"],
         label_names=names,
         label_type=label_type_of(raw, label_column, names),
         source={
-            "kind": "local",
-            "path": str(Path(path).resolve()),
+            **source,
             "validation_data": sources["validation"],
             "test_data": sources["test"],
             "validation_split": validation_split if validation_data is None else None,
@@ -652,30 +663,10 @@ def load_memory(
     train, names = normalise_columns(raw, where, text_column, text_pair_column, label_column, task=task,
                                      strict_text=True)
     check_training_classes(train, names, where, label_column or LABEL)
-    rows, digest = len(train), data_hash(train)
-    splits, sources = _given_splits(validation_data, test_data, names, text_column, text_pair_column, label_column)
-    if splits["validation"] is None and validation_split > 0 and len(train) >= 20:
-        train, splits["validation"] = stratified_split(train, validation_split, split_seed, names is not None)
-    return TextData(
-        name="in-memory data",
-        train=train,
-        validation=splits["validation"],
-        test=splits["test"],
-        label_names=names,
-        label_type=label_type_of(raw, label_column, names),
-        source={
-            "kind": "memory",
-            "form": form,
-            "rows": rows,
-            "hash": digest,
-            "validation_data": sources["validation"],
-            "test_data": sources["test"],
-            "validation_split": validation_split if validation_data is None else None,
-            "text_column": text_column,
-            "text_pair_column": text_pair_column,
-            "label_column": label_column,
-        },
-    )
+    source = {"kind": "memory", "form": form, "rows": len(train), "hash": data_hash(train)}
+    return _table_data("in-memory data", raw, train, names, source, text_column=text_column,
+                       text_pair_column=text_pair_column, label_column=label_column, validation_data=validation_data,
+                       test_data=test_data, validation_split=validation_split, split_seed=split_seed)
 
 
 def stratified_split(ds: datasets.Dataset, fraction: float, seed: int, stratify: bool = True):
