@@ -638,7 +638,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
                                  batch_size=args.batch_size, progress=True)
     except DegenerateFitError as exc:
         raise DegenerateFitError(f"{what}: {exc}") from None
-    record["data"] = what  # (the same dict the model keeps in its info)
+    record["data"] = model.info.calibration.data = what  # (a task's calibration is its model's entry)
     saved = getattr(model, "model", model)  # a task's model saves the whole multi-task configuration
     write_json_atomic(os.path.join(args.run, CONFIG_NAME), saved.config_dict())  # the weights are unchanged
     if os.path.isfile(os.path.join(args.run, "results.json")):

@@ -113,7 +113,7 @@ def open_output(output: Path, resume: bool, result_class: type[TrainResult], *, 
     check_output(output, inputs=inputs, option=option)
     if (output / RESULTS_NAME).is_file():
         if resume:
-            return result_class(read_record(output / RESULTS_NAME).to_dict(), output=str(output))
+            return result_class.of(read_record(output / RESULTS_NAME), output=str(output))
         raise ConfigError(f"{output} already holds a finished run ({RESULTS_NAME}); choose another {option}")
     if not resume and last_checkpoint(output) is not None:
         raise ConfigError(f"{output} holds an unfinished run; resume it ({resume_option}) or choose another {option}")
@@ -307,9 +307,8 @@ def write_outputs(result_class: type[TrainResult], config: Any, model: Any, reco
     ``results.json`` (atomically) and the model card (README.md, from the two records just written),
     the checkpoints removed unless ``config.keep_checkpoints``; with ``config.progress`` the closing line
     (:func:`print_summary` of ``label`` and the metrics ``shown``)."""
-    result = record.to_dict()
     if world()[0] != 0:
-        return result_class(result, model)
+        return result_class.of(record, model)
     if output is not None:
         if config.save_model:
             model.save_pretrained(output)
@@ -320,7 +319,7 @@ def write_outputs(result_class: type[TrainResult], config: Any, model: Any, reco
             shutil.rmtree(output / CHECKPOINT_DIR, ignore_errors=True)
     if config.progress:
         print_summary(label, shown, record.timings["train_s"])
-    return result_class(result, model, output=None if output is None else str(output))
+    return result_class.of(record, model, output=None if output is None else str(output))
 
 
 def _rounded(value: Any) -> Any:
@@ -339,8 +338,8 @@ class TrainResult(dict):
     :meth:`~contrastfit.record.Record.to_dict`) with the trained model as ``.model`` (loaded from the
     output folder on first use, with :attr:`model_class`'s ``from_pretrained``, when the run had
     finished earlier) and its folder as ``.output`` (None: a temporary one). ``.record`` is the typed
-    record. :class:`contrastfit.multitask.MultiTaskResult` and :class:`contrastfit.pretrain.PretrainResult`
-    are the same with another model class."""
+    record (the one the job wrote, or the dict read once). :class:`contrastfit.multitask.MultiTaskResult`
+    and :class:`contrastfit.pretrain.PretrainResult` are the same with another model class."""
 
     #: what ``.model`` loads a finished run's folder with
     model_class: Any = None
@@ -351,6 +350,14 @@ class TrainResult(dict):
         self.output = output
         #: False: loading ``.model`` from the folder shows no progress bar (the run's ``progress``)
         self.progress = True
+        self._record: Record | None = None
+
+    @classmethod
+    def of(cls, record: Record, model: Any = None, output: str | None = None) -> TrainResult:
+        """The result of the typed ``record`` (its dict, and the record itself as :attr:`record`)."""
+        result = cls(record.to_dict(), model, output)
+        result._record = record
+        return result
 
     @property
     def metrics(self) -> dict[str, Any]:
@@ -359,7 +366,9 @@ class TrainResult(dict):
     @property
     def record(self) -> Record:
         """The record as a :class:`~contrastfit.record.Record`."""
-        return Record.from_dict(self)
+        if self._record is None:
+            self._record = Record.from_dict(self)
+        return self._record
 
     @property
     def model(self) -> Any:

@@ -247,7 +247,7 @@ def pretrain(method: str = _O.method, data: str | None = _O.data, output: str | 
     if progress:
         print(f"pretrain {method}: {training['steps']} steps on {source['n_texts']} texts, "
               f"loss {training['train_loss']:.4f} ({clock.timings['train_s']:.0f}s) -> {out}")
-    return PretrainResult(record.to_dict(), output=str(out))
+    return PretrainResult.of(record, output=str(out))
 
 
 def _corpus_rows(data: str, labelled: bool, max_texts: int | None,

@@ -260,6 +260,8 @@ class Calibration(Entry):
     #: label sets: the labels whose temperature could not be fitted (kept at 1)
     not_fitted: list[str] | None = None
     n: int | None = None
+    #: the rows it was fitted on (``contrastfit calibrate``)
+    data: str | None = None
     nll_before: Number | None = None
     nll_after: Number | None = None
     ece_before: Number | None = None
