@@ -5,7 +5,9 @@
   :func:`contrastfit.cli.build_parser` builds; for ``train`` that parser is generated from the
   :class:`contrastfit.TrainConfig` fields declared with :func:`contrastfit.settings.setting`
   (:func:`contrastfit.cli.add_config_options`), for ``pretrain`` from
-  :class:`contrastfit.pretrain.PretrainOptions` (for ``serve`` from :class:`contrastfit.serve.ServeOptions`),
+  :class:`contrastfit.pretrain.PretrainOptions` (for ``serve`` from :class:`contrastfit.serve.ServeOptions`,
+  ``export`` from :class:`contrastfit.export.ExportOptions`, ``evaluate`` / ``predict`` / ``calibrate`` from
+  :class:`contrastfit.inference.InferenceOptions`),
   whose bounds the table also gives. An unknown
   command fails the build.
 * ``<!-- hparams: METHOD [METHOD ...] -->`` becomes the table of those methods' hyper-parameters
@@ -70,6 +72,8 @@ def option_rows(command: str) -> list[tuple[str, str, str, str, str]]:
     from contrastfit.distillation import DistillOptions
     from contrastfit.pretrain import PretrainOptions
     from contrastfit.evaluation.attributions import ExplainOptions
+    from contrastfit.export import ExportOptions
+    from contrastfit.inference import InferenceOptions
     from contrastfit.serve import ServeOptions
     from contrastfit.training import TrainConfig
 
@@ -80,7 +84,8 @@ def option_rows(command: str) -> list[tuple[str, str, str, str, str]]:
                          f"(commands: {', '.join(subparsers.choices)})")
     sub = subparsers.choices[command]
     declared = {"train": TrainConfig, "pretrain": PretrainOptions, "distill": DistillOptions,
-                "serve": ServeOptions, "explain": ExplainOptions}.get(command)
+                "serve": ServeOptions, "explain": ExplainOptions, "export": ExportOptions, "evaluate": InferenceOptions,
+                "predict": InferenceOptions, "calibrate": InferenceOptions}.get(command)
     fields = declared.__dataclass_fields__ if declared is not None else {}
     rows = []
     for action in sub._actions:  # the positional arguments first, as the usage line has them
@@ -112,7 +117,8 @@ def option_rows(command: str) -> list[tuple[str, str, str, str, str]]:
                 elif isinstance(action, argparse._AppendAction):
                     default = "none; repeatable"
                 elif action.default is None or action.default == []:
-                    default = "none"
+                    # a declared default the parser leaves unset, to tell whether it was given (export's int8 checks)
+                    default = _code(field.default) if field is not None and field.default is not None else "none"
                 else:
                     default = _code(action.default)
                 if action.choices:

@@ -52,9 +52,9 @@ from .experiments.config import MultiTaskExperimentConfig
 from .experiments.executors import EXECUTOR_SECTIONS, executor_overrides
 from .experiments.report import compare, main_table_text, write_report
 from .experiments.search import run_search
-from .export import CHECK_ROWS, EXPORT_NAME, export_onnx
+from .export import EXPORT_NAME, ExportOptions, export_onnx
 from .hub import push_to_hub
-from .inference import load_for_inference, prediction_rows, takes_pairs
+from .inference import SPLITS, InferenceOptions, load_for_inference, prediction_rows, takes_pairs
 from .inputs import check_utf8_texts, model_inputs
 from .methods import available_methods
 from .modeling import CONFIG_NAME
@@ -69,6 +69,9 @@ from .training import OPTION_GROUPS, TrainConfig, train
 
 #: The ``TrainConfig`` settings that ``evaluate`` shares with ``train``.
 _DATA_OPTIONS = ("data", "text_column", "text_pair_column", "label_column")
+#: The ``ExportOptions`` settings that check an int8 export only: None on the command line unless given
+#: (``cmd_export`` refuses them without ``--quantize``; :func:`~contrastfit.export.export_onnx` has their defaults).
+_INT8_OPTIONS = ("min_agreement", "max_prob_diff")
 
 
 def config_option_fields(names: Sequence[str] | None = None, source: type | None = None) -> list:
@@ -237,10 +240,9 @@ def _add_evaluate_parser(sub) -> None:
                        description="Evaluate a trained model: a built-in data set on its test split (or --split), a local file whole.")
     p.add_argument("run", help="output folder of `contrastfit train`")
     add_config_options(p, names=_DATA_OPTIONS, required=("data",))
-    p.add_argument("--split", default=None, choices=["train", "validation", "test"], help="split of a built-in or Hub data set (default: test)")
+    _add_split_arg(p, "test")
     p.add_argument("--json", dest="json_out", help="also write all metrics (per class, confusion matrix) to this JSON file")
-    p.add_argument("--overwrite", action="store_true", help="replace an existing output file")
-    p.add_argument("--batch-size", type=int, default=64)
+    add_config_options(p, names=("overwrite", "batch_size"), source=InferenceOptions)
     _add_task_arg(p, "evaluate")
 
 
@@ -251,9 +253,7 @@ def _add_predict_parser(sub) -> None:
                                    "a tab separates the two texts of a pair). Writes one JSON object per line.")
     _add_text_input_args(p, "classify")
     _add_task_arg(p, "predict")
-    p.add_argument("--output", help="write the JSONL here instead of standard output")
-    p.add_argument("--overwrite", action="store_true", help="replace an existing output file")
-    p.add_argument("--batch-size", type=int, default=64)
+    add_config_options(p, names=("output", "overwrite", "batch_size"), source=InferenceOptions)
 
 
 def _add_explain_parser(sub) -> None:
@@ -268,8 +268,7 @@ def _add_explain_parser(sub) -> None:
     add_config_options(p, source=ExplainOptions)
     p.add_argument("--plot", help="also draw the texts with their words coloured by value to this PNG")
     _add_task_arg(p, "explain")
-    p.add_argument("--output", help="write the JSONL here instead of standard output")
-    p.add_argument("--overwrite", action="store_true", help="replace an existing output file")
+    add_config_options(p, names=("output", "overwrite"), source=InferenceOptions)
 
 
 def _add_calibrate_parser(sub) -> None:
@@ -282,9 +281,8 @@ def _add_calibrate_parser(sub) -> None:
                                    "A multi-task model gets one temperature per task (--task).")
     p.add_argument("run", help="output folder of a trained model (of a multi-task model: with --task)")
     add_config_options(p, names=_DATA_OPTIONS, required=("data",))
-    p.add_argument("--split", default="validation", choices=["train", "validation", "test"],
-                   help="split of a built-in or Hub data set (default: validation; not the split you report)")
-    p.add_argument("--batch-size", type=int, default=64)
+    _add_split_arg(p, "validation", "; not the split you report")
+    add_config_options(p, names=("batch_size",), source=InferenceOptions)
     _add_task_arg(p, "calibrate")
 
 
@@ -301,30 +299,8 @@ def _add_export_parser(sub) -> None:
                                    "contrastfit.export.OnnxClassifier.")
     p.add_argument("run", help="output folder of `contrastfit train`")
     p.add_argument("--output", required=True, help="folder to write the export to")
-    p.add_argument("--format", choices=["onnx", "setfit"], default="onnx",
-                   help="onnx (default): an ONNX graph and the tokenizer; setfit: a folder that "
-                        "setfit.SetFitModel.from_pretrained loads, with the same probabilities (a model whose head is "
-                        "a logistic regression: the default recipe, linear-probe, setfit)")
-    p.add_argument("--verify-file", help="texts to verify on, all of them: one per line (a tab separates a pair) or a "
-                                         "table (default: the model's own data)")
-    p.add_argument("--check-data", metavar="FILE",
-                   help="check on texts of this file instead of the model's own data: one per line (a tab separates "
-                        "a pair) or a table (.csv/.tsv/.jsonl/.parquet; --text-column); at most --check-rows of them")
-    p.add_argument("--check-rows", type=int, default=CHECK_ROWS,
-                   help=f"how many texts (rows) to check on at most, a seeded sample (default {CHECK_ROWS})")
-    p.add_argument("--text-column", help="text column of a --check-data (or --verify-file) table")
-    p.add_argument("--text-pair-column", help="second-text column of a --check-data (or --verify-file) table")
-    p.add_argument("--atol", type=float, default=1e-4, help="largest allowed difference of a logit (default 1e-4)")
-    p.add_argument("--opset", type=int, default=None, help="ONNX opset (default: the exporter's)")
-    p.add_argument("--quantize", choices=["int8"], default=None,
-                   help="write an int8 model (ONNX Runtime dynamic quantisation, about 4x smaller), checked against "
-                        "PyTorch's labels and probabilities on the same texts after the float graph passed")
-    p.add_argument("--min-agreement", type=float, default=None,
-                   help="with --quantize: refuse (write nothing) when fewer of the texts get PyTorch's label, "
-                        "near ties (PyTorch within 0.05 of another label) left out (default 0.99)")
-    p.add_argument("--max-prob-diff", type=float, default=None,
-                   help="with --quantize: refuse when the probabilities of more than 1%% of the texts differ from "
-                        "PyTorch's by more (default 0.05; the largest difference is recorded too)")
+    add_config_options(p, source=ExportOptions)
+    p.set_defaults(**dict.fromkeys(_INT8_OPTIONS))  # given or not (cmd_export); their defaults are export_onnx's
     _add_task_arg(p, "export")
 
 
@@ -476,7 +452,7 @@ def _load_eval_split(args: argparse.Namespace, model) -> tuple[object, str]:
         return ds, f"{path} (all {len(ds)} rows)"
     data = load_data(args.data, text_column=args.text_column, text_pair_column=args.text_pair_column,
                      label_column=args.label_column)
-    split = args.split or "test"
+    split = args.split
     ds = data.split(split)
     if data.label_names is not None and model.label_names is not None and data.label_names != model.label_names:
         raise DataError(f"data set '{args.data}' has labels {data.label_names}, the model {model.label_names}")
@@ -486,6 +462,13 @@ def _load_eval_split(args: argparse.Namespace, model) -> tuple[object, str]:
 def _add_task_arg(p: argparse.ArgumentParser, verb: str) -> None:
     p.add_argument("--task", help=f"the task to {verb}, for a multi-task model's folder (its tasks are listed "
                                   "when this is missing)")
+
+
+def _add_split_arg(p: argparse.ArgumentParser, default: str, note: str = "") -> None:
+    """``--split``: which split of a built-in or Hub data set ``evaluate`` and ``calibrate`` read (:data:`SPLITS`;
+    a local file is read whole), ``default`` for each command."""
+    p.add_argument("--split", default=default, choices=SPLITS,
+                   help=f"split of a built-in or Hub data set (default: {default}{note})")
 
 
 def _load_model(args: argparse.Namespace):
@@ -590,7 +573,7 @@ def cmd_export(args: argparse.Namespace) -> int:
               f"match contrastfit's to {check['max_prob_diff']:.1e} on {check['texts']} texts; texts: "
               f"{check['check_data']['description']}; load it with setfit.SetFitModel.from_pretrained")
         return 0
-    given = {k: getattr(args, k) for k in ("min_agreement", "max_prob_diff") if getattr(args, k) is not None}
+    given = {k: getattr(args, k) for k in _INT8_OPTIONS if getattr(args, k) is not None}
     if given and args.quantize is None:
         raise ContrastfitError(f"--{next(iter(given)).replace('_', '-')} checks an int8 export: add --quantize int8 "
                                "(a float export is checked with --atol)")
@@ -744,7 +727,7 @@ def cmd_datasets(args: argparse.Namespace) -> int:
             if r.get("fetch") and r["fetch"] not in r["unavailable"]:
                 print(f"{'':<{w}} {'':>6}  fetch it with: {r['fetch']}")
             continue
-        split = "/".join(str(r["splits"][s]) for s in ("train", "validation", "test"))
+        split = "/".join(str(r["splits"][s]) for s in SPLITS)
         labels = ("multi-label (texts per label): " if r["multi_label"] else "") + \
             ", ".join(f"{k} {v}" for k, v in r["labels"].items())
         print(f"{r['name']:<{w}} {r['size']:>6}  {split:<22} {labels}")

@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import os
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -56,10 +57,11 @@ from .errors import ContrastfitError, DataError, ModelError
 from .inference import load_for_inference
 from .inputs import model_inputs
 from .onnx_model import EXPORT_NAME, ONNX_NAME, OnnxClassifier, _require_runtime, _tokenize
+from .settings import setting
 from .versions import library_versions
 
-__all__ = ["CHECK_ROWS", "EXPORT_NAME", "ONNX_NAME", "OnnxClassifier", "QUANTIZE_TYPES", "check_texts", "export_onnx",
-           "VERIFY_TEXTS"]
+__all__ = ["CHECK_ROWS", "EXPORT", "EXPORT_FORMATS", "EXPORT_NAME", "ExportOptions", "ONNX_NAME", "OnnxClassifier",
+           "QUANTIZE_TYPES", "check_texts", "export_onnx", "VERIFY_TEXTS"]
 
 #: what ``export_onnx(..., quantize=...)`` accepts
 QUANTIZE_TYPES = ("int8",)
@@ -75,6 +77,50 @@ VERIFY_TEXTS = (
 )
 #: how many texts of the model's own data (or of ``check_data``) the export is checked on by default
 CHECK_ROWS = 256
+#: what ``contrastfit export --format`` writes: an ONNX graph (:func:`export_onnx`) or a SetFit model
+#: (:func:`contrastfit.setfit_format.export_setfit`)
+EXPORT_FORMATS = ("onnx", "setfit")
+
+
+@dataclass(frozen=True)
+class ExportOptions:
+    """The settings of an export, declared once (:func:`contrastfit.settings.setting`): ``contrastfit
+    export``'s options are generated from the fields with a group (:func:`contrastfit.cli.add_config_options`),
+    and :func:`export_onnx` takes its keywords' defaults from them (``format`` and ``verify_file`` are the
+    command line's: :func:`export_onnx` is the ONNX format, and takes a file of texts as ``check_data``)."""
+
+    format: str = setting("onnx", "onnx: an ONNX graph and the tokenizer; setfit: a folder that "
+                          "setfit.SetFitModel.from_pretrained loads, with the same probabilities (a model whose head "
+                          "is a logistic regression: the default recipe, linear-probe, setfit)", group="options",
+                          choices=EXPORT_FORMATS)
+    verify_file: str | None = setting(None, "texts to verify on, all of them: one per line (a tab separates a pair) "
+                                      "or a table (default: the model's own data)", group="options")
+    check_data: str | None = setting(None, "check on texts of this file instead of the model's own data: one per "
+                                     "line (a tab separates a pair) or a table (.csv/.tsv/.jsonl/.parquet; "
+                                     "--text-column); at most --check-rows of them", group="options", metavar="FILE")
+    check_rows: int | None = setting(CHECK_ROWS, "how many texts (rows) to check on at most, a seeded sample",
+                                     group="options")
+    text_column: str | None = setting(None, "text column of a --check-data (or --verify-file) table", group="options")
+    text_pair_column: str | None = setting(None, "second-text column of a --check-data (or --verify-file) table",
+                                           group="options")
+    atol: float = setting(1e-4, "largest allowed difference of a logit", group="options")
+    opset: int | None = setting(None, "ONNX opset (default: the exporter's)", group="options")
+    quantize: str | None = setting(None, "write an int8 model (ONNX Runtime dynamic quantisation, about 4x smaller), "
+                                   "checked against PyTorch's labels and probabilities on the same texts after the "
+                                   "float graph passed", group="options", choices=QUANTIZE_TYPES)
+    min_agreement: float = setting(0.99, "with --quantize: refuse (write nothing) when fewer of the texts get "
+                                   f"PyTorch's label, near ties (PyTorch within {TIE_BAND:g} of another label) left "
+                                   "out", group="options")
+    max_prob_diff: float = setting(0.05, "with --quantize: refuse when the probabilities of more than 1% of the "
+                                   "texts differ from PyTorch's by more (the largest difference is recorded too)",
+                                   group="options")
+    per_channel: bool = setting(True, "quantise the weights per channel (onnxruntime's quantize_dynamic)")
+    reduce_range: bool = setting(True, "quantise the weights to 7 bits (onnxruntime's quantize_dynamic)")
+    op_types: tuple[str, ...] | None = setting(None, "the operator types to quantise (default: all)")
+
+
+#: the defaults, as :func:`export_onnx` reads them
+EXPORT = ExportOptions()
 
 
 class _NoCheckData(Exception):
@@ -328,12 +374,14 @@ def _export_json(program: Any, opset: int | None, model: Any, names: list[str], 
 
 
 def export_onnx(run: str | os.PathLike, output: str | os.PathLike, *, task: str | None = None,
-                texts: Sequence[str] | None = None, pairs: Sequence[str] | None = None, atol: float = 1e-4,
-                opset: int | None = None, quantize: str | None = None, max_prob_diff: float = 0.05,
-                min_agreement: float = 0.99, per_channel: bool = True, reduce_range: bool = True,
-                op_types: Sequence[str] | None = None, check_data: str | os.PathLike | None = None,
-                check_rows: int | None = CHECK_ROWS, text_column: str | None = None,
-                text_pair_column: str | None = None) -> dict[str, Any]:
+                texts: Sequence[str] | None = None, pairs: Sequence[str] | None = None, atol: float = EXPORT.atol,
+                opset: int | None = EXPORT.opset, quantize: str | None = EXPORT.quantize,
+                max_prob_diff: float = EXPORT.max_prob_diff, min_agreement: float = EXPORT.min_agreement,
+                per_channel: bool = EXPORT.per_channel, reduce_range: bool = EXPORT.reduce_range,
+                op_types: Sequence[str] | None = EXPORT.op_types,
+                check_data: str | os.PathLike | None = EXPORT.check_data, check_rows: int | None = EXPORT.check_rows,
+                text_column: str | None = EXPORT.text_column,
+                text_pair_column: str | None = EXPORT.text_pair_column) -> dict[str, Any]:
     """Export the model in ``run`` (a ``contrastfit train`` folder, or the task ``task`` of a multi-task
     folder) to the folder ``output``; verify it on ``texts`` (and ``pairs`` for a pair model), else on
     :func:`check_texts`: at most ``check_rows`` texts of ``check_data`` (a file; its columns

@@ -6,12 +6,33 @@ and the server answers). ``predict``, ``evaluate``, ``explain``, ``calibrate``, 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .errors import ContrastfitError
+from .settings import setting
 
-__all__ = ["load_for_inference", "prediction_rows", "rows", "takes_pairs"]
+__all__ = ["INFERENCE", "InferenceOptions", "SPLITS", "load_for_inference", "prediction_rows", "rows", "takes_pairs"]
+
+#: the splits of a data set, which ``evaluate``'s and ``calibrate``'s ``--split`` choose from
+SPLITS = ("train", "validation", "test")
+
+
+@dataclass(frozen=True)
+class InferenceOptions:
+    """The options of the commands that run a trained model, declared once
+    (:func:`contrastfit.settings.setting`): ``predict``, ``evaluate``, ``calibrate`` and ``explain`` generate
+    those they take from these fields (:func:`contrastfit.cli.add_config_options`), and
+    :func:`prediction_rows` takes ``batch_size``'s default."""
+
+    output: str | None = setting(None, "write the JSONL here instead of standard output", group="options")
+    overwrite: bool = setting(False, "replace an existing output file", group="options")
+    batch_size: int = setting(64, "texts per forward pass of the model", group="options", ge=1)
+
+
+#: the defaults, as :func:`prediction_rows` reads them
+INFERENCE = InferenceOptions()
 
 
 def load_for_inference(folder: str, task: str | None = None):
@@ -64,7 +85,8 @@ def rows(model, scores) -> list[dict[str, Any]]:
             for s in scores]
 
 
-def prediction_rows(model, texts: list[str], pairs: list[str] | None, batch_size: int = 64) -> list[dict[str, Any]]:
+def prediction_rows(model, texts: list[str], pairs: list[str] | None,
+                    batch_size: int = INFERENCE.batch_size) -> list[dict[str, Any]]:
     """One row per text, as ``predict`` writes them: ``label`` and ``probabilities`` (``score`` for
     a regression model)."""
     return rows(model, model.predict_proba(texts, pairs, batch_size=batch_size))
