@@ -6,8 +6,9 @@ scored on the same fixed test set (a stratified subset of the data set's test sp
 One record per (data set, K, sample, system) is appended to ``--runs`` as it finishes, so a killed
 bench resumes where it stopped; a contrastfit system's record is reused only while the system trains
 the same recipe (method, resolved hyper-parameters and training settings: a changed default is
-trained again, and the bench says what changed), a SetFit run skipped for a step cap is redone
-under a larger one; the summary (mean +- std, macro-F1, training seconds, paired tests
+trained again, and the bench says what changed), and a SetFit library run only while it was made
+under the same step cap (:func:`setfit_cap_changed`; a run skipped for a cap, as the bench did before it
+capped, is redone); the summary (mean +- std, macro-F1, training seconds, paired tests
 against SetFit) is rewritten after every record to ``--output`` (JSON), a Markdown table next to it,
 and a figure of accuracy against training time.
 
@@ -19,9 +20,11 @@ Systems (``--systems``):
   skipped where the label names are codes or the texts are pairs);
 * ``setfit-lib``: the real SetFit library with its defaults (``pip install setfit``: the
   ``bench`` extra; a text pair is joined into one text by the tokenizer's separator token, as
-  SetFit takes one text an example); skipped with a note where it is not installed, or where its default pair count
-  needs more than ``--setfit-max-steps`` steps (SetFit's pairs grow with the square of the
-  training-set size; the ``setfit`` method takes the same steps and is skipped by the same rule);
+  SetFit takes one text an example); skipped with a note where it is not installed. Where its default pair
+  count needs more than ``--setfit-max-steps`` steps (SetFit's pairs grow with the square of the
+  training-set size) it trains that many steps only (its ``TrainingArguments(max_steps=...)``), and the
+  record and the summary say so (``capped: 200 of 960 steps``); the ``setfit`` method takes the same steps
+  and is skipped by the same rule (contrastfit's settings have no step cap);
 * ``fastfit`` and ``fastfit-defaults``: FastFit (Yehudai & Bandel, 2024) with its README's recipe
   (40 epochs, batch 32, 4 repeats, Adafactor, length 128, fp16 on a GPU) and with its library
   defaults (the HF Trainer's: 3 epochs, batch 8, length 32). FastFit does not install beside
@@ -225,16 +228,29 @@ def setfit_texts(split, sf) -> list[str]:
     return [f"{a} {sep} {b}" for a, b in zip(split["text"], split["text_pair"])]
 
 
-def run_setfit_lib(data: TextData, seed: int, model: str, workdir: Path, device: str = "auto") -> dict[str, Any]:
-    """The SetFit library with its default TrainingArguments (output folder aside)."""
+def setfit_cap(default_steps: int, max_steps: int | None) -> int | None:
+    """The step cap a SetFit library run takes under ``--setfit-max-steps max_steps``: ``max_steps`` where
+    its default (``default_steps``, :func:`setfit_steps`) needs more, else None (its defaults, uncapped)."""
+    return max_steps if max_steps is not None and default_steps > max_steps else None
+
+
+def run_setfit_lib(data: TextData, seed: int, model: str, workdir: Path, device: str = "auto",
+                   max_steps: int | None = None) -> dict[str, Any]:
+    """The SetFit library with its default TrainingArguments (output folder aside); where its default
+    pair count needs more than ``max_steps`` steps (``--setfit-max-steps``), ``max_steps=max_steps``
+    as well (SetFit's own cap: it draws only the pairs those steps take), and the record keeps
+    ``setfit_steps`` (what the default would take) and ``setfit_max_steps`` (the cap)."""
     import datasets
     from setfit import SetFitModel, Trainer, TrainingArguments
 
+    default_steps = setfit_steps(data.train["label"])
+    cap = setfit_cap(default_steps, max_steps)
     path = resolve_model(model)[0]
     t0 = time.perf_counter()
     sf = SetFitModel.from_pretrained(path, **({} if device == "auto" else {"device": device}))
     train_ds = datasets.Dataset.from_dict({"text": setfit_texts(data.train, sf), "label": data.train["label"]})
-    args = TrainingArguments(output_dir=str(workdir / f"setfit-{time.time_ns()}"), seed=seed)
+    args = TrainingArguments(output_dir=str(workdir / f"setfit-{time.time_ns()}"), seed=seed,
+                             **({} if cap is None else {"max_steps": cap}))
     trainer = Trainer(model=sf, args=args, train_dataset=train_ds)
     trainer.train()
     train_s = time.perf_counter() - t0
@@ -242,9 +258,10 @@ def run_setfit_lib(data: TextData, seed: int, model: str, workdir: Path, device:
     m = classification_metrics(data.test["label"], pred.astype(int), data.label_names)
     return {"accuracy": m["accuracy"], "macro_f1": m["macro_f1"], "train_s": train_s,
             # SetFit 1.x trains through a sentence-transformers trainer (`st_trainer`), whose state counts the steps;
-            # else the count its defaults imply (what --setfit-max-steps is checked against)
+            # else the count its arguments imply (its defaults', or the cap)
             "steps": getattr(getattr(getattr(trainer, "st_trainer", trainer), "state", None), "global_step", None)
-            or setfit_steps(data.train["label"]),
+            or (default_steps if cap is None else cap),
+            **({} if cap is None else {"setfit_steps": default_steps, "setfit_max_steps": cap}),
             "method": "setfit (library)", "setfit_version": _version("setfit")}
 
 
@@ -312,7 +329,10 @@ def read_records(path: Path) -> list[dict[str, Any]]:
 
 def capped_steps(record: dict[str, Any]) -> int | None:
     """The SetFit step count a record was skipped for (``--setfit-max-steps``), else None; records
-    written before the count had its own field carry it in their note only."""
+    written before the count had its own field carry it in their note only. (A SetFit library run
+    trained under the cap has a result: it was not skipped, whatever its ``setfit_steps``.)"""
+    if "accuracy" in record:
+        return None
     if "setfit_steps" in record:
         return int(record["setfit_steps"])
     match = re.match(r"SetFit's default would take (\d+) steps", record.get("skipped", ""))
@@ -320,10 +340,28 @@ def capped_steps(record: dict[str, Any]) -> int | None:
 
 
 def redone(records: list[dict[str, Any]], max_steps: int) -> list[dict[str, Any]]:
-    """The records a run with ``--setfit-max-steps max_steps`` takes as done: a run skipped for a
-    smaller cap is redone, and the skip note dropped once a result stands for its cell."""
-    capped = {i for i, r in enumerate(records) if (n := capped_steps(r)) is not None and n <= max_steps}
+    """The records a run with ``--setfit-max-steps max_steps`` takes as done: a SetFit library run skipped
+    for a step cap (as the bench did before it capped SetFit's steps instead) is redone, under the cap;
+    a ``setfit`` method run skipped for a smaller cap is redone; the skip note is dropped once a result
+    stands for its cell. (A SetFit library run made under another cap: :func:`setfit_cap_changed`.)"""
+    capped = {i for i, r in enumerate(records)
+              if (n := capped_steps(r)) is not None and (r.get("system") == REFERENCE or n <= max_steps)}
     return [r for i, r in enumerate(records) if i not in capped]
+
+
+def setfit_cap_changed(record: dict[str, Any], default_steps: int, max_steps: int) -> list[str]:
+    """How a finished SetFit library record's step cap differs from the one a run with
+    ``--setfit-max-steps max_steps`` takes on its sample (whose default takes ``default_steps``:
+    :func:`setfit_steps`): the steps it trained, ``min(default_steps, max_steps)`` today, against the
+    record's (its ``setfit_max_steps``, else the default's, uncapped). An empty list: the record stands.
+    An uncapped run always stands: SetFit's own default is the reference a cap only stands in for."""
+    if "accuracy" not in record:
+        return []
+    was, now = record.get("setfit_max_steps"), setfit_cap(default_steps, max_steps)
+    if was is None or was == now:
+        return []
+    return [f"setfit_max_steps: {'none' if was is None else was} -> {'none' if now is None else now} "
+            f"(of {default_steps} steps)"]
 
 
 def append_record(path: Path, record: dict[str, Any]) -> None:
@@ -331,6 +369,20 @@ def append_record(path: Path, record: dict[str, Any]) -> None:
         fh.write(json.dumps(record, ensure_ascii=False) + "\n")
         fh.flush()
         os.fsync(fh.fileno())
+
+
+def capped_note(row: dict[str, Any]) -> str | None:
+    """What a summary row's ``capped`` says, as its cells show it: ``capped: 200 of 960 steps`` (SetFit's
+    ``max_steps`` of the steps its default would take; ``in 2 of 3 runs`` where not all were), else None."""
+    capped = row.get("capped")
+    if not capped:
+        return None
+
+    def span(values: list[int]) -> str:
+        return str(values[0]) if len(values) == 1 else f"{values[0]}–{values[-1]}"
+
+    runs = "" if capped["runs"] == row["n"] else f" in {capped['runs']} of {row['n']} runs"
+    return f"capped{runs}: {span(capped['max_steps'])} of {span(capped['setfit_steps'])} steps"
 
 
 def paired_std_test(a: np.ndarray, b: np.ndarray) -> float | None:
@@ -367,6 +419,11 @@ def summarise(records: list[dict[str, Any]]) -> dict[str, Any]:
                    "train_s": float(np.mean([r["train_s"] for r in runs.values()])),
                    "steps": (float(np.mean(steps)) if (steps := [r["steps"] for r in runs.values()
                                                                   if r.get("steps") is not None]) else None)}
+            if capped := [r for r in runs.values() if r.get("setfit_max_steps") is not None]:  # SetFit's steps cut
+                row["capped"] = {"runs": len(capped),
+                                 "max_steps": sorted({int(r["setfit_max_steps"]) for r in capped}),
+                                 "setfit_steps": sorted({int(r["setfit_steps"]) for r in capped})}
+                row["capped"]["note"] = capped_note(row)
             for label, other in (("vs_setfit", REFERENCE), ("vs_probe", PROBE), ("vs_fastfit", FASTFIT_PAPER)):
                 ref = systems.get(other, {})
                 common = sorted(set(runs) & set(ref))
@@ -439,6 +496,7 @@ def goal_markdown(summary: dict[str, Any], kinds: bool = True) -> str:
             return "–"
         more = [] if r["system"] == "zero-shot" else [f"{r['train_s']:.0f} s"]
         more += [f"n={r['n']}"] if n and r["n"] != n else []
+        more += [note] if (note := capped_note(r)) else []  # SetFit trained fewer steps than its default
         return f"{r['accuracy_mean']:.1f} ± {r['accuracy_std']:.1f}" + (f" ({', '.join(more)})" if more else "")
 
     def diff(vs: dict | None) -> str:
@@ -447,10 +505,12 @@ def goal_markdown(summary: dict[str, Any], kinds: bool = True) -> str:
         p = "" if vs["p_ttest"] is None else " (p<0.01)" if vs["p_ttest"] < 0.005 else f" (p={vs['p_ttest']:.2f})"
         return f"{vs['mean_diff']:+.1f}{p}"
 
+    capped = False
     for (data, shots), systems in sorted(cells.items()):
         d, sf, pr = systems.get("default"), systems.get(REFERENCE), systems.get(PROBE)
         if d is None:
             continue
+        capped = capped or (sf is not None and "capped" in sf)
         misses = cell_misses(systems)
         if sf is None:
             why = summary.get("skipped", {}).get(f"{data}|{shots}|{REFERENCE}")
@@ -469,6 +529,11 @@ def goal_markdown(summary: dict[str, Any], kinds: bool = True) -> str:
         mixed = "no weight interpolation" if c.get("wise_ft") is None else f"--wise-ft {c['wise_ft']:g}"
         lines.append(f"\nCeiling, {data}: the default recipe on the whole training split ({c['train_size']} examples, "
                      f"{c['steps']} steps, {mixed}): {100 * c['accuracy']:.1f}% in {c['train_s']:.0f} s.")
+    if capped:
+        lines.append("\nCapped SetFit: where its default pair count needs more steps than `--setfit-max-steps`, "
+                     "SetFit trained that many only (its `max_steps`: the pairs those steps take), and its cell says "
+                     "`capped: N of M steps`; its accuracy is what N steps reach, and the time against it compares "
+                     "with fewer steps than its default takes.")
     return "\n".join(lines) + "\n" + (kinds_markdown(summary) if kinds else "")
 
 
@@ -592,7 +657,8 @@ def markdown(summary: dict[str, Any], order: list[str]) -> str:
              "|---|---|---|---|---|---|---|---|---|"]
     rank = {s: i for i, s in enumerate(order)}
     for r in sorted(summary["rows"], key=lambda r: (r["data"], r["shots"], rank.get(r["system"], 99))):
-        lines.append(f"| {r['data']} | {r['shots']} | {r['system']} | {r['n']} | {r['accuracy_mean']:.1f} ± {r['accuracy_std']:.1f} "
+        system = r["system"] + (f" ({note})" if (note := capped_note(r)) else "")
+        lines.append(f"| {r['data']} | {r['shots']} | {system} | {r['n']} | {r['accuracy_mean']:.1f} ± {r['accuracy_std']:.1f} "
                      f"| {r['macro_f1_mean']:.1f} ± {r['macro_f1_std']:.1f} | {r['train_s']:.0f} "
                      f"| {versus(r.get('vs_setfit'))} | {versus(r.get('vs_probe'))} |")
     return "\n".join(lines) + "\n"
@@ -715,7 +781,8 @@ README_START, README_END = "<!-- results table: python bench/fewshot.py --readme
 def readme_markdown(summaries: list[dict[str, Any]], shots: int = README_SHOTS) -> str:
     """The README's table: per data set (in the records' order), test accuracy at ``shots`` examples per
     class of the probe, the SetFit library and the default recipe, the mean over the samples (how many:
-    the default's), the best in bold; ``not run`` where a system has no run."""
+    the default's), the best in bold; ``not run`` where a system has no run, ``(capped)`` where SetFit
+    trained fewer steps than its default (``--setfit-max-steps``)."""
     names = {PROBE: "probe", REFERENCE: "SetFit", "default": "default"}
     lines = ["| data | kind | samples | probe | SetFit | default |", "|---|---|--:|--:|--:|--:|"]
     for summary in summaries:
@@ -731,7 +798,8 @@ def readme_markdown(summaries: list[dict[str, Any]], shots: int = README_SHOTS) 
             for system in names:
                 r = systems.get(system)
                 text = "not run" if r is None else f"{r['accuracy_mean']:.1f}"
-                row.append(f"**{text}**" if r is not None and round(r["accuracy_mean"], 1) == best else text)
+                text = f"**{text}**" if r is not None and round(r["accuracy_mean"], 1) == best else text
+                row.append(text + (" (capped)" if r is not None and "capped" in r else ""))
             lines.append(f"| {data} | {data_kind(data)} | {systems['default']['n']} | " + " | ".join(row) + " |")
     return "\n".join(lines) + "\n"
 
@@ -794,8 +862,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--validation-size", type=int, default=64)
     p.add_argument("--seed", type=int, default=0, help="protocol seed of the training samples; also the training seed")
     p.add_argument("--setfit-max-steps", type=int, default=100,
-                   help="skip SetFit where its default pair count needs more steps (default 100: about 2-10 "
-                        "minutes a run on 2 CPU cores; raise it on a GPU)")
+                   help="cap SetFit's steps (its max_steps) where its default pair count needs more, and say so "
+                        "in its record and cell; skip the setfit method there (default 100: about 2-10 minutes "
+                        "a run on 2 CPU cores; raise it on a GPU)")
     p.add_argument("--ceiling", nargs="*", default=[], metavar="DATA",
                    help="data sets on which the default recipe also trains once on the whole training split "
                         "(the ceiling the goal's probe margin is read against)")
@@ -833,7 +902,8 @@ def main(argv: list[str] | None = None) -> int:
     device = "cuda" if args.device != "cpu" and torch.cuda.is_available() else "cpu"
     if args.device == "cuda" and device == "cpu":
         p.error("--device cuda: no GPU is visible")
-    # a run skipped for a smaller --setfit-max-steps than this one is redone
+    # a SetFit library run skipped for a step cap is redone (capped now), and a setfit method run skipped for
+    # a smaller --setfit-max-steps than this one
     records = redone(read_records(runs_path), args.setfit_max_steps)
     # a record skipped for want of FastFit's environment is redone once that environment is given
     done = {(r["data"], r["shots"], r["sample"], r["system"]) for r in records if not r.get("unavailable")}
@@ -858,6 +928,9 @@ def main(argv: list[str] | None = None) -> int:
                     # a record is reused only while its system trains the same recipe (method, resolved
                     # hyper-parameters, settings): a changed default is trained again, never read back
                     changed = stale(latest[key], recipe(system, len(run.data.train), args.model, args.max_length))
+                    if system == REFERENCE:  # and a SetFit library run only while it trained under the same cap
+                        changed += setfit_cap_changed(latest[key], setfit_steps(run.data.train["label"]),
+                                                      args.setfit_max_steps)
                     if not changed:
                         continue
                     print(f"redo {data_name} K={shots} sample {run.sample} {system}: its record was made with "
@@ -865,7 +938,9 @@ def main(argv: list[str] | None = None) -> int:
                 record = {"data": data_name, "shots": shots, "sample": run.sample, "system": system,
                           "train_hash": data_hash(run.data.train), "test_hash": data_hash(run.data.test),
                           "test_size": len(run.data.test), "seed": args.seed, "model": args.model, "device": device}
-                if system in (REFERENCE, "setfit"):  # the library and our rewrite take the same pair count
+                if system == "setfit":  # our rewrite takes the library's pair count (the library is capped instead:
+                    # run_setfit_lib). Skipped, not capped: TrainConfig has no step cap, only --epochs, which would
+                    # replace the pair-count rule by epochs over the examples (another schedule, not a cut one)
                     steps = setfit_steps(run.data.train["label"])
                     if steps > args.setfit_max_steps:
                         record["skipped"] = f"SetFit's default would take {steps} steps (> --setfit-max-steps {args.setfit_max_steps})"
@@ -892,7 +967,8 @@ def main(argv: list[str] | None = None) -> int:
                     if not have_setfit:
                         print(f"skip {key}: setfit is not installed (pip install setfit)", file=sys.stderr)
                         continue
-                    record.update(run_setfit_lib(run.data, args.seed, args.model, workdir, device))
+                    record.update(run_setfit_lib(run.data, args.seed, args.model, workdir, device,
+                                                 max_steps=args.setfit_max_steps))
                 else:
                     try:
                         record.update(run_contrastfit(system, run.data, args.seed, args.model, args.max_length, workdir,
@@ -901,8 +977,10 @@ def main(argv: list[str] | None = None) -> int:
                         record["skipped"] = str(exc)
                         append_record(runs_path, record)
                         continue
+                capped = (f", capped: {record['setfit_max_steps']} of {record['setfit_steps']} steps"
+                          if "setfit_max_steps" in record else "")
                 print(f"{data_name} K={shots} sample {run.sample} {system}: accuracy {record['accuracy']:.3f} "
-                      f"({record['train_s']:.0f} s)", flush=True)
+                      f"({record['train_s']:.0f} s{capped})", flush=True)
                 append_record(runs_path, record)
                 write_summary()
         ceiling = latest.get((data_name, None, 0, CEILING))

@@ -137,8 +137,9 @@ def test_no_verdict_before_two_paired_samples(fewshot):
     assert cells[10] == "–"  # one sample against SetFit: no verdict yet
 
 
-def test_a_run_skipped_for_a_smaller_step_cap_is_redone(fewshot):
-    base = {"data": "bbc-news", "shots": 8, "system": "setfit-lib"}
+def test_a_setfit_method_run_skipped_for_a_smaller_step_cap_is_redone(fewshot):
+    # contrastfit's own `setfit` has no step cap: it is still skipped over the cap, and redone under a larger one
+    base = {"data": "bbc-news", "shots": 8, "system": "setfit"}
     old = {**base, "sample": 0, "skipped": "SetFit's default would take 80 steps (> --setfit-max-steps 40)"}
     new = {**base, "sample": 1, "skipped": "SetFit's default would take 80 steps (> --setfit-max-steps 40)",
            "setfit_steps": 80}
@@ -150,8 +151,171 @@ def test_a_run_skipped_for_a_smaller_step_cap_is_redone(fewshot):
     assert fewshot.redone(records, 40) == records
     # once a sample has a result, the cell's skip note is no longer stated
     ran = {**base, "sample": 0, "accuracy": 0.9, "macro_f1": 0.9, "train_s": 300}
-    assert "bbc-news|8|setfit-lib" in fewshot.summarise(records)["skipped"]
-    assert "bbc-news|8|setfit-lib" not in fewshot.summarise(records + [ran])["skipped"]
+    assert "bbc-news|8|setfit" in fewshot.summarise(records)["skipped"]
+    assert "bbc-news|8|setfit" not in fewshot.summarise(records + [ran])["skipped"]
+
+
+class _FakeSetFit:
+    """The `setfit` module as run_setfit_lib uses it, training nothing: it keeps the TrainingArguments it
+    is given, counts the steps they imply (the cap, else SetFit's default pair steps) and predicts label 0."""
+
+    def __init__(self, fewshot):
+        import types
+
+        self.calls: list[dict] = []
+        fake = self
+
+        class TrainingArguments:
+            def __init__(self, **kwargs):
+                fake.calls.append(kwargs)
+                self.kwargs = kwargs
+
+        class SetFitModel:
+            model_body = types.SimpleNamespace(tokenizer=types.SimpleNamespace(sep_token="[SEP]"))
+
+            @classmethod
+            def from_pretrained(cls, path, **kwargs):
+                return cls()
+
+            def predict(self, texts, batch_size=64):
+                return [0] * len(texts)
+
+        class Trainer:
+            def __init__(self, model, args, train_dataset):
+                steps = args.kwargs.get("max_steps") or fewshot.setfit_steps(train_dataset["label"])
+                self.st_trainer = types.SimpleNamespace(state=types.SimpleNamespace(global_step=steps))
+
+            def train(self):
+                pass
+
+        self.module = types.SimpleNamespace(SetFitModel=SetFitModel, Trainer=Trainer,
+                                            TrainingArguments=TrainingArguments)
+
+
+def _toy(classes: int = 4, per_class: int = 8):
+    import datasets
+
+    from contrastfit.data.loading import TextData
+
+    n = classes * per_class
+    split = datasets.Dataset.from_dict({"text": [f"text {i}" for i in range(n)], "label": [i % classes for i in range(n)]})
+    return TextData("toy", split, split, split, [f"c{i}" for i in range(classes)])
+
+
+@pytest.fixture
+def fake_setfit(fewshot, monkeypatch):
+    import sys
+
+    fake = _FakeSetFit(fewshot)
+    monkeypatch.setitem(sys.modules, "setfit", fake.module)
+    monkeypatch.setattr(fewshot, "resolve_model", lambda model: (model,))
+    return fake
+
+
+def test_a_setfit_run_over_the_cap_passes_max_steps_and_records_the_three_numbers(fewshot, fake_setfit, tmp_path):
+    data = _toy()  # 4 classes x 8: 768 pairs, 48 steps of 16
+    assert fewshot.setfit_steps(data.train["label"]) == 48
+    record = fewshot.run_setfit_lib(data, 0, "m", tmp_path, max_steps=20)
+    assert fake_setfit.calls[-1]["max_steps"] == 20
+    assert (record["setfit_steps"], record["setfit_max_steps"], record["steps"]) == (48, 20, 20)
+    # under the cap: SetFit's defaults, no max_steps passed, the record as before
+    record = fewshot.run_setfit_lib(data, 0, "m", tmp_path, max_steps=48)
+    assert "max_steps" not in fake_setfit.calls[-1]
+    assert record["steps"] == 48 and "setfit_steps" not in record and "setfit_max_steps" not in record
+    fewshot.run_setfit_lib(data, 0, "m", tmp_path)  # no cap given: the defaults
+    assert "max_steps" not in fake_setfit.calls[-1]
+
+
+def test_a_setfit_lib_run_skipped_for_its_steps_is_redone_whatever_the_cap(fewshot):
+    base = {"data": "mcid", "shots": 8, "system": "setfit-lib"}
+    old = {**base, "sample": 0, "skipped": "SetFit's default would take 960 steps (> --setfit-max-steps 200)"}
+    new = {**old, "sample": 1, "setfit_steps": 960}
+    capped = {**base, "sample": 2, "accuracy": 0.7, "macro_f1": 0.7, "train_s": 55, "steps": 200,
+              "setfit_steps": 960, "setfit_max_steps": 200}
+    other = {**base, "sample": 3, "skipped": "setfit is not installed"}
+    records = [old, new, capped, other]
+    assert [fewshot.capped_steps(r) for r in records] == [960, 960, None, None]  # a capped run was not skipped
+    for max_steps in (100, 200, 2000):  # SetFit is capped now, never skipped: a skipped run is trained
+        assert fewshot.redone(records, max_steps) == [capped, other]
+
+
+def test_a_setfit_lib_record_made_under_another_cap_is_redone(fewshot):
+    capped = {"system": "setfit-lib", "accuracy": 0.7, "steps": 200, "setfit_steps": 960, "setfit_max_steps": 200}
+    assert fewshot.setfit_cap_changed(capped, 960, 200) == []
+    assert fewshot.setfit_cap_changed(capped, 960, 100) == ["setfit_max_steps: 200 -> 100 (of 960 steps)"]
+    assert fewshot.setfit_cap_changed(capped, 960, 400) == ["setfit_max_steps: 200 -> 400 (of 960 steps)"]
+    # a cap at the default's steps or over it: SetFit's defaults, uncapped, so the capped run is redone
+    assert fewshot.setfit_cap_changed(capped, 960, 960) == ["setfit_max_steps: 200 -> none (of 960 steps)"]
+    # an uncapped run (a record as before the cap, without `steps` too) stands under any cap: SetFit's own
+    # default is the reference, a capped run never replaces it
+    full = {"system": "setfit-lib", "accuracy": 0.8, "steps": 480}
+    for record in (full, {"system": "setfit-lib", "accuracy": 0.8}):
+        for cap in (480, 1000, 240):
+            assert fewshot.setfit_cap_changed(record, 480, cap) == []
+    assert fewshot.setfit_cap_changed({"system": "setfit-lib", "skipped": "x"}, 480, 240) == []  # no result
+
+
+def test_the_bench_redoes_setfit_records_made_another_way_and_keeps_the_rest(fewshot, fake_setfit, monkeypatch,
+                                                                             tmp_path):
+    """main() on a toy set, SetFit faked: what it trains again under each --setfit-max-steps."""
+    monkeypatch.setattr(fewshot, "RESULTS", tmp_path)
+    monkeypatch.setattr(fewshot, "load_bench_data", lambda spec: _toy(per_class=12))
+    monkeypatch.setattr(fewshot, "plot", lambda summary, path: None)
+    monkeypatch.setattr(fewshot, "_version", lambda dist: "1.2.0")
+    runs = tmp_path / "t_runs.jsonl"
+    base = {"data": "toy", "shots": 8, "system": "setfit-lib"}  # K = 8 of 4 classes: 48 steps by default
+    fewshot.append_record(runs, {**base, "sample": 0,
+                                 "skipped": "SetFit's default would take 48 steps (> --setfit-max-steps 20)"})
+    fewshot.append_record(runs, {**base, "sample": 1, "accuracy": 0.5, "macro_f1": 0.5, "train_s": 9, "steps": 30,
+                                 "setfit_steps": 48, "setfit_max_steps": 30})
+    fewshot.append_record(runs, {**base, "sample": 2, "accuracy": 0.5, "macro_f1": 0.5, "train_s": 9, "steps": 20,
+                                 "setfit_steps": 48, "setfit_max_steps": 20})
+    argv = ["--data", "toy", "--shots", "8", "--samples", "3", "--systems", "setfit-lib", "--test-size", "48",
+            "--validation-size", "4", "--name", "t", "--setfit-max-steps"]
+
+    def trained(max_steps: int) -> list:
+        before = len(fake_setfit.calls)
+        fewshot.main(argv + [str(max_steps)])
+        return [c.get("max_steps") for c in fake_setfit.calls[before:]]
+
+    assert trained(20) == [20, 20]  # the skipped sample 0 and sample 1 (capped at 30) again; sample 2 stands
+    last = {r["sample"]: r for r in fewshot.read_records(runs)}
+    assert all((last[s]["setfit_steps"], last[s]["setfit_max_steps"], last[s]["steps"]) == (48, 20, 20)
+               for s in range(3))
+    assert trained(20) == []  # each made under this cap: nothing to do
+    assert trained(48) == [None] * 3  # the default fits: every capped run is redone with SetFit's defaults
+    assert "setfit_max_steps" not in fewshot.read_records(runs)[-1]
+    assert trained(100) == [] and trained(20) == []  # an uncapped run stands under any cap
+    summary = fewshot.summarise(fewshot.read_records(runs))
+    assert "capped" not in summary["rows"][0] and summary["skipped"] == {}
+
+
+def test_a_capped_setfit_cell_says_so_and_its_time_still_counts(fewshot):
+    recs = _records("mcid", 8, {"linear-probe": [0.60, 0.62, 0.64], "setfit-lib": [0.75, 0.755, 0.76],
+                                "default": [0.70, 0.71, 0.72]},
+                    {"linear-probe": 1, "setfit-lib": 55, "default": 11})
+    plain = fewshot.goal_markdown(fewshot.summarise(recs))
+    assert _row(plain, "mcid", 8)[5] == "75.5 ± 0.5 (55 s)" and "Capped SetFit" not in plain
+    assert "(capped)" not in fewshot.readme_markdown([fewshot.summarise(recs)])
+    for r in recs:
+        if r["system"] == "setfit-lib":
+            r.update(steps=200, setfit_steps=960, setfit_max_steps=200)
+    summary = fewshot.summarise(recs)
+    row = {r["system"]: r for r in summary["rows"]}["setfit-lib"]
+    assert row["capped"] == {"runs": 3, "max_steps": [200], "setfit_steps": [960], "note": "capped: 200 of 960 steps"}
+    table = fewshot.goal_markdown(summary)
+    cells = _row(table, "mcid", 8)
+    assert cells[5] == "75.5 ± 0.5 (55 s, capped: 200 of 960 steps)"
+    assert cells[9] == "0.20x" and cells[10] == "floor: -4.5 vs SetFit"  # the time and the goal still count
+    assert "the time against it compares with fewer steps than its default takes" in table
+    assert "| mcid | 8 | setfit-lib (capped: 200 of 960 steps) | 3 |" in fewshot.markdown(summary, ["setfit-lib"])
+    assert "| mcid | question type | 3 |" not in fewshot.readme_markdown([summary])  # not README_SHOTS' K
+    assert "| **75.5** (capped) |" in fewshot.readme_markdown([summary], shots=8)
+    # one run of three capped: said
+    recs = [r for r in recs if not (r["system"] == "setfit-lib" and r["sample"] > 0)]
+    recs += _records("mcid", 8, {"setfit-lib": [0.75, 0.755, 0.76]}, {"setfit-lib": 55})[1:]
+    assert _row(fewshot.goal_markdown(fewshot.summarise(recs)), "mcid", 8)[5] == \
+        "75.5 ± 0.5 (55 s, capped in 1 of 3 runs: 200 of 960 steps)"
 
 
 def test_a_record_is_reused_only_while_its_system_trains_the_same_recipe(fewshot):
