@@ -1,41 +1,27 @@
 """The HTTP server of a trained model: ``contrastfit serve FOLDER``, on FastAPI and uvicorn.
 
 ``FOLDER`` is a ``contrastfit train`` output folder, a multi-task folder with ``--task``, or an ONNX
-export (``contrastfit export``, float or int8; served by ONNX Runtime, no PyTorch model code). The
-packages are the ``serve`` extra (``pip install 'contrastfit[serve]'``: fastapi, uvicorn,
-prometheus-client), imported only when serving.
+export (``contrastfit export``; served by ONNX Runtime, no PyTorch model code). The packages are the
+``serve`` extra (fastapi, uvicorn, prometheus-client), imported only when serving.
 
 * ``POST /predict`` with ``{"texts": [...]}`` (and ``"pairs": [...]`` for a pair model) answers
-  ``{"predictions": [...]}``, one row per text, the rows ``predict`` writes (``label`` and
-  ``probabilities``; ``labels`` for a multi-label model; ``score`` for a regression model). The Hugging
-  Face inference payload ``{"inputs": "text" | ["text", ...]}`` (a pair: ``{"text": ..., "text_pair":
-  ...}``; ``"parameters": {"top_k": K}``) is answered as Hugging Face text-classification inference
-  answers it: one list per input of ``{"label", "score"}``, every label, highest score first.
-  Probabilities use the model's calibrated temperature when it has one.
-* ``GET /health``: ``{"status": "ok", "model": FOLDER, "task": ..., "labels": [...], "pairs": ...}``;
-* ``GET /metrics``: Prometheus metrics (requests by path and status, their latency, texts per forward
-  pass); ``GET /openapi.json`` and ``/docs``: the schema of all of it, from the pydantic models below.
+  ``{"predictions": [...]}``, the rows ``predict`` writes. The Hugging Face inference payload
+  ``{"inputs": "text" | ["text", ...]}`` (a pair: ``{"text": ..., "text_pair": ...}``; ``"parameters":
+  {"top_k": K}``) is answered as Hugging Face text-classification inference answers it: one list per
+  input of ``{"label", "score"}``, every label, highest score first.
+* ``GET /health``, ``GET /metrics`` (Prometheus), and the schema of all of it, from the pydantic models
+  below: ``GET /openapi.json`` and ``/docs``.
 
 :func:`make_app` builds the FastAPI application (to mount in an application of your own, or to run
 with any ASGI server); :func:`make_server` binds it to a socket with uvicorn (HTTP/1.1, keep-alive).
-The settings, ``serve``'s options included, are :class:`ServeOptions`, declared once.
+The settings are :class:`ServeOptions`. Requests waiting together share forward passes, and a large
+request runs in chunks with small ones between them (:class:`_Batcher`).
 
-Micro-batching (:class:`_Batcher`): each request's texts go to one queue; ``workers`` model threads
-(one by default) each run one forward pass at a time over up to ``batch_size`` texts, the next chunk
-of the request first in the queue and the whole requests behind it that fit in the room left. A pass
-with room left waits up to ``max_wait`` seconds for more requests to join it. A large request runs in
-chunks, and a small one arriving meanwhile is answered after the chunk in progress, not after all of
-it. With several workers, passes run at the same time (PyTorch and ONNX Runtime release the GIL in
-their kernels), each worker on its own copy of the model object that shares the weights (see
-:func:`_worker_model`).
-
-Limits: ``max_texts`` texts per request (more: 413), ``max_body`` bytes per body (more: 413),
-``timeout`` seconds for a connection to send its request (an idle one is closed; a body still
-incomplete after it gets 408), ``keep_alive`` seconds an idle connection is kept between requests,
-``max_connections`` connections at a time (more: 503 at once). A request line or head over 64 KiB
-gets 414 / 431, a chunked body or no Content-Length 411, another method 405. Every request the server
-does not accept gets a 4xx status and ``{"error": "one line"}``; a failure of the model gets 500 and
-one line; the server goes on.
+Limits: more than ``max_texts`` texts or ``max_body`` bytes in a request: 413; a body not complete
+within ``timeout``: 408 (an idle connection is closed); past ``max_connections``: 503 at once; a
+request line or head over 64 KiB: 414 / 431; a chunked body or no Content-Length: 411; another method:
+405. Every request the server does not accept gets a 4xx status and ``{"error": "one line"}``; a
+failure of the model gets 500 and one line; the server goes on.
 """
 
 from __future__ import annotations
@@ -45,6 +31,7 @@ import collections
 import concurrent.futures
 import contextlib
 import copy
+import functools
 import importlib.util
 import itertools
 import json
@@ -54,7 +41,7 @@ import sys
 import threading
 import time
 import typing
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from http import HTTPStatus
 from typing import Annotated, Any, Literal, Optional, Union
 
@@ -136,11 +123,11 @@ def _problem(kind: type, bounds: dict[str, Any], value: Any) -> str | None:
     checks = {"ge": lambda v, b: v >= b, "gt": lambda v, b: v > b, "le": lambda v, b: v <= b}
     if right and all(checks[k](value, b) for k, b in bounds.items()):  # (NaN fails every comparison)
         return None
-    noun = "a number of seconds " if kind is float else ""
     low, high = bounds.get("gt", bounds.get("ge")), bounds.get("le")
     if high is None:
         return f"give {low:g} or more"
-    return f"give {noun}{'above' if 'gt' in bounds else 'from'} {low:g} {'and at most' if 'gt' in bounds else 'to'} {high:g}"
+    above, up_to = ("above", "and at most") if "gt" in bounds else ("from", "to")
+    return f"give {'a number of seconds ' if kind is float else ''}{above} {low:g} {up_to} {high:g}"
 
 
 def check_settings(*, cli: bool = False, **values: Any) -> None:
@@ -263,11 +250,12 @@ class ErrorResponse(BaseModel):
 
 
 class RequestError(ValueError):
-    """A request the server does not accept: its HTTP status and a one-line message."""
+    """A request the server does not accept: its HTTP status, a one-line message, and whether to close the
+    connection (a body not read, or not all of it: no next request on it)."""
 
-    def __init__(self, message: str, status: int = HTTPStatus.BAD_REQUEST):
+    def __init__(self, message: str, status: int = HTTPStatus.BAD_REQUEST, close: bool = False):
         super().__init__(message)
-        self.status = int(status)
+        self.status, self.close = int(status), close
 
 
 def _one_line(text: str, limit: int = 300) -> str:
@@ -278,64 +266,7 @@ def _one_line(text: str, limit: int = 300) -> str:
 _SEND_TEXTS = 'send {"texts": [...]} (and "pairs": [...] for a pair model), or {"inputs": ...}'
 _SEND_INPUTS = ('"inputs" must be a text or a non-empty list of texts (for a pair model: {"text": ..., '
                 '"text_pair": ...} or a list of them)')
-
-
-def _load_json(body: bytes) -> Any:
-    try:
-        return json.loads(body.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:  # JSONDecodeError, and an integer too long to convert
-        raise RequestError(_one_line(f"the body is not UTF-8 JSON ({exc})")) from None
-    except RecursionError:
-        raise RequestError("the body is not UTF-8 JSON (nested too deeply)") from None
-
-
-def _check_count(n: int, max_texts: int | None) -> None:
-    if max_texts is not None and n > max_texts:
-        raise RequestError(f"{n} texts in one request; this server takes at most {max_texts}: send them in "
-                           "several requests", HTTPStatus.REQUEST_ENTITY_TOO_LARGE)
-
-
-def _check_unicode(name: str, values: list[str]) -> None:
-    for i, text in enumerate(values):
-        try:
-            text.encode("utf-8")
-        except UnicodeEncodeError as exc:  # "\ud800" is valid JSON but no Unicode text
-            raise RequestError(f'{name}[{i}] holds a lone surrogate ({ascii(text[exc.start])}): send Unicode text') from None
-
-
-def _model_inputs(texts: list[str], pairs: list[str] | None, pair_model: bool, pairs_name: str):
-    try:
-        return model_inputs(texts, pairs, pair_model, "this model", pairs_name)
-    except DataError as exc:
-        raise RequestError(str(exc)) from None
-
-
-def _texts_problem(errors: list[dict[str, Any]]) -> str:
-    if any(e["type"] == "extra_forbidden" for e in errors):
-        return _SEND_TEXTS
-    first = errors[0]
-    name = first["loc"][0]
-    if first["type"] in ("too_short", "missing") or (len(first["loc"]) == 1 and first.get("input") is None):
-        return f'"{name}" must be a non-empty list of strings'
-    return f'"{name}" must be a list of strings'
-
-
-def _parse(body: bytes, pair_model: bool, max_texts: int | None = None) -> tuple[list[str], list[str] | None]:
-    """The texts (and pairs) of a ``{"texts": [...]}`` body, as the model reads them; RequestError else."""
-    return _read_texts(_load_json(body), pair_model, max_texts)
-
-
-def _read_texts(request: Any, pair_model: bool, max_texts: int | None) -> tuple[list[str], list[str] | None]:
-    if not isinstance(request, dict):
-        raise RequestError(_SEND_TEXTS)
-    try:
-        parsed = PredictRequest.model_validate(request)
-    except ValidationError as exc:
-        raise RequestError(_texts_problem(exc.errors(include_url=False))) from None
-    _check_count(len(parsed.texts), max_texts)
-    _check_unicode('"texts"', parsed.texts)
-    _check_unicode('"pairs"', parsed.pairs or [])
-    return _model_inputs(parsed.texts, parsed.pairs, pair_model, '"pairs"')
+_CHUNKED = "send the body with a Content-Length (a chunked body is not read)"
 
 
 @dataclass
@@ -349,45 +280,68 @@ class _Request:
     top_k: int | None = None
 
 
-def _read_inputs(request: dict, pair_model: bool, max_texts: int | None, function: str) -> _Request:
-    try:
-        parsed = InferenceRequest.model_validate(request)
-    except ValidationError as exc:
-        errors = exc.errors(include_url=False)
-        first = next((e for e in errors if e["type"] == "extra_forbidden" and len(e["loc"]) == 1), errors[0])
-        if first["type"] == "extra_forbidden" and len(first["loc"]) == 1:
-            raise RequestError('send {"inputs": "text" or [...]} (and "parameters": {"top_k": K})') from None
-        if first["loc"][0] == "parameters":
-            where = ".".join(f'"{part}"' for part in first["loc"] if isinstance(part, str))
-            raise RequestError(_one_line(f"{where}: {first['msg']}")) from None
-        raise RequestError(_SEND_INPUTS) from None
-    items = parsed.inputs if isinstance(parsed.inputs, list) else [parsed.inputs]
-    _check_count(len(items), max_texts)
-    texts = [i if isinstance(i, str) else i.text for i in items]
-    pairs = None if isinstance(items[0], str) else [i.text_pair for i in items]
-    _check_unicode('"inputs"', texts)
-    _check_unicode('"text_pair"', pairs or [])
-    parameters = parsed.parameters or InferenceParameters()
-    if parameters.function_to_apply not in (None, function):
-        raise RequestError(f'"parameters"."function_to_apply" {parameters.function_to_apply!r}: this model answers '
-                           f"its own probabilities ({function})")
-    texts, pairs = _model_inputs(texts, pairs, pair_model, '"text_pair"')
-    return _Request(texts, pairs, "inputs", parameters.top_k)
+def _invalid(errors: list[dict[str, Any]], form: str) -> str:
+    """The one line answering a payload of ``form`` ("texts" or "inputs") that pydantic refused."""
+    if any(e["type"] == "extra_forbidden" and len(e["loc"]) == 1 for e in errors):
+        return _SEND_TEXTS if form == "texts" else 'send {"inputs": "text" or [...]} (and "parameters": {"top_k": K})'
+    first = errors[0]
+    name = first["loc"][0]
+    if form == "inputs":
+        if name != "parameters":
+            return _SEND_INPUTS
+        where = ".".join(f'"{part}"' for part in first["loc"] if isinstance(part, str))
+        return _one_line(f"{where}: {first['msg']}")
+    if first["type"] in ("too_short", "missing") or (len(first["loc"]) == 1 and first.get("input") is None):
+        return f'"{name}" must be a non-empty list of strings'
+    return f'"{name}" must be a list of strings'
 
 
 def _read_request(body: bytes, pair_model: bool, max_texts: int | None, function: str = "softmax") -> _Request:
     """The request in ``body``: either payload (see the module docstring); RequestError else."""
-    request = _load_json(body)
-    if isinstance(request, dict) and "inputs" in request:
-        return _read_inputs(request, pair_model, max_texts, function)
-    return _Request(*_read_texts(request, pair_model, max_texts))
+    try:
+        request = json.loads(body.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:  # JSONDecodeError, and an integer too long to convert
+        raise RequestError(_one_line(f"the body is not UTF-8 JSON ({exc})")) from None
+    except RecursionError:
+        raise RequestError("the body is not UTF-8 JSON (nested too deeply)") from None
+    if not isinstance(request, dict):
+        raise RequestError(_SEND_TEXTS)
+    form = "inputs" if "inputs" in request else "texts"
+    try:
+        parsed = (InferenceRequest if form == "inputs" else PredictRequest).model_validate(request)
+    except ValidationError as exc:
+        raise RequestError(_invalid(exc.errors(include_url=False), form)) from None
+    if form == "texts":
+        texts, pairs, names, parameters = parsed.texts, parsed.pairs, ('"texts"', '"pairs"'), InferenceParameters()
+    else:
+        items = parsed.inputs if isinstance(parsed.inputs, list) else [parsed.inputs]
+        texts = [i if isinstance(i, str) else i.text for i in items]
+        pairs = None if isinstance(items[0], str) else [i.text_pair for i in items]
+        names, parameters = ('"inputs"', '"text_pair"'), parsed.parameters or InferenceParameters()
+    if max_texts is not None and len(texts) > max_texts:
+        raise RequestError(f"{len(texts)} texts in one request; this server takes at most {max_texts}: send them in "
+                           "several requests", HTTPStatus.REQUEST_ENTITY_TOO_LARGE)
+    for name, values in zip(names, (texts, pairs or [])):
+        for i, text in enumerate(values):
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError as exc:  # "\ud800" is valid JSON but no Unicode text
+                raise RequestError(f"{name}[{i}] holds a lone surrogate ({ascii(text[exc.start])}): "
+                                   "send Unicode text") from None
+    if parameters.function_to_apply not in (None, function):
+        raise RequestError(f'"parameters"."function_to_apply" {parameters.function_to_apply!r}: this model answers '
+                           f"its own probabilities ({function})")
+    try:
+        texts, pairs = model_inputs(texts, pairs, pair_model, "this model", names[1])
+    except DataError as exc:
+        raise RequestError(str(exc)) from None
+    return _Request(texts, pairs, form, parameters.top_k)
 
 
-def _function(model) -> str:
-    """What turns the model's logits into its scores, in Hugging Face's words."""
-    if model.task == "regression":
-        return "none"
-    return "sigmoid" if getattr(model, "multi_label", False) else "softmax"
+def _parse(body: bytes, pair_model: bool, max_texts: int | None = None) -> tuple[list[str], list[str] | None]:
+    """The texts (and pairs) of a request body, as the model reads them; RequestError else."""
+    request = _read_request(body, pair_model, max_texts)
+    return request.texts, request.pairs
 
 
 def _answer(model, request: _Request, scores) -> Any:
@@ -396,54 +350,48 @@ def _answer(model, request: _Request, scores) -> Any:
     if model.task == "regression":  # (Hugging Face's name of a model's one output without a label name)
         return [[{"label": "LABEL_0", "score": float(s[0])}] for s in scores]
     names = model.label_names
-    answer = []
-    for s in scores:
-        order = sorted(range(len(names)), key=lambda j: -float(s[j]))[:request.top_k]
-        answer.append([{"label": names[j], "score": round(float(s[j]), 6)} for j in order])
-    return answer
+    return [[{"label": names[j], "score": round(float(s[j]), 6)}
+             for j in sorted(range(len(names)), key=lambda j: -float(s[j]))[:request.top_k]] for s in scores]
 
 
 # -- the model threads ------------------------------------------------------------------------------
 
 
+@dataclass(eq=False)
 class _Job:
-    """One request's texts in the model threads' queue; ``next`` is the first text not yet taken."""
+    """One request's texts in the model threads' queue."""
 
-    def __init__(self, texts: list[str], pairs: list[str] | None):
-        self.texts, self.pairs = texts, pairs
-        self.next = 0
-        self.parts: dict[int, Any] = {}  # start -> scores of texts[start:start + len(scores)]
-        self.left = len(texts)
-        self.running = 0  # passes over some of its texts in progress
-        self.error: BaseException | None = None
-        self.finished = False
-        self.future: concurrent.futures.Future = concurrent.futures.Future()
+    texts: list[str]
+    pairs: list[str] | None
+    next: int = 0  # the first text not yet taken
+    running: int = 0  # passes over some of its texts in progress
+    parts: dict[int, Any] = field(default_factory=dict)  # start -> scores of texts[start:start + len(scores)]
+    error: BaseException | None = None
+    finished: bool = False
+    future: concurrent.futures.Future = field(default_factory=concurrent.futures.Future)
 
     def start(self) -> bool:
         """Whether the job is still wanted (its future not cancelled), when a worker first takes it."""
         return self.next > 0 or self.future.set_running_or_notify_cancel()
 
     def finish(self) -> None:
-        try:
+        with contextlib.suppress(concurrent.futures.InvalidStateError):  # cancelled while it waited in the queue
             if self.error is not None:
                 self.future.set_exception(self.error)
             else:
                 self.future.set_result(np.concatenate([self.parts[start] for start in sorted(self.parts)]))
-        except concurrent.futures.InvalidStateError:  # cancelled while it waited in the queue
-            pass
 
 
 class _Batcher:
-    """The threads that run the model, ``workers`` of them (one by default), each one forward pass at a
-    time over up to ``batch_size`` texts: the next ``batch_size`` of the request first in the queue, and
-    whole requests behind it that fit in the room left (in queue order); a pass with room left and
-    nothing else queued waits up to ``max_wait`` seconds for requests that fit. A request with texts
-    left goes to the back of the queue once its pass is over (behind the requests that arrived
-    meanwhile); while the queue is empty, an idle worker takes the next chunk of a request whose pass
-    is still running, so that a large request alone runs on all the workers. Each request's future
-    gets its scores, in the order of its texts, when all of them have run; a pass that fails fails its
-    requests only (a failed request gets no more passes). ``on_pass(texts, seconds)`` is called after
-    each pass."""
+    """The threads that run the model, ``workers`` of them, each one forward pass at a time over up to
+    ``batch_size`` texts: the next ``batch_size`` of the request first in the queue, and whole requests
+    behind it that fit in the room left (so that a small request is not slowed down by a large one's
+    texts); a pass with room left and nothing else queued waits up to ``max_wait`` seconds for requests
+    that fit. A request with texts left goes to the back of the queue once its pass is over; while the
+    queue is empty, an idle worker takes the next chunk of a request whose pass is still running, so that
+    a large request alone runs on all the workers (PyTorch and ONNX Runtime release the GIL in their
+    kernels; each worker has its own copy of the model object, :func:`_worker_model`). A pass that fails
+    fails its requests only. ``on_pass(texts, seconds)`` is called after each pass."""
 
     def __init__(self, model, batch_size: int = 8, threads: int | None = None, workers: int = 1, *,
                  max_wait: float = 0.0, on_pass=None):
@@ -456,8 +404,7 @@ class _Batcher:
         self._pending: collections.deque[_Job] = collections.deque()
         self._busy: list[_Job] = []  # requests with texts left and a pass in progress, out of the queue
         self._cond = threading.Condition()
-        self._closed = False
-        self._warned = False
+        self._closed = self._warned = False
         self._torch_threads = None
         if threads is not None and _runs_onnx(model):  # a new session, once, that the workers' copies share
             self._set_threads(model)
@@ -483,10 +430,6 @@ class _Batcher:
         job.future.set_exception(RuntimeError("the server is stopping"))
         return job.future
 
-    def predict(self, texts: list[str], pairs: list[str] | None = None):
-        """The scores of ``texts`` (and ``pairs``), waiting for them."""
-        return self.submit(texts, pairs).result()
-
     def close(self) -> None:
         """Stop taking requests (those still queued get "the server is stopping"); each worker ends
         after its pass in progress; PyTorch's threads are set back as they were."""
@@ -503,12 +446,52 @@ class _Batcher:
             torch.set_num_threads(self._torch_threads)
             self._torch_threads = None
 
+    def _take(self) -> list[tuple[_Job, int, int]] | None:
+        """The next pass, (job, start, end) chunks (waiting for one), or None once closed."""
+        with self._cond:
+            while not self._closed:
+                if self._pending:
+                    first = self._pending.popleft()
+                    if first.start():  # (else cancelled while queued)
+                        return self._batch(first)
+                    continue
+                # nothing queued: help with a request whose pass is running (several workers only)
+                first = next((j for j in self._busy if not j.finished and j.next < len(j.texts)), None)
+                if first is not None:
+                    return self._batch(first)
+                self._cond.wait()
+            stopped, self._pending = self._pending, collections.deque()
+            for job in stopped:
+                job.error, job.finished = RuntimeError("the server is stopping"), True
+        for job in stopped:
+            job.finish()
+        return None
+
+    def _batch(self, first: _Job) -> list[tuple[_Job, int, int]]:
+        """A pass starting with the next chunk of ``first`` (holding the lock)."""
+        n = min(self.batch_size, len(first.texts) - first.next)
+        batch = [(first, first.next, first.next + n)]
+        first.next += n
+        first.running += 1
+        room = self._join(batch, self.batch_size - n)
+        if first.next < len(first.texts):  # back to the queue when its passes are over (_done), behind the
+            if first not in self._busy:  # requests that arrive meanwhile; an idle worker may take its next
+                self._busy.append(first)  # chunk before then
+            self._cond.notify()
+        elif room > 0 and self.max_wait > 0 and not self._pending:
+            deadline = time.monotonic() + self.max_wait  # room left: wait a little for requests that fit
+            while room > 0 and not self._pending and not self._closed:
+                if not self._cond.wait_for(lambda: self._pending or self._closed, deadline - time.monotonic()):
+                    break
+                room = self._join(batch, room)
+        return batch
+
     def _join(self, batch: list[tuple[_Job, int, int]], room: int) -> int:
         """Whole requests of the queue that fit in ``room`` join ``batch`` (in queue order); the others
         stay queued. The room left."""
         waiting: collections.deque[_Job] = collections.deque()
-        for job in self._pending:  # the others join the pass only whole: a small request is not
-            left = len(job.texts) - job.next  # slowed down by a large one's texts filling the pass
+        for job in self._pending:
+            left = len(job.texts) - job.next
             if left <= room and job.start():
                 batch.append((job, job.next, len(job.texts)))
                 job.next, room = len(job.texts), room - left
@@ -518,65 +501,18 @@ class _Batcher:
         self._pending = waiting
         return room
 
-    def _take(self) -> list[tuple[_Job, int, int]] | None:
-        stopped: list[_Job] = []
-        try:
-            with self._cond:
-                while True:
-                    if self._closed:
-                        for job in self._pending:
-                            job.error = RuntimeError("the server is stopping")
-                            job.finished = True
-                            stopped.append(job)
-                        self._pending.clear()
-                        return None
-                    if self._pending:
-                        first = self._pending.popleft()
-                        if not first.start():
-                            continue  # cancelled while queued
-                        break
-                    # nothing queued: help with a request whose pass is running (several workers only)
-                    first = next((j for j in self._busy if not j.finished and j.next < len(j.texts)), None)
-                    if first is not None:
-                        break
-                    self._cond.wait()
-                n = min(self.batch_size, len(first.texts) - first.next)
-                batch = [(first, first.next, first.next + n)]
-                first.next += n
-                first.running += 1
-                room = self._join(batch, self.batch_size - n)
-                if first.next < len(first.texts):  # back to the queue when its passes are over (_done), behind
-                    if first not in self._busy:  # the requests that arrive meanwhile; an idle worker may take
-                        self._busy.append(first)  # its next chunk before then
-                    self._cond.notify()
-                elif room > 0 and self.max_wait > 0 and not self._pending:
-                    deadline = time.monotonic() + self.max_wait  # room left: wait a little for requests that fit
-                    while room > 0 and not self._pending and not self._closed:
-                        left = deadline - time.monotonic()
-                        if left <= 0:
-                            break
-                        self._cond.wait(left)
-                        room = self._join(batch, room)
-                return batch
-        finally:
-            for job in stopped:
-                job.finish()
-
     def _done(self, batch: list[tuple[_Job, int, int]], scores, error: BaseException | None) -> None:
         finished: list[_Job] = []
         with self._cond:
             at = 0
             for job, a, b in batch:
                 job.running -= 1
-                if job.finished:
-                    pass
-                elif error is not None:
-                    job.error, job.finished = error, True  # a request whose chunk failed gets no more passes
-                    finished.append(job)
-                else:
-                    job.parts[a] = scores[at:at + b - a]
-                    job.left -= b - a
-                    if job.left == 0:
+                if not job.finished:
+                    if error is None:
+                        job.parts[a] = scores[at:at + b - a]
+                    else:
+                        job.error = error  # a request whose chunk failed gets no more passes
+                    if error is not None or (job.running == 0 and job.next == len(job.texts)):
                         job.finished = True
                         finished.append(job)
                 at += b - a
@@ -587,16 +523,6 @@ class _Batcher:
                         self._cond.notify()
         for job in finished:
             job.finish()
-
-    def _set_threads(self, model) -> None:
-        try:
-            _set_threads(model, self.threads)
-        except Exception as exc:  # noqa: BLE001 (serve with the library's threads rather than not at all)
-            with self._cond:
-                warned, self._warned = self._warned, True
-            if not warned:
-                print(f"contrastfit serve: could not set {self.threads} threads ({exc}); serving with the "
-                      "library's default", file=sys.stderr)
 
     def _run(self, model) -> None:
         if self.threads is not None and not _runs_onnx(model):  # PyTorch's threads, for this thread
@@ -615,6 +541,29 @@ class _Batcher:
             if self.on_pass is not None:
                 self.on_pass(len(texts), time.perf_counter() - start)
             self._done(batch, scores, None)
+
+    def _set_threads(self, model) -> None:
+        """``self.threads`` intra-op threads for ``model``: PyTorch's (of the calling thread), or a new ONNX
+        Runtime session's; the library's default, with a warning, where that fails."""
+        try:
+            session = getattr(model, "session", None)
+            if not _runs_onnx(model):
+                import torch
+
+                torch.set_num_threads(self.threads)
+            elif getattr(session, "_model_path", None) is not None:
+                import onnxruntime
+
+                options = onnxruntime.SessionOptions()
+                options.intra_op_num_threads, options.inter_op_num_threads = self.threads, 1
+                model.session = onnxruntime.InferenceSession(session._model_path, sess_options=options,
+                                                             providers=session.get_providers())
+        except Exception as exc:  # noqa: BLE001 (serve with the library's threads rather than not at all)
+            with self._cond:
+                warned, self._warned = self._warned, True
+            if not warned:
+                print(f"contrastfit serve: could not set {self.threads} threads ({exc}); serving with the "
+                      "library's default", file=sys.stderr)
 
 
 def _runs_onnx(model) -> bool:
@@ -638,25 +587,6 @@ def _worker_model(model):
     except Exception as exc:  # noqa: BLE001
         raise ContrastfitError(_one_line(f"workers: could not copy the model for another worker "
                                          f"({type(exc).__name__}: {exc}); serve it with one worker")) from None
-
-
-def _set_threads(model, threads: int) -> None:
-    """``threads`` intra-op threads for the model: PyTorch's, or a new ONNX Runtime session's."""
-    session = getattr(model, "session", None)
-    if session is not None and hasattr(session, "get_providers"):  # an OnnxClassifier
-        import onnxruntime
-
-        if getattr(session, "_model_path", None) is None:
-            return
-        options = onnxruntime.SessionOptions()
-        options.intra_op_num_threads = threads
-        options.inter_op_num_threads = 1
-        model.session = onnxruntime.InferenceSession(session._model_path, sess_options=options,
-                                                     providers=session.get_providers())
-        return
-    import torch
-
-    torch.set_num_threads(threads)
 
 
 # -- metrics -----------------------------------------------------------------------------------------
@@ -694,41 +624,27 @@ class _Metrics:
         self.batch_size.observe(texts)
         self.forward.observe(seconds)
 
-    def render(self) -> bytes:
-        from prometheus_client import generate_latest
-
-        return generate_latest(self.registry)
-
 
 # -- the application ---------------------------------------------------------------------------------
-
-
-def _json_bytes(payload: Any) -> bytes:
-    return json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
 
 def _json(payload: Any, status: int = 200, headers: dict[str, str] | None = None):
     from starlette.responses import Response
 
-    return Response(_json_bytes(payload), status_code=status, headers=headers,
-                    media_type="application/json; charset=utf-8")
+    body = json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    return Response(body, status_code=status, headers=headers, media_type="application/json; charset=utf-8")
+
+
+def _error(exc: RequestError):
+    return _json({"error": str(exc)}, exc.status, {"connection": "close"} if exc.close else None)
 
 
 def _raw_response(status: int, message: str) -> bytes:
     """A whole HTTP/1.1 error response that closes the connection, for answering outside the
     application (a request h11 cannot read, a connection past the limit)."""
-    body = _json_bytes({"error": message})
-    return (f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\ncontent-type: application/json; charset=utf-8\r\n"
-            f"content-length: {len(body)}\r\nconnection: close\r\n\r\n").encode("latin-1") + body
-
-
-async def _send_error(send, status: int, message: str, close: bool) -> None:
-    body = _json_bytes({"error": message})
-    headers = [(b"content-type", b"application/json; charset=utf-8"), (b"content-length", str(len(body)).encode())]
-    if close:  # the body is not (all) read: the connection cannot carry another request
-        headers.append((b"connection", b"close"))
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": body, "more_body": False})
+    response = _json({"error": message}, status, {"connection": "close"})
+    head = "".join(f"{name.decode()}: {value.decode()}\r\n" for name, value in response.raw_headers)
+    return f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\n{head}\r\n".encode("latin-1") + response.body
 
 
 class _ClientGone(Exception):
@@ -762,8 +678,11 @@ class _Limits:
 
         try:
             if scope["method"] == "POST" and path == "/predict":
-                receive = await self._body(scope, receive, sending)
-                if receive is None:
+                try:
+                    receive = await self._body(scope, receive)
+                except RequestError as exc:
+                    return await _error(exc)(scope, receive, sending)
+                except _ClientGone:
                     return
             await self.app(scope, receive, sending)
         except BaseException:
@@ -772,49 +691,35 @@ class _Limits:
         finally:
             self.metrics.request(path if path in self.paths else "other", status[0], time.perf_counter() - start)
 
-    async def _body(self, scope, receive, send):
-        """A ``receive`` that gives the whole body at once, or None when the request was answered here
-        (or the client went away)."""
+    async def _body(self, scope, receive):
+        """A ``receive`` that gives the whole body at once; RequestError for a body this server does not
+        take, _ClientGone when the client went away."""
         o = self.options
         headers = dict(scope["headers"])
         if b"transfer-encoding" in headers:
-            await _send_error(send, 411, "send the body with a Content-Length (a chunked body is not read)", True)
-            return None
+            raise RequestError(_CHUNKED, 411, close=True)
+        send_length = f"send a JSON body of 1 to {o.max_body} bytes with its Content-Length"
         if b"content-length" not in headers:
-            await _send_error(send, 411, f"send a JSON body of 1 to {o.max_body} bytes with its Content-Length", False)
-            return None
+            raise RequestError(send_length, 411)
         length = int(headers[b"content-length"])  # (h11 refuses one that is not a number)
         deadline = time.monotonic() + o.timeout
-        if length > o.max_body:  # read and dropped (up to DRAIN_LIMIT) before the answer: a client that sends
-            # all of its body before it reads would otherwise see a reset connection; not when it waits for
-            # "100 Continue" to send it
+        if length > o.max_body:  # read and dropped first (DRAIN_LIMIT), unless the client waits for "100 Continue"
             if headers.get(b"expect", b"").lower() != b"100-continue" and length <= DRAIN_LIMIT:
                 with contextlib.suppress(TimeoutError, _ClientGone, OSError):
                     await self._read(receive, length, deadline, keep=False)
-            await _send_error(send, 413, f"a body of {length} bytes; this server reads at most {o.max_body}", True)
-            return None
+            raise RequestError(f"a body of {length} bytes; this server reads at most {o.max_body}", 413, close=True)
         if length == 0:
-            await _send_error(send, 400, f"send a JSON body of 1 to {o.max_body} bytes with its Content-Length", False)
-            return None
+            raise RequestError(send_length)
         try:
             body = await self._read(receive, length, deadline)
         except TimeoutError:
-            await _send_error(send, 408, f"the body did not arrive within {o.timeout:g} s", True)
-            return None
-        except _ClientGone:
-            return None
+            raise RequestError(f"the body did not arrive within {o.timeout:g} s", 408, close=True) from None
         if len(body) < length:  # the client stopped sending (half-closed the connection)
-            await _send_error(send, 400, f"the body ended after {len(body)} of its {length} bytes (Content-Length)",
-                              True)
-            return None
-        given = False
+            raise RequestError(f"the body ended after {len(body)} of its {length} bytes (Content-Length)", close=True)
+        messages = iter([{"type": "http.request", "body": body, "more_body": False}])
 
         async def replay():
-            nonlocal given
-            if not given:
-                given = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            return await receive()
+            return next(messages, None) or await receive()
 
         return replay
 
@@ -859,11 +764,13 @@ def make_app(model, options: ServeOptions | None = None, *, name: str = "", **se
     options = _options(options, settings)
     # lazy: the serve extra's packages (require_serving has checked them)
     from fastapi import FastAPI, Request
+    from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
     from starlette.concurrency import run_in_threadpool
     from starlette.responses import Response
 
     pair_model = takes_pairs(model)
-    function = _function(model)
+    function = "none" if model.task == "regression" else (  # (its scores' function, in Hugging Face's words)
+        "sigmoid" if getattr(model, "multi_label", False) else "softmax")
     metrics = _Metrics()
     batcher = _Batcher(model, options.batch_size, options.threads or None, options.workers,
                        max_wait=options.max_wait, on_pass=metrics.forward_pass)
@@ -887,13 +794,11 @@ def make_app(model, options: ServeOptions | None = None, *, name: str = "", **se
 
     async def predict(request):
         body = await request.body()  # (whole and within the limits: _Limits)
-        try:
-            if len(body) < 65536:
-                parsed = _read_request(body, pair_model, options.max_texts, function)
-            else:  # a large body is parsed off the event loop
-                parsed = await run_in_threadpool(_read_request, body, pair_model, options.max_texts, function)
+        read = functools.partial(_read_request, body, pair_model, options.max_texts, function)
+        try:  # (a large body is parsed off the event loop)
+            parsed = read() if len(body) < 65536 else await run_in_threadpool(read)
         except RequestError as exc:
-            return _json({"error": str(exc)}, exc.status)
+            return _error(exc)
         try:
             scores = await asyncio.wrap_future(batcher.submit(parsed.texts, parsed.pairs))
         except Exception as exc:  # noqa: BLE001
@@ -911,9 +816,7 @@ def make_app(model, options: ServeOptions | None = None, *, name: str = "", **se
     @app.get("/metrics", summary="Prometheus metrics", response_class=Response,
              responses={200: {"content": {"text/plain": {}}, "description": "the Prometheus text format"}})
     async def get_metrics():
-        from prometheus_client import CONTENT_TYPE_LATEST
-
-        return Response(metrics.render(), media_type=CONTENT_TYPE_LATEST)
+        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     _add_error_handlers(app)
     _document_predict_payloads(app)
@@ -993,8 +896,7 @@ def _protocol(options: ServeOptions, metrics: _Metrics):
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
             self.conn = Connection(h11.SERVER, MAX_HEAD)
-            self.eof = False
-            self.refused = False
+            self.eof = self.refused = False
 
         def connection_made(self, transport) -> None:
             super().connection_made(transport)
@@ -1029,7 +931,7 @@ def _protocol(options: ServeOptions, metrics: _Metrics):
                 self._wait_for_request()  # part of a request: the rest within the timeout
 
         def send_400_response(self, msg: str) -> None:
-            self._refuse(*_malformed_answer(self.conn, msg))
+            self._refuse(*self.conn.refusal(msg))
 
         def eof_received(self):
             cycle = self.cycle
@@ -1050,8 +952,6 @@ def _protocol(options: ServeOptions, metrics: _Metrics):
 
 
 def _h11_connection(h11):
-    """The h11 connection class of :func:`_protocol` (``h11``: the module, imported there)."""
-
     class Connection(h11.Connection):
         """h11's connection, keeping the error of a request it could not read, and refusing a request
         head over MAX_HEAD bytes also when it arrived whole (h11 refuses one only while incomplete)."""
@@ -1070,38 +970,33 @@ def _h11_connection(h11):
                 self.error = exc
                 raise
 
+        def refusal(self, msg: str) -> tuple[int, str]:
+            """The status and message answering the request it could not read (``msg``: uvicorn's words)."""
+            hint = getattr(self.error, "error_status_hint", 400)
+            if hint == 431:
+                head, _ = self.trailing_data
+                if not 0 <= head.find(b"\n") <= MAX_HEAD:
+                    return 414, f"the request line is longer than {MAX_HEAD} bytes"
+                return 431, f"the request line and headers are longer than {MAX_HEAD} bytes"
+            if hint == 501:  # a Transfer-Encoding h11 does not read
+                return 411, _CHUNKED
+            return 400, _one_line(f"a malformed request: {self.error or msg}")
+
     return Connection
 
 
-def _malformed_answer(conn, msg: str) -> tuple[int, str]:
-    """The status and message answering a request h11 could not read (``conn``: its connection)."""
-    exc = conn.error
-    status, message = 400, _one_line(f"a malformed request: {exc or msg}")
-    hint = getattr(exc, "error_status_hint", 400)
-    if hint == 431:
-        head, _ = conn.trailing_data
-        if not 0 <= head.find(b"\n") <= MAX_HEAD:
-            status, message = 414, f"the request line is longer than {MAX_HEAD} bytes"
-        else:
-            status, message = 431, f"the request line and headers are longer than {MAX_HEAD} bytes"
-    elif hint == 501:  # a Transfer-Encoding h11 does not read
-        status, message = 411, "send the body with a Content-Length (a chunked body is not read)"
-    return status, message
-
-
 def _listen(host: str, port: int) -> socket.socket:
+    sock = None
     try:
         family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
                                                              flags=socket.AI_PASSIVE)[0]
         sock = socket.socket(family, kind, proto)
-    except OSError as exc:  # a host name that does not resolve
-        raise ContrastfitError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
-    try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(address)
         sock.listen(128)  # a burst of clients waits instead of being refused
-    except OSError as exc:  # an address in use or not of this machine
-        sock.close()
+    except OSError as exc:  # a host name that does not resolve, an address in use or not of this machine
+        if sock is not None:
+            sock.close()
         raise ContrastfitError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
     return sock
 
@@ -1129,23 +1024,17 @@ class ModelServer:
         host, port = self.server_address
         return f"http://{f'[{host}]' if ':' in host else host}:{port}"
 
-    def _config(self):
+    def serve_forever(self) -> None:
         import uvicorn
         from uvicorn.config import LOGGING_CONFIG
 
-        o = self.options
-        log_config = copy.deepcopy(LOGGING_CONFIG)
-        log_config["handlers"]["access"]["stream"] = "ext://sys.stderr"  # (a line per request, with the rest, on stderr)
-        return uvicorn.Config(
+        o, log_config = self.options, copy.deepcopy(LOGGING_CONFIG)
+        log_config["handlers"]["access"]["stream"] = "ext://sys.stderr"  # (a line per request, on stderr)
+        self._server = uvicorn.Server(uvicorn.Config(
             self.app, http=_protocol(o, self.app.state.metrics), loop="asyncio", ws="none", lifespan="on",
-            timeout_keep_alive=o.keep_alive, timeout_graceful_shutdown=o.timeout, h11_max_incomplete_event_size=MAX_HEAD,
-            log_config=log_config if self.log else None, log_level="info" if self.log else None,
-            server_header=False, backlog=128)
-
-    def serve_forever(self) -> None:
-        import uvicorn
-
-        self._server = uvicorn.Server(self._config())
+            timeout_keep_alive=o.keep_alive, timeout_graceful_shutdown=o.timeout,
+            h11_max_incomplete_event_size=MAX_HEAD, server_header=False, backlog=128,
+            log_config=log_config if self.log else None, log_level="info" if self.log else None))
         self._served.clear()
         try:
             self._server.run(sockets=[self.socket])
