@@ -190,12 +190,16 @@ def test_cli_pretrain_options_are_the_declared_ones(tmp_path, capsys):
     from contrastfit.cli import build_parser, main
     from contrastfit.pretrain import PretrainOptions, pretrain
 
-    params = inspect.signature(pretrain).parameters
-    assert {f.name: f.default for f in dataclasses.fields(PretrainOptions)} == {n: p.default for n, p in params.items()}
+    declared = {f.name: f.default for f in dataclasses.fields(PretrainOptions)}
+    params = inspect.signature(pretrain).parameters  # the three it takes by position, the rest as declared
+    assert {n: p.default for n, p in params.items() if p.kind is not p.VAR_KEYWORD} == {
+        n: declared[n] for n in ("method", "data", "output")} and params["options"].kind is params["options"].VAR_KEYWORD
     args = build_parser().parse_args(["pretrain", "--data", "c.txt", "--output", "enc"])
-    assert {n: getattr(args, n) for n in params if n != "hparams"} == {n: p.default for n, p in params.items()
-                                                                        if n != "hparams"} | {"data": "c.txt",
-                                                                                              "output": "enc"}
+    assert {n: getattr(args, n) for n in declared if n != "hparams"} == {n: d for n, d in declared.items()
+                                                                          if n != "hparams"} | {"data": "c.txt",
+                                                                                                "output": "enc"}
+    with pytest.raises(TypeError, match="epoch"):  # a misspelt option is Python's error, as for train()
+        pretrain("simcse-unsup", "c.txt", str(tmp_path / "x"), epoch=1)
     assert main(["pretrain", "--data", "c.txt", "--output", str(tmp_path / "e"), "--warmup-ratio", "1.5"]) == 2
     assert capsys.readouterr().err.strip() == "contrastfit: error: warmup_ratio must be in [0, 1), got 1.5"
     assert not (tmp_path / "e").exists()

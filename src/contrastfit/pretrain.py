@@ -173,81 +173,76 @@ def load_corpus(data: str, *, labelled: bool, text_column: str | None = None, te
     return text_data.train, text_data.label_names, source
 
 
-def pretrain(method: str = _O.method, data: str | None = _O.data, output: str | None = _O.output, *,
-             model: str = _O.model, pooling: str | None = _O.pooling, text_column: str | None = _O.text_column,
-             text_pair_column: str | None = _O.text_pair_column, label_column: str | None = _O.label_column,
-             max_texts: int | None = _O.max_texts, max_length: int | None = _O.max_length,
-             batch_size: int | None = _O.batch_size, learning_rate: float | None = _O.learning_rate,
-             weight_decay: float = _O.weight_decay, warmup_ratio: float = _O.warmup_ratio, epochs: float = _O.epochs,
-             max_steps: int | None = _O.max_steps, seed: int = _O.seed, hparams: dict[str, Any] | None = _O.hparams,
-             logging_steps: int = _O.logging_steps, progress: bool = _O.progress, fp16: bool = _O.fp16,
-             bf16: bool = _O.bf16, use_cpu: bool = _O.use_cpu,
-             trust_remote_code: bool = _O.trust_remote_code) -> "PretrainResult":
+def pretrain(method: str = _O.method, data: str | None = _O.data, output: str | None = _O.output,
+             **options: Any) -> "PretrainResult":
     """Train the encoder ``model`` with the encoder stage of ``method`` on ``data`` and save it to ``output``
-    (see the module docstring). ``max_steps`` (if given) caps the run; ``hparams`` are the method's
-    (``temperature``, DiffCSE's ``lambda``, ``mask_ratio``, ...). Returns the record, with ``.output``."""
-    # every argument against its declaration in PretrainOptions (type, choices, bounds): the CLI's one-line errors
-    check_fields(PretrainOptions(
-        method=method, data=data, output=output, model=model, pooling=pooling, text_column=text_column,
-        text_pair_column=text_pair_column, label_column=label_column, max_texts=max_texts, max_length=max_length,
-        batch_size=batch_size, learning_rate=learning_rate, weight_decay=weight_decay, warmup_ratio=warmup_ratio,
-        epochs=epochs, max_steps=max_steps, seed=seed, hparams=hparams, logging_steps=logging_steps, progress=progress,
-        fp16=fp16, bf16=bf16, use_cpu=use_cpu, trust_remote_code=trust_remote_code))
-    if not data:
+    (see the module docstring). ``options`` are the other fields of :class:`PretrainOptions`, where each is
+    declared with its default and bounds: ``model``, ``max_texts``, ``batch_size``, ``learning_rate``,
+    ``epochs``, ``max_steps`` (caps the run), ``seed``, ``hparams`` (the method's: ``temperature``, DiffCSE's
+    ``lambda``, ``mask_ratio``, ...), ... Returns the record, with ``.output``."""
+    o = PretrainOptions(method=method, data=data, output=output, **options)
+    check_fields(o)  # every argument against its declaration (type, choices, bounds): the CLI's one-line errors
+    if not o.data:
         raise ConfigError("pretrain needs a corpus: data=PATH (one text per line), a table or a data set name")
-    if not output:
+    if not o.output:
         raise ConfigError("pretrain needs an output folder: output=ENC_DIR")
-    out = Path(output)
+    out = Path(o.output)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise ConfigError(f"{out} already exists and is not an empty folder; choose another output")
-    check_output(output, inputs=(data, model), option="output")
-    defaults = PRETRAIN_DEFAULTS[method]
-    settings = {"batch_size": batch_size if batch_size is not None else defaults["batch_size"],
-                "learning_rate": learning_rate if learning_rate is not None else defaults["learning_rate"],
-                "max_length": max_length if max_length is not None else defaults["max_length"]}
+    check_output(o.output, inputs=(o.data, o.model), option="output")
+    defaults = PRETRAIN_DEFAULTS[o.method]
+    settings = {name: defaults[name] if getattr(o, name) is None else getattr(o, name)
+                for name in ("batch_size", "learning_rate", "max_length")}
+    labelled = o.method == "simcse-sup"
+    settings["sampler"] = "balanced" if labelled else "random"  # the objectives but simcse-sup's ignore labels
 
     clock = Clock()
-    set_seed(seed)
-    labelled = method == "simcse-sup"
-    rows, label_names, source = _corpus_rows(data, labelled, max_texts, text_column=text_column,
-                                             text_pair_column=text_pair_column, label_column=label_column)
-    pooling = pooling or default_pooling(model)
-    classifier = ContrastiveClassifier.from_encoder(model, method, label_names, hparams=hparams or {}, pooling=pooling,
-                                                    max_length=settings["max_length"],
-                                                    trust_remote_code=trust_remote_code)
+    set_seed(o.seed)
+    rows, label_names, source = _corpus_rows(o.data, labelled, o.max_texts, text_column=o.text_column,
+                                             text_pair_column=o.text_pair_column, label_column=o.label_column)
+    pooling = o.pooling or default_pooling(o.model)
+    classifier = ContrastiveClassifier.from_encoder(o.model, o.method, label_names, hparams=o.hparams or {},
+                                                    pooling=pooling, max_length=settings["max_length"],
+                                                    trust_remote_code=o.trust_remote_code)
     train_ds = tokenize_dataset(rows, classifier.tokenizer, classifier.max_length)
     classifier.method.prepare(classifier, train_ds)
     with atomic_folder(out) as staging:
-        config = TrainConfig(method=method, data=str(data), output=str(staging), model=model,
+        config = TrainConfig(method=o.method, data=str(o.data), output=str(staging), model=o.model,
                              batch_size=settings["batch_size"], learning_rate=settings["learning_rate"],
-                             weight_decay=weight_decay, warmup_ratio=warmup_ratio, seed=seed,
-                             sampler="balanced" if labelled else "random", save_checkpoints=False,
-                             logging_steps=logging_steps, progress=progress, fp16=fp16, bf16=bf16, use_cpu=use_cpu,
-                             max_length=settings["max_length"], min_steps=1)
+                             weight_decay=o.weight_decay, warmup_ratio=o.warmup_ratio, seed=o.seed,
+                             sampler=settings["sampler"], save_checkpoints=False,
+                             logging_steps=o.logging_steps, progress=o.progress, fp16=o.fp16, bf16=o.bf16,
+                             use_cpu=o.use_cpu, max_length=settings["max_length"], min_steps=1)
         config.validate()
-        trainer = build_trainer(config, classifier, train_ds, float(epochs), max_steps=max_steps or -1)
+        trainer = build_trainer(config, classifier, train_ds, float(o.epochs), max_steps=o.max_steps or -1)
         clock.mark("setup")
         fitted = fit(trainer, staging)
         clock.mark("train")
         shutil.rmtree(staging / CHECKPOINT_DIR, ignore_errors=True)
         _save_encoder(classifier, pooling, staging)
-        hparams = {k: v for k, v in classifier.method.hparams.items() if not k.startswith("head_")}
-        training = {"batch_size": settings["batch_size"], "learning_rate": settings["learning_rate"],
-                    "weight_decay": weight_decay, "warmup_ratio": warmup_ratio, "epochs": epochs,
-                    "max_steps": max_steps, "steps": trainer.state.global_step, "sampler": config.sampler,
-                    "train_loss": fitted.train_loss, "pooling": pooling, "max_length": classifier.max_length,
-                    "base_model_path": resolve_model(model)[0]}
-        record = Record(
-            kind="pretrain", method=method, hparams=hparams, model=model, seed=seed, data=source, training=training,
-            timings=clock.timings, versions=library_versions(), log_history=trainer.state.log_history,
-            identity=run_identity("pretrain", method=method, hparams=hparams, seed=seed, model=model,
-                                  settings={k: v for k, v in training.items() if k not in ("steps", "train_loss")},
-                                  data=source))
+        record = _record(o, classifier, settings, trainer, fitted, source, pooling, clock)
         record.write(staging / RECORD_NAME)
-    if progress:
-        print(f"pretrain {method}: {training['steps']} steps on {source['n_texts']} texts, "
-              f"loss {training['train_loss']:.4f} ({clock.timings['train_s']:.0f}s) -> {out}")
+    if o.progress:
+        print(f"pretrain {o.method}: {record.training.steps} steps on {source['n_texts']} texts, "
+              f"loss {record.training.train_loss:.4f} ({clock.timings['train_s']:.0f}s) -> {out}")
     return PretrainResult.of(record, output=str(out))
+
+
+def _record(o: PretrainOptions, classifier: ContrastiveClassifier, settings: dict[str, Any], trainer, fitted,
+            source: dict[str, Any], pooling: str, clock: Clock) -> Record:
+    """The run's record (kind ``pretrain``): the settings it trained with, its steps and loss, the corpus."""
+    hparams = {k: v for k, v in classifier.method.hparams.items() if not k.startswith("head_")}
+    training = {"batch_size": settings["batch_size"], "learning_rate": settings["learning_rate"],
+                "weight_decay": o.weight_decay, "warmup_ratio": o.warmup_ratio, "epochs": o.epochs,
+                "max_steps": o.max_steps, "steps": trainer.state.global_step, "sampler": settings["sampler"],
+                "train_loss": fitted.train_loss, "pooling": pooling, "max_length": classifier.max_length,
+                "base_model_path": resolve_model(o.model)[0]}
+    return Record(
+        kind="pretrain", method=o.method, hparams=hparams, model=o.model, seed=o.seed, data=source,
+        training=training, timings=clock.timings, versions=library_versions(), log_history=trainer.state.log_history,
+        identity=run_identity("pretrain", method=o.method, hparams=hparams, seed=o.seed, model=o.model,
+                              settings={k: v for k, v in training.items() if k not in ("steps", "train_loss")},
+                              data=source))
 
 
 def _corpus_rows(data: str, labelled: bool, max_texts: int | None,
