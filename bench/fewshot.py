@@ -6,10 +6,13 @@ scored on the same fixed test set (a stratified subset of the data set's test sp
 One record per (data set, K, sample, system) is appended to ``--runs`` as it finishes, so a killed
 bench resumes where it stopped; a contrastfit system's record is reused only while the system trains
 the same recipe (method, resolved hyper-parameters and training settings: a changed default is
-trained again, and the bench says what changed), and a SetFit library run only while it was made
-under the same step cap (:func:`setfit_cap_changed`; a run skipped for a cap, as the bench did before it
-capped, is redone); the summary (mean +- std, macro-F1, training seconds, paired tests
-against SetFit) is rewritten after every record to ``--output`` (JSON), a Markdown table next to it,
+trained again, and the bench says what changed; where another system's record in the runs file or in
+``--reuse`` files trained that very recipe on the same sample, as a variant that became the default
+did, that record stands for the run and names where it came from: :func:`stand_in`; ``--retime``
+trains such runs again, to time them alike), and a SetFit library run only while it was made under
+the same step cap (:func:`setfit_cap_changed`; a run skipped for a cap, as the bench did before it
+capped, is redone); the summary (mean +- std, macro-F1, training seconds, paired tests against
+SetFit) is rewritten after every record to ``--output`` (JSON), a Markdown table next to it,
 and a figure of accuracy against training time.
 
 Systems (``--systems``):
@@ -210,6 +213,29 @@ def stale(record: dict[str, Any], expected: dict[str, Any] | None) -> list[str]:
     changed += [f"training.{k}" for k, v in expected["training"].items()
                 if (kept[k] if k in kept else None) != v and not (k not in kept and v is None)]
     return changed
+
+
+#: what must match for another system's record to stand in for a run (:func:`stand_in`): the sample, the
+#: test set, the seeds, the encoder and the device
+SAME_RUN = ("data", "shots", "sample", "train_hash", "test_hash", "seed", "model", "device")
+#: systems whose records name no contrastfit recipe of their own (crossfit's time includes its fold runs)
+OWN_RECIPES = (REFERENCE, CROSSFIT, CEILING, *FASTFIT)
+
+
+def stand_in(pool: list[tuple[str, dict[str, Any]]], run: dict[str, Any],
+             expected: dict[str, Any] | None) -> tuple[str, dict[str, Any]] | None:
+    """A finished record of another contrastfit system (``pool``: (file name, record) pairs) that trained
+    the recipe ``expected`` on the same run (:data:`SAME_RUN`), so that it stands for this system's run
+    instead of training it again: a variant that became the default is the default's record. The last
+    such record, else None."""
+    if expected is None:
+        return None
+    found = None
+    for where, record in pool:
+        if ("accuracy" in record and "method" in record and record.get("system") not in (run["system"], *OWN_RECIPES)
+                and all(record.get(k) == run[k] for k in SAME_RUN) and not stale(record, expected)):
+            found = (where, record)
+    return found
 
 
 def setfit_steps(labels: list[int], batch_size: int = 16) -> int:
@@ -559,10 +585,13 @@ def misses_markdown(summary: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n" if lines else "No cell misses the goal.\n"
 
 
-#: the built-in sets the default recipe's settings were chosen on (its schedule, weight interpolation, head C)
-CHOSE_DEFAULTS = ("mr", "imdb", "bbc-news", "medmcqa-subject")
-#: the built-in sets no study has used: kept out of every choice, to score the next default once, at the end
+#: the built-in sets the default recipe's settings were chosen on: its schedule, weight interpolation and head
+#: C on the first four, its step count (30, from 15) on all eight
+CHOSE_DEFAULTS = ("mr", "imdb", "bbc-news", "medmcqa-subject", "trec", "sms-spam", "crowdflower-tweets", "mcid")
+#: the built-in sets no study has used: kept out of every choice, scoring the default once, after it was chosen
 HELD_OUT = ("hwu64", "20newsgroups", "disaster-tweets", "election-tweets", "yahoo-answers")
+#: the one records file the held-out sets appear in: the default, scored once against the others
+HELD_OUT_RECORDS = "heldout_runs.jsonl"
 
 
 def base_data(data: str) -> str:
@@ -583,7 +612,7 @@ def datasets_markdown(records: dict[str, list[dict[str, Any]]]) -> str:
             scored.setdefault(data, []).append(name)
     lines = ["| data set | kind of task | part in the bench | committed records that score it |", "|---|---|---|---|"]
     for name in bench_sets():
-        part = ("held out" if name in HELD_OUT else "chose the default's settings" if name in CHOSE_DEFAULTS
+        part = ("held out, scored once" if name in HELD_OUT else "chose the default's settings" if name in CHOSE_DEFAULTS
                 else "scored only" if name in scored else "not used yet")
         lines.append(f"| {name} | {BUILTIN_DATASETS[name].kind} | {part} | {len(scored.get(name, [])) or '–'} |")
     return "\n".join(lines) + "\n"
@@ -871,6 +900,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--fastfit-python", default=os.environ.get("CONTRASTFIT_FASTFIT_PYTHON"),
                    help="python of FastFit's own environment, for the fastfit systems "
                         "(default: $CONTRASTFIT_FASTFIT_PYTHON)")
+    p.add_argument("--reuse", nargs="*", default=[], metavar="RUNS",
+                   help="other records files (NAME_runs.jsonl) whose runs of the same recipe on the same sample stand "
+                        "for a system's run (the runs file's own are always looked at): a variant that became the "
+                        "default is not trained again")
+    p.add_argument("--retime", action="store_true",
+                   help="train again the runs whose record stands in from another system's (their seconds were "
+                        "measured in that run, on whatever the machine was doing then): on an idle machine, to time "
+                        "them alike; the accuracy must come out the same, and the bench says where it does not")
     p.add_argument("--name", default="fewshot", help="files: bench/results/NAME.{json,md,png} and NAME_runs.jsonl")
     p.add_argument("--figure", nargs="*", metavar="NAME", default=None,
                    help=f"train nothing: draw bench/results/{FIGURE} (few-shot accuracy against K, a panel per data "
@@ -909,6 +946,10 @@ def main(argv: list[str] | None = None) -> int:
     done = {(r["data"], r["shots"], r["sample"], r["system"]) for r in records if not r.get("unavailable")}
     latest = {(r["data"], r["shots"], r["sample"], r["system"]): r for r in records}
     unavailable = {(r["data"], r["shots"], r["sample"], r["system"]) for r in records if r.get("unavailable")}
+    reuse = [Path(f) if Path(f).is_file() else RESULTS / f for f in args.reuse]
+    if missing := [str(f) for f in reuse if not f.is_file()]:
+        p.error(f"--reuse: no records file {missing[0]}")
+    pool = [(f.name, r) for f in [runs_path, *reuse] for r in (records if f == runs_path else read_records(f))]
     fastfit_absent = fastfit_missing(args.fastfit_python) if any(s in FASTFIT for s in systems) else None
 
     def write_summary() -> None:
@@ -931,13 +972,26 @@ def main(argv: list[str] | None = None) -> int:
                     if system == REFERENCE:  # and a SetFit library run only while it trained under the same cap
                         changed += setfit_cap_changed(latest[key], setfit_steps(run.data.train["label"]),
                                                       args.setfit_max_steps)
-                    if not changed:
+                    retime = args.retime and "reused" in latest[key]
+                    if not changed and not retime:
                         continue
-                    print(f"redo {data_name} K={shots} sample {run.sample} {system}: its record was made with "
-                          f"another recipe ({', '.join(changed)})", flush=True)
+                    print(f"redo {data_name} K={shots} sample {run.sample} {system}: " + (
+                        f"its record was made with another recipe ({', '.join(changed)})" if changed else
+                        f"to time it (its record is the run of {latest[key]['reused']['system']} in "
+                        f"{latest[key]['reused']['file']})"), flush=True)
                 record = {"data": data_name, "shots": shots, "sample": run.sample, "system": system,
                           "train_hash": data_hash(run.data.train), "test_hash": data_hash(run.data.test),
                           "test_size": len(run.data.test), "seed": args.seed, "model": args.model, "device": device}
+                expected = recipe(system, len(run.data.train), args.model, args.max_length)
+                if not args.retime and (found := stand_in(pool, record, expected)) is not None:  # the same recipe, run as another system
+                    where, same = found
+                    record.update({k: v for k, v in same.items() if k not in record},
+                                  reused={"file": where, "system": same["system"]})
+                    print(f"{data_name} K={shots} sample {run.sample} {system}: accuracy {record['accuracy']:.3f} "
+                          f"(the same recipe's run as {same['system']} in {where})", flush=True)
+                    append_record(runs_path, record)
+                    write_summary()
+                    continue
                 if system == "setfit":  # our rewrite takes the library's pair count (the library is capped instead:
                     # run_setfit_lib). Skipped, not capped: TrainConfig has no step cap, only --epochs, which would
                     # replace the pair-count rule by epochs over the examples (another schedule, not a cut one)
@@ -977,6 +1031,9 @@ def main(argv: list[str] | None = None) -> int:
                         record["skipped"] = str(exc)
                         append_record(runs_path, record)
                         continue
+                if key in latest and "reused" in latest[key] and record["accuracy"] != latest[key]["accuracy"]:
+                    print(f"  the same recipe's run gave another accuracy: {latest[key]['accuracy']:.4f} in "
+                          f"{latest[key]['reused']['file']}", flush=True)
                 capped = (f", capped: {record['setfit_max_steps']} of {record['setfit_steps']} steps"
                           if "setfit_max_steps" in record else "")
                 print(f"{data_name} K={shots} sample {run.sample} {system}: accuracy {record['accuracy']:.3f} "

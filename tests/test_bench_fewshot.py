@@ -388,3 +388,58 @@ def test_crossfit_scores_each_candidate_on_the_held_out_half_and_trains_the_bett
     # a tie goes to the default
     monkeypatch.setattr(fewshot, "run_contrastfit", lambda *a, **k: {"accuracy": 0.5, "macro_f1": 0.5, "train_s": 1.0})
     assert fewshot.run_crossfit(data, 0, "m", 32, None)["crossfit"]["chosen"] == "default"
+
+
+def test_a_run_of_the_same_recipe_on_the_same_sample_stands_for_a_system_instead_of_training_again(
+        fewshot, monkeypatch, tmp_path):
+    """A variant that becomes the default is not trained again for the default: its record (same recipe,
+    same sample, test set, seed, encoder and device) is copied under the default's name, saying whence;
+    a variant of another recipe, another sample or a system with no recipe of its own stands for nothing."""
+    monkeypatch.setattr(fewshot, "RESULTS", tmp_path)
+    monkeypatch.setattr(fewshot, "load_bench_data", lambda spec: _toy(per_class=12))
+    monkeypatch.setattr(fewshot, "plot", lambda summary, path: None)
+    trained = []
+
+    def fake_run(spec, data, seed, model, max_length, workdir, device="auto"):
+        trained.append(spec)
+        recipe = fewshot.recipe(spec, len(data.train), model, max_length)
+        return {"accuracy": 0.5 + len(trained) / 100, "macro_f1": 0.5, "train_s": 7.0, "steps": 30,
+                "method": recipe["method"], "hparams": recipe["hparams"],
+                "training": {**recipe["training"], "wise_ft": {"alpha": recipe["training"]["wise_ft"], "tensors": 3}}}
+
+    monkeypatch.setattr(fewshot, "run_contrastfit", fake_run)
+    today = fewshot.recipe("default", 48, "minilm-l6", 128)["training"]
+    same = f"same=ce-scl-lr:min_steps={today['min_steps']},learning_rate={today['learning_rate']}"
+    argv = ["--data", "toy", "--shots", "8", "--samples", "2", "--test-size", "48", "--validation-size", "4"]
+    fewshot.main(argv + ["--systems", same, "long=ce-scl-lr:min_steps=90", "--name", "variants"])
+    assert trained == [same, "long=ce-scl-lr:min_steps=90"] * 2
+    variants = fewshot.read_records(tmp_path / "variants_runs.jsonl")
+
+    fewshot.main(argv + ["--systems", "default", "--name", "grid", "--reuse", "variants_runs.jsonl"])
+    assert len(trained) == 4  # nothing trained: the same recipe's runs stand for the default's
+    grid = fewshot.read_records(tmp_path / "grid_runs.jsonl")
+    assert [r["system"] for r in grid] == ["default"] * 2
+    for record, variant in zip(grid, [v for v in variants if v["system"] == same]):
+        assert record["reused"] == {"file": "variants_runs.jsonl", "system": same}
+        assert {k: record[k] for k in variant if k != "system"} == {k: v for k, v in variant.items() if k != "system"}
+    assert fewshot.summarise(grid)["rows"][0]["accuracy_mean"] == pytest.approx(100 * (0.51 + 0.53) / 2)
+
+    # another sample (its train hash), another seed or device: trained
+    assert fewshot.stand_in([("f", {**variants[0], "train_hash": "x"})], {**grid[0], "system": "default"},
+                            fewshot.recipe("default", 48, "minilm-l6", 128)) is None
+    fewshot.main(argv + ["--systems", "default", "--name", "other", "--seed", "1", "--reuse", "variants_runs.jsonl"])
+    assert trained[4:] == ["default"] * 2
+    # without --reuse, a variant in the runs file itself stands in; a crossfit or SetFit record never does
+    fewshot.main(argv + ["--systems", "default", "--name", "variants"])
+    assert len(trained) == 6 and fewshot.read_records(tmp_path / "variants_runs.jsonl")[-1]["reused"]["file"] == \
+        "variants_runs.jsonl"
+    crossfit = {**variants[0], "system": "crossfit"}
+    assert fewshot.stand_in([("f", crossfit)], {**crossfit, "system": "default"},
+                            fewshot.recipe("default", 48, "minilm-l6", 128)) is None
+    with pytest.raises(SystemExit):
+        fewshot.main(argv + ["--systems", "default", "--name", "grid", "--reuse", "nothing_runs.jsonl"])
+    # --retime trains the stood-in runs again (to time them alike), once: the new records stand
+    fewshot.main(argv + ["--systems", "default", "--name", "grid", "--retime"])
+    assert trained[6:] == ["default"] * 2
+    fewshot.main(argv + ["--systems", "default", "--name", "grid", "--retime"])
+    assert len(trained) == 8 and not any("reused" in r for r in fewshot.read_records(tmp_path / "grid_runs.jsonl")[-2:])
