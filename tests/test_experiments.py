@@ -304,16 +304,16 @@ def _source_csv(path: Path) -> Path:
 
 def _spy_on_encoder_loads(monkeypatch) -> list[tuple[str, str]]:
     """(model folder or name, method) of every model the training code builds, in order."""
-    from contrastfit import training
+    from contrastfit.modeling import ContrastiveClassifier
 
     calls = []
-    original = training.ContrastiveClassifier.from_encoder.__func__
+    original = ContrastiveClassifier.from_encoder.__func__
 
     def spy(cls, model, method, *args, **kwargs):
         calls.append((str(model), method))
         return original(cls, model, method, *args, **kwargs)
 
-    monkeypatch.setattr(training.ContrastiveClassifier, "from_encoder", classmethod(spy))
+    monkeypatch.setattr(ContrastiveClassifier, "from_encoder", classmethod(spy))
     return calls
 
 

@@ -7,11 +7,13 @@ import pytest
 
 import contrastfit.training as training
 from contrastfit import train
-from contrastfit.shapes import LABEL_SETS, SINGLE_LABEL, LabelSets, TaskShape, shape_for
+import contrastfit.pretrain as pretrain_module
+from contrastfit.shapes import LABEL_SETS, SINGLE_LABEL, LabelSets, Pretraining, TaskShape, shape_for
 from contrastfit.training import TrainConfig
 
-STEPS = ("check", "sample", "configure", "hparams", "build_model", "validation_choices", "selection_metric",
-         "compute_metrics", "fit_head", "finish", "describe", "examples", "label")
+STEPS = ("check", "load", "sample", "configure", "hparams", "build_model", "schedule", "validation_choices",
+         "selection_metric", "compute_metrics", "fits_head", "fit_head", "finish", "conclude", "describe", "examples",
+         "label")
 
 
 class SpyShape(TaskShape):
@@ -53,3 +55,29 @@ def test_the_job_runs_the_shapes_steps_in_order_and_records_what_it_settles(tmp_
 def test_a_shape_that_chooses_on_validation_holds_rows_out_for_it(shape):
     chooses = shape.chooses_on_validation(TrainConfig(method="ce-scl-lr"))
     assert chooses is (shape is LABEL_SETS)  # label sets choose thresholds; the default recipe nothing
+
+
+def test_stage_1_pretraining_is_the_one_job_with_its_own_shape(tmp_path, tiny_encoder_dir, monkeypatch):
+    """`pretrain` hands the job a Pretraining shape: the corpus is its data, epochs and max_steps its
+    schedule, no head stage follows and nothing is evaluated; what it writes is an encoder folder."""
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(f"sentence number {i} of the corpus" for i in range(12)), encoding="utf-8")
+    shapes = []
+    job = pretrain_module._train
+
+    def spy(config, text_data, callbacks, keep, shape=None):
+        shapes.append(shape)
+        return job(config, text_data, callbacks, keep, shape=shape)
+
+    monkeypatch.setattr(pretrain_module, "_train", spy)
+    result = pretrain_module.pretrain("simcse-unsup", str(corpus), str(tmp_path / "enc"), model=str(tiny_encoder_dir),
+                                      batch_size=4, max_steps=2, max_texts=10, progress=False, use_cpu=True)
+    (shape,) = shapes
+    assert isinstance(shape, Pretraining) and (shape.max_texts, shape.max_steps) == (10, 2)
+    assert shape.schedule(TrainConfig(epochs=1.0), [0] * 10) == (1.0, 2)
+    assert not shape.fits_head(None, TrainConfig(refit_head=True)) and not shape.chooses_on_validation(TrainConfig())
+    assert result["kind"] == "pretrain" and result["training"]["steps"] == 2 and result["data"]["n_texts"] == 10
+    assert "metrics" not in result or not result["metrics"]  # nothing evaluated
+    assert sorted(p.name for p in (tmp_path / "enc").iterdir()) == [".contrastfit",
+        "1_Pooling", "config.json", "contrastfit_pretrain.json", "model.safetensors", "tokenizer.json",
+        "tokenizer_config.json"]

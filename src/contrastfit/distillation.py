@@ -34,7 +34,7 @@ student is a model folder like any other (``results.json``, the model card, ``pr
 
 The unlabelled texts (:func:`read_unlabelled`): a ``.txt`` file (one text per line, blank lines
 skipped) or a data set name (its training split, the labels ignored), read as
-:func:`contrastfit.pretrain.load_corpus` reads a corpus; a table, every row (a label column is
+:func:`contrastfit.shapes.pretraining.load_corpus` reads a corpus; a table, every row (a label column is
 ignored); in Python also a list of strings. Duplicate texts are
 predicted and trained once. The record's ``data.source`` says what the teacher was (folder, method,
 base model, labels, accuracy in its own record), how many texts it labelled with which labels, and
@@ -74,7 +74,7 @@ from .methods import get_method
 from .methods.distill_base import TeacherTargets, teacher_targets
 from .modeling import ContrastiveClassifier
 from .pipeline import TrainResult, open_output
-from .pretrain import _file_sha256, load_corpus
+from .shapes.pretraining import file_sha256, load_corpus
 from .record import read_record
 from .settings import check_fields, same_as, setting
 from .training import SEED_MAX, TrainConfig, progress_bars, train, validation_split_for
@@ -292,7 +292,7 @@ def read_unlabelled(data: Any, teacher, *, teacher_name: str = "teacher", text_c
     """The distinct texts (and second texts, for a teacher that classifies pairs) of ``data``, in their
     order, at most ``max_texts`` of them, and a description for the record: a list of strings, a ``.txt``
     file (one text per line), a table (every row; a label column is ignored) or a data set name (its
-    training split, read by :func:`contrastfit.pretrain.load_corpus`)."""
+    training split, read by :func:`contrastfit.shapes.pretraining.load_corpus`)."""
     import datasets
 
     if isinstance(data, list):
@@ -305,7 +305,7 @@ def read_unlabelled(data: Any, teacher, *, teacher_name: str = "teacher", text_c
                 raw = read_table(path)
                 raw = raw.remove_columns([c for c in raw.column_names if c == LABEL and c != text_column])
                 rows, _ = normalise_columns(raw, str(path), text_column, text_pair_column, None, require_labels=False)
-                source = {"kind": "table", "path": str(path.resolve()), "sha256": _file_sha256(path)}
+                source = {"kind": "table", "path": str(path.resolve()), "sha256": file_sha256(path)}
             else:
                 rows, _, source = load_corpus(str(data), labelled=False, text_column=text_column,
                                               text_pair_column=text_pair_column)

@@ -1,8 +1,8 @@
 """The one training pipeline: prepare -> fit -> evaluate -> write.
 
-Every job (:func:`contrastfit.train`, one task; :func:`contrastfit.multitask.train_multitask`, one
-encoder and a head per task; :func:`contrastfit.pretrain.pretrain`, stage 1 alone) runs the same steps,
-and differs only in what it prepares and what its record holds:
+Every job (:func:`contrastfit.train`, one task of any shape, stage 1 alone included
+(:func:`contrastfit.pretrain.pretrain`); :func:`contrastfit.multitask.train_multitask`, one encoder and a
+head per task) runs the same steps, and differs only in what it prepares and what its record holds:
 
 1. **prepare** (the job's own): :func:`open_output` refuses an output folder that holds another run (or
    returns the finished run's record to a resumed job); the job loads and samples its data, builds its

@@ -36,33 +36,21 @@ keeps the first fraction of a corpus (Sec. 5.3.1).
 
 from __future__ import annotations
 
-import hashlib
 import os
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import datasets
-from transformers import AutoModel, set_seed
-
-from .data.loading import (LABEL, SUFFIX_BUILDERS, TEXT, TEXT_PAIR, check_utf8, data_hash, file_problem, load_data,
-                           normalise_columns, read_table)
-from .encoders import DEFAULT_MODEL, default_pooling, resolve_model
-from .atomic import atomic_folder, check_output, write_json_atomic
-from .errors import ConfigError, DataError
-from .identity import run_identity
-from .modeling import ContrastiveClassifier
-from .checkpoints import CHECKPOINT_DIR
-from .pipeline import Clock, TrainResult, fit
+from .atomic import atomic_folder, check_output
+from .encoders import DEFAULT_MODEL
+from .errors import ConfigError
 from .record import Record, read_record
 from .settings import check_fields, same_as, setting
-from .training import SEED_MAX, TrainConfig, build_trainer, tokenize_dataset
-from .versions import library_versions
+from .shapes.pretraining import (POOLING_CONFIG, RECORD_NAME, PretrainResult, Pretraining,  # noqa: F401
+                                 load_corpus, read_text_lines)
+from .training import SEED_MAX, TrainConfig, _train
 
 PRETRAIN_METHODS = ("simcse-unsup", "simcse-sup", "diffcse")
-RECORD_NAME = "contrastfit_pretrain.json"
-POOLING_CONFIG = "1_Pooling/config.json"
 #: The report's stage-1 settings (Sec. 5.3.2 batch size, 5.3.3 learning rate and weight decay, 5.3.4 length).
 PRETRAIN_DEFAULTS: dict[str, dict[str, Any]] = {
     "simcse-unsup": {"batch_size": 64, "learning_rate": 1e-5, "max_length": 64},
@@ -118,61 +106,6 @@ class PretrainOptions:
 _O = PretrainOptions
 
 
-def _file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while chunk := fh.read(1 << 20):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def read_text_lines(path: str | os.PathLike) -> list[str]:
-    """The non-blank lines of a UTF-8 text file, stripped (one text per line)."""
-    path = Path(path).expanduser()
-    problem = file_problem(path)
-    if problem is not None:
-        raise DataError(f"corpus {path}: {problem}")
-    check_utf8(path)
-    with open(path, encoding="utf-8") as fh:
-        return [line.strip() for line in fh if line.strip()]
-
-
-def load_corpus(data: str, *, labelled: bool, text_column: str | None = None, text_pair_column: str | None = None,
-                label_column: str | None = None) -> tuple[datasets.Dataset, list[str] | None, dict[str, Any]]:
-    """The stage-1 rows (``text``, optional ``text_pair``, ``label`` when there are labels), their label
-    names (None: no labels or a regression target) and a description of the corpus for the record."""
-    path = Path(data).expanduser()
-    is_file = path.is_file()
-    if not is_file and (path.suffix.lower() in (".txt", *SUFFIX_BUILDERS) or data.startswith((".", "/", "~"))):
-        raise DataError(f"corpus {path}: {file_problem(path) or 'no such file'}")
-    if is_file and path.suffix.lower() not in SUFFIX_BUILDERS:
-        texts = read_text_lines(path)
-        if not texts:
-            raise DataError(f"corpus {path} holds no text (it is empty or has only blank lines)")
-        if labelled:
-            raise ConfigError(f"simcse-sup needs class labels, but {path} is unlabelled text (one text per line); "
-                              "give a labelled data set (a built-in name or a table with a label column), "
-                              "or use simcse-unsup or diffcse")
-        source = {"kind": "text-lines", "path": str(path.resolve()), "sha256": _file_sha256(path)}
-        return datasets.Dataset.from_dict({TEXT: texts}), None, source
-    if is_file:
-        raw = read_table(path)
-        has_labels = (label_column or LABEL) in raw.column_names
-        if not has_labels:
-            if labelled:
-                raise ConfigError(f"simcse-sup needs class labels, but {path} has no label column "
-                                  f"'{label_column or LABEL}' (columns: {', '.join(raw.column_names)})")
-            ds, _ = normalise_columns(raw, str(path), text_column, text_pair_column, label_column, require_labels=False)
-            return ds, None, {"kind": "table", "path": str(path.resolve()), "sha256": _file_sha256(path), "labels": False}
-    text_data = load_data(data, text_column=text_column, text_pair_column=text_pair_column, label_column=label_column)
-    source = {"kind": text_data.source.get("kind", "builtin"), "name": text_data.name, "split": "train",
-              "labels": True, **({"sha256": _file_sha256(path)} if is_file else {})}
-    if labelled and text_data.label_names is None:
-        raise ConfigError(f"simcse-sup needs class labels, but '{data}' has a numeric (regression) target; "
-                          "use simcse-unsup or diffcse")
-    return text_data.train, text_data.label_names, source
-
-
 def pretrain(method: str = _O.method, data: str | None = _O.data, output: str | None = _O.output,
              **options: Any) -> "PretrainResult":
     """Train the encoder ``model`` with the encoder stage of ``method`` on ``data`` and save it to ``output``
@@ -196,93 +129,23 @@ def pretrain(method: str = _O.method, data: str | None = _O.data, output: str | 
     labelled = o.method == "simcse-sup"
     settings["sampler"] = "balanced" if labelled else "random"  # the objectives but simcse-sup's ignore labels
 
-    clock = Clock()
-    set_seed(o.seed)
-    rows, label_names, source = _corpus_rows(o.data, labelled, o.max_texts, text_column=o.text_column,
-                                             text_pair_column=o.text_pair_column, label_column=o.label_column)
-    pooling = o.pooling or default_pooling(o.model)
-    classifier = ContrastiveClassifier.from_encoder(o.model, o.method, label_names, hparams=o.hparams or {},
-                                                    pooling=pooling, max_length=settings["max_length"],
-                                                    trust_remote_code=o.trust_remote_code)
-    train_ds = tokenize_dataset(rows, classifier.tokenizer, classifier.max_length)
-    classifier.method.prepare(classifier, train_ds)
     with atomic_folder(out) as staging:
         config = TrainConfig(method=o.method, data=str(o.data), output=str(staging), model=o.model,
+                             pooling=o.pooling, text_column=o.text_column, text_pair_column=o.text_pair_column,
+                             label_column=o.label_column, hparams=o.hparams or {}, epochs=float(o.epochs),
                              batch_size=settings["batch_size"], learning_rate=settings["learning_rate"],
                              weight_decay=o.weight_decay, warmup_ratio=o.warmup_ratio, seed=o.seed,
-                             sampler=settings["sampler"], save_checkpoints=False,
-                             logging_steps=o.logging_steps, progress=o.progress, fp16=o.fp16, bf16=o.bf16,
-                             use_cpu=o.use_cpu, max_length=settings["max_length"], min_steps=1)
+                             sampler=settings["sampler"], save_checkpoints=False, save_model=False,
+                             evaluate_test=False, logging_steps=o.logging_steps, progress=o.progress, fp16=o.fp16,
+                             bf16=o.bf16, use_cpu=o.use_cpu, max_length=settings["max_length"], min_steps=1,
+                             trust_remote_code=o.trust_remote_code)
         config.validate()
-        trainer = build_trainer(config, classifier, train_ds, float(o.epochs), max_steps=o.max_steps or -1)
-        clock.mark("setup")
-        fitted = fit(trainer, staging)
-        clock.mark("train")
-        shutil.rmtree(staging / CHECKPOINT_DIR, ignore_errors=True)
-        _save_encoder(classifier, pooling, staging)
-        record = _record(o, classifier, settings, trainer, fitted, source, pooling, clock)
-        record.write(staging / RECORD_NAME)
+        result = _train(config, None, None, keep=True, shape=Pretraining(o.max_texts, o.max_steps))
+    record = result.record
     if o.progress:
-        print(f"pretrain {o.method}: {record.training.steps} steps on {source['n_texts']} texts, "
-              f"loss {record.training.train_loss:.4f} ({clock.timings['train_s']:.0f}s) -> {out}")
-    return PretrainResult.of(record, output=str(out))
-
-
-def _record(o: PretrainOptions, classifier: ContrastiveClassifier, settings: dict[str, Any], trainer, fitted,
-            source: dict[str, Any], pooling: str, clock: Clock) -> Record:
-    """The run's record (kind ``pretrain``): the settings it trained with, its steps and loss, the corpus."""
-    hparams = {k: v for k, v in classifier.method.hparams.items() if not k.startswith("head_")}
-    training = {"batch_size": settings["batch_size"], "learning_rate": settings["learning_rate"],
-                "weight_decay": o.weight_decay, "warmup_ratio": o.warmup_ratio, "epochs": o.epochs,
-                "max_steps": o.max_steps, "steps": trainer.state.global_step, "sampler": settings["sampler"],
-                "train_loss": fitted.train_loss, "pooling": pooling, "max_length": classifier.max_length,
-                "base_model_path": resolve_model(o.model)[0]}
-    return Record(
-        kind="pretrain", method=o.method, hparams=hparams, model=o.model, seed=o.seed, data=source,
-        training=training, timings=clock.timings, versions=library_versions(), log_history=trainer.state.log_history,
-        identity=run_identity("pretrain", method=o.method, hparams=hparams, seed=o.seed, model=o.model,
-                              settings={k: v for k, v in training.items() if k not in ("steps", "train_loss")},
-                              data=source))
-
-
-def _corpus_rows(data: str, labelled: bool, max_texts: int | None,
-                 **columns: str | None) -> tuple[datasets.Dataset, list[str], dict[str, Any]]:
-    """The corpus's first ``max_texts`` rows (a placeholder class where the objective ignores labels),
-    their label names and the record's description of the corpus."""
-    rows, label_names, source = load_corpus(data, labelled=labelled, **columns)
-    if max_texts is not None and len(rows) > max_texts:
-        rows = rows.select(range(max_texts))
-    if len(rows) < 2:
-        raise DataError(f"corpus {data} holds {len(rows)} text; contrastive pre-training needs at least 2")
-    if not labelled:  # the objectives ignore labels: one placeholder class, random batches
-        rows = rows.remove_columns([c for c in rows.column_names if c == LABEL])
-        rows = rows.add_column(LABEL, [0] * len(rows))
-        label_names = ["text"]
-    source.update(n_texts=len(rows), pairs=TEXT_PAIR in rows.column_names, rows_hash=data_hash(rows),
-                  max_texts=max_texts)
-    return rows, label_names, source
-
-
-def _save_encoder(classifier: ContrastiveClassifier, pooling: str, folder: Path) -> None:
-    """The trained encoder as a Hugging Face folder, with its pooling in sentence-transformers' format."""
-    encoder = classifier.encoder
-    encoder.backbone.save_pretrained(folder, safe_serialization=True)
-    classifier.tokenizer.save_pretrained(folder)
-    if pooling in ("mean", "cls"):
-        write_json_atomic(folder / POOLING_CONFIG, {
-            "word_embedding_dimension": encoder.hidden_size, "pooling_mode_cls_token": pooling == "cls",
-            "pooling_mode_mean_tokens": pooling == "mean", "pooling_mode_max_tokens": False,
-            "pooling_mode_mean_sqrt_len_tokens": False})
-
-
-class PretrainResult(TrainResult):
-    """The record written to ``contrastfit_pretrain.json`` (a :class:`~contrastfit.record.Record` of kind
-    ``pretrain``), with the encoder folder as ``.output`` and the encoder (``transformers.AutoModel``) as
-    ``.model``."""
-
-    @property
-    def model_class(self) -> Any:
-        return AutoModel
+        print(f"pretrain {o.method}: {record.training.steps} steps on {record.data.n_texts} texts, "
+              f"loss {record.training.train_loss:.4f} ({record.timings['train_s']:.0f}s) -> {out}")
+    return PretrainResult.of(record, output=str(out))  # .model: the encoder, read from the folder
 
 
 def read_pretrain_record(folder: str | os.PathLike) -> Record | None:

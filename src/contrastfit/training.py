@@ -27,27 +27,23 @@ from .atomic import OutputError, check_output_path
 from .data import TextData
 from .data.descriptions import attach_label_descriptions, check_label_descriptions
 from .data.loading import VALIDATION_SPLIT, in_memory
-from .data.overlap import row_sketch
 from .distributed import launched_processes
 from .encoders import DEFAULT_MODEL, default_pooling
 from .errors import ConfigError
-from .evaluation import evaluate_model, headline
-from .identity import run_identity
+from .evaluation import evaluate_model
 from .memory import check_memory
 from .methods import get_method
 from .methods.base import resolve_hparams
-from .modeling import ContrastiveClassifier
 from .checkpoints import resume_checkpoint
-from .pipeline import (Clock, TrainResult, WeightInterpolation, fit, input_paths, open_output,
-                       selection_record, write_outputs)
+from .pipeline import Clock, TrainResult, WeightInterpolation, fit, input_paths, open_output, selection_record
 from .progress import progress_bars  # noqa: F401  (re-exported: contrastfit.training.progress_bars)
-from .record import RESULTS_NAME, Record
+from .record import RESULTS_NAME
 from .settings import check_fields, setting
-from .shapes import DEFAULT_METHOD, DEFAULT_REGRESSION_METHOD, PreparedData, shape_for  # noqa: F401
+from .shapes import (DEFAULT_METHOD, DEFAULT_REGRESSION_METHOD, TRAINING_SETTINGS, PreparedData,  # noqa: F401
+                     TaskShape, Trained, shape_for)
 from .trainer import (DEFAULT_LEARNING_RATE, DEFAULT_MIN_STEPS, MIN_USEFUL_STEPS, MODEL_INPUTS,  # noqa: F401
                       ContrastfitTrainer, LossPartLogging, build_trainer, capped_warmup, resolve_schedule,
                       short_schedule_warning, tokenize_dataset, with_method_defaults)
-from .versions import library_versions
 
 #: Seeds go to NumPy's legacy seeding (``transformers.set_seed``), which takes 0 .. 2**32 - 1.
 SEED_MAX = 2**32 - 1
@@ -426,16 +422,17 @@ def load_config_data(config: TrainConfig, memory: dict[str, Any] | None = None) 
 
 
 def _train(config: TrainConfig, text_data: TextData | None, callbacks: list[TrainerCallback] | None,
-           keep: bool) -> TrainResult:
+           keep: bool, shape: TaskShape | None = None) -> TrainResult:
     """The one job: a run of the validated ``config`` into ``config.output``, its task shape
-    (:func:`shape_for`) plugged into each step; with ``keep`` False (a temporary folder) nothing is
-    saved there: the model stays in memory."""
-    shape = shape_for(config)
+    (:func:`shape_for`, or ``shape``: stage-1 pre-training's) plugged into each step; with ``keep``
+    False (a temporary folder) nothing is saved there: the model stays in memory."""
+    shape = shape or shape_for(config)
     shape.check(config)
     output = Path(config.output)
     clock = Clock()
     set_seed(config.seed)
-    prepared = shape.sample(config, text_data or load_config_data(config))
+    data = text_data or shape.load(config, {}, validation_split_for(config))
+    prepared = shape.sample(config, data)
     config = shape.configure(config, prepared)
     check_batch_size(config.batch_size, config.sampler, config.method, config.memory_size)  # the method is known now
     pooling = config.pooling or default_pooling(config.model)
@@ -447,7 +444,7 @@ def _train(config: TrainConfig, text_data: TextData | None, callbacks: list[Trai
     train_ds = tokenize_dataset(prepared.train, model.tokenizer, model.max_length)
     descriptions = attach_label_descriptions(model, config)
     model.method.prepare(model, train_ds)
-    epochs, max_steps = resolve_schedule(config, train_ds["labels"])
+    epochs, max_steps = shape.schedule(config, train_ds["labels"])
     # model selection on validation: the kept step, or the head epoch of an AdamW head stage
     has_validation = prepared.validation is not None and len(prepared.validation) > 0
     step, head_epoch = shape.validation_choices(config)
@@ -470,7 +467,7 @@ def _train(config: TrainConfig, text_data: TextData | None, callbacks: list[Trai
             return TrainResult(fitted.interrupted, model)
     wise_ft = interpolation and interpolation.apply(model.encoder)
     head_stage = None
-    if model.method.frozen_head_stage or config.refit_head:
+    if shape.fits_head(model, config):
         # the head epoch is chosen on validation, like the encoder step of one-stage runs
         head_validation = (tokenize_dataset(prepared.validation, model.tokenizer, model.max_length)
                            if choosing_head_epoch else None)
@@ -484,33 +481,11 @@ def _train(config: TrainConfig, text_data: TextData | None, callbacks: list[Trai
     if config.evaluate_test and prepared.test is not None:
         metrics["test"] = evaluate_model(model, prepared.test)
     clock.mark("eval")
-
-    training = {k: getattr(config, k) for k in TRAINING_SETTINGS}
-    training.update(epochs=epochs if model.method.trains_encoder else 0, steps=trainer.state.global_step,
-                    selection=_selection(trainer, config, metric, shape.selection_rule) if selecting else None,
-                    pooling=pooling, train_loss=fitted and fitted.train_loss, resumed_from=resume_from,
-                    head_init=head_init, wise_ft=wise_ft, head_stage=head_stage, world_size=trainer.args.world_size,
-                    warmup_steps=getattr(trainer, "scheduled_warmup_steps", None), **settled)
-    data = shape.describe(config, prepared)
-    if descriptions:
-        data["label_descriptions"] = descriptions
-    # a training text per label for the model card's widget (a model is saved; not part of the identity)
-    examples = shape.examples(prepared) if config.save_model else []
-    record = _record(config, model, {**data, "examples": examples} if examples else data, training, metrics,
-                     clock, trainer.state.log_history, identity_data=data)
-    # the folder (not results.json) keeps digests of the training rows: calibrate and evaluate check for them
-    model.info.update(model=config.model, seed=config.seed, data={**record.data.to_dict(), "train_rows": row_sketch(prepared.train)},
-                      training=training, versions=record.versions, base_model=config.model)
-    if prepared.data.label_type is not None:  # integer labels: predict gives ints back (ContrastiveClassifier.labels)
-        model.info.label_type = prepared.data.label_type
-    return write_outputs(TrainResult, config, model, record, output if keep else None, label=shape.label(config.method),
-                         shown={split: headline(m) for split, m in metrics.items()})
-
-
-#: The settings a run's record repeats under ``training`` (with what the run resolved: steps, selection, ...).
-TRAINING_SETTINGS = ("batch_size", "learning_rate", "weight_decay", "warmup_ratio", "gradient_accumulation_steps",
-                     "max_length", "fp16", "bf16", "min_steps", "refit_head", "head_init", "sampler",
-                     "gradient_cache_chunk", "memory_size")
+    return shape.conclude(Trained(
+        config, model, prepared, trainer, fitted, clock, epochs, pooling, metrics,
+        selection=_selection(trainer, config, metric, shape.selection_rule) if selecting else None,
+        resumed_from=resume_from, head_init=head_init, wise_ft=wise_ft, head_stage=head_stage, settled=settled,
+        label_descriptions=descriptions), output if keep else None)
 
 
 def _selection(trainer: ContrastfitTrainer, config: TrainConfig, metric: str, rule: str) -> dict[str, Any]:
@@ -518,17 +493,3 @@ def _selection(trainer: ContrastfitTrainer, config: TrainConfig, metric: str, ru
     history = selection_record(trainer, config.early_stopping_patience)
     best_value = next((e.get(metric) for e in history["evaluations"] if e["step"] == history["best_step"]), None)
     return {"metric": metric, "best_step": history["best_step"], "best_value": best_value, **history, "rule": rule}
-
-
-def _record(config: TrainConfig, model: ContrastiveClassifier, data: dict[str, Any], training: dict[str, Any],
-            metrics: dict[str, Any], clock: Clock, log_history: list[dict[str, Any]], *,
-            identity_data: dict[str, Any]) -> Record:
-    """The run's record, with its identity: the settings (``label_descriptions`` are in ``identity_data``),
-    the method, its hyper-parameters, the seed, the model and the data."""
-    settings = {f.name: getattr(config, f.name) for f in fields(config) if f.name != "label_descriptions"}
-    return Record(
-        kind="train", method=config.method, hparams=model.method.hparams, model=config.model, seed=config.seed,
-        data=data, training=training, metrics=metrics, timings=clock.timings, versions=library_versions(),
-        tags=config.tags, log_history=log_history,
-        identity=run_identity("train", method=config.method, hparams=model.method.hparams, seed=config.seed,
-                              model=config.model, settings=settings, data=identity_data, tags=config.tags))

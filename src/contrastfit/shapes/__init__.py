@@ -9,19 +9,23 @@ what the record says of the data. One file a shape:
 
 * :mod:`.single_label`: :class:`TaskShape`, one label per text or text pair (classes, a regression
   target, sentence pairs), the shape every other one overrides;
-* :mod:`.label_sets`: :class:`LabelSets`, a set of labels per text (``--multi-label``).
+* :mod:`.label_sets`: :class:`LabelSets`, a set of labels per text (``--multi-label``);
+* :mod:`.pretraining`: :class:`Pretraining`, stage-1 pre-training of the encoder alone on a corpus
+  (:func:`contrastfit.pretrain.pretrain` gives it to the job).
 
-A new shape is a subclass in a file of its own and a line in :func:`shape_for`.
+A new shape is a subclass in a file of its own and, where a setting selects it, a line in :func:`shape_for`.
 """
 
 from typing import Any
 
 from .label_sets import LABEL_SETS, LabelSets, check_multilabel_config
-from .single_label import (DEFAULT_METHOD, DEFAULT_REGRESSION_METHOD, SINGLE_LABEL, PreparedData, TaskShape,
-                           validation_choices)
+from .pretraining import Pretraining
+from .single_label import (DEFAULT_METHOD, DEFAULT_REGRESSION_METHOD, SINGLE_LABEL, TRAINING_SETTINGS, PreparedData,
+                           TaskShape, Trained, validation_choices)
 
-__all__ = ["DEFAULT_METHOD", "DEFAULT_REGRESSION_METHOD", "LABEL_SETS", "SINGLE_LABEL", "LabelSets", "PreparedData",
-           "TaskShape", "check_multilabel_config", "shape_for", "validation_choices"]
+__all__ = ["DEFAULT_METHOD", "DEFAULT_REGRESSION_METHOD", "LABEL_SETS", "SINGLE_LABEL", "TRAINING_SETTINGS", "LabelSets",
+           "PreparedData", "Pretraining", "TaskShape", "Trained", "check_multilabel_config", "shape_for",
+           "validation_choices"]
 
 
 def shape_for(config: Any) -> TaskShape:

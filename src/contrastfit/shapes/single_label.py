@@ -4,23 +4,34 @@ sentence pairs are this shape."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
 from typing import Any
 
 import datasets
 
 from ..card import label_examples
 from ..data import TextData, data_hash, load_data, sample_per_class, sample_stratified
+from ..data.overlap import row_sketch
 from ..data.sampling import derive_seed
+from ..errors import ConfigError
+from ..evaluation import headline
 from ..head_stage import train_head
+from ..identity import run_identity
 from ..methods import get_method
 from ..modeling import ContrastiveClassifier
-from ..trainer import selection_metric, with_method_defaults
-from ..errors import ConfigError
+from ..pipeline import Clock, Fitted, TrainResult, write_outputs
+from ..record import Record
+from ..trainer import ContrastfitTrainer, resolve_schedule, selection_metric, with_method_defaults
+from ..versions import library_versions
 
 #: The default recipe: what `contrastfit train --data FILE` trains with no --method (docs/concepts/default-recipe.md).
 DEFAULT_METHOD = "ce-scl-lr"
 DEFAULT_REGRESSION_METHOD = "ce"
+#: The settings a run's record repeats under ``training`` (with what the run resolved: steps, selection, ...).
+TRAINING_SETTINGS = ("batch_size", "learning_rate", "weight_decay", "warmup_ratio", "gradient_accumulation_steps",
+                     "max_length", "fp16", "bf16", "min_steps", "refit_head", "head_init", "sampler",
+                     "gradient_cache_chunk", "memory_size")
 
 
 @dataclass
@@ -41,6 +52,29 @@ class PreparedData:
                 out[f"{split}_size"] = len(ds)
                 out[f"{split}_hash"] = data_hash(ds)
         return out
+
+
+@dataclass
+class Trained:
+    """What the job's steps up to evaluation left for the last one, :meth:`TaskShape.conclude`: the
+    run's settings, model, data, Trainer and fit, and what each step resolved on the way."""
+
+    config: Any
+    model: ContrastiveClassifier
+    prepared: PreparedData
+    trainer: ContrastfitTrainer
+    fitted: Fitted | None
+    clock: Clock
+    epochs: float
+    pooling: str
+    metrics: dict[str, Any]
+    selection: dict[str, Any] | None = None
+    resumed_from: str | None = None
+    head_init: dict[str, Any] | None = None
+    wise_ft: dict[str, Any] | None = None
+    head_stage: dict[str, Any] | None = None
+    settled: dict[str, Any] | None = None
+    label_descriptions: dict[str, str] | None = None
 
 
 def sampling(config: Any, **extra: Any) -> dict[str, Any]:
@@ -120,6 +154,14 @@ class TaskShape:
             config.model, config.method, prepared.data.label_names, hparams=hparams, pooling=pooling,
             max_length=config.max_length, trust_remote_code=config.trust_remote_code)
 
+    def schedule(self, config: Any, train_labels: Any) -> tuple[float, int]:
+        """``(epochs, max_steps)`` for the Trainer (:func:`contrastfit.trainer.resolve_schedule`)."""
+        return resolve_schedule(config, train_labels)
+
+    def fits_head(self, model: ContrastiveClassifier, config: Any) -> bool:
+        """Whether a head stage follows fine-tuning: the method's, or ``--refit-head``."""
+        return model.method.frozen_head_stage or config.refit_head
+
     def validation_choices(self, config: Any) -> tuple[bool, bool]:
         """What the run chooses on validation: ``(step, head_epoch)`` (:func:`validation_choices`)."""
         return validation_choices(config)
@@ -161,6 +203,46 @@ class TaskShape:
     def label(self, method: str) -> str:
         """The run's name in the closing summary line."""
         return method
+
+    def conclude(self, run: Trained, output: Path | None) -> TrainResult:
+        """The last step: the run's record, the model's info, and both written into ``output`` (None:
+        nothing is kept; :func:`contrastfit.pipeline.write_outputs`)."""
+        config, model, prepared = run.config, run.model, run.prepared
+        training = {k: getattr(config, k) for k in TRAINING_SETTINGS}
+        training.update(epochs=run.epochs if model.method.trains_encoder else 0, steps=run.trainer.state.global_step,
+                        selection=run.selection, pooling=run.pooling, train_loss=run.fitted and run.fitted.train_loss,
+                        resumed_from=run.resumed_from, head_init=run.head_init, wise_ft=run.wise_ft,
+                        head_stage=run.head_stage, world_size=run.trainer.args.world_size,
+                        warmup_steps=getattr(run.trainer, "scheduled_warmup_steps", None), **(run.settled or {}))
+        data = self.describe(config, prepared)
+        if run.label_descriptions:
+            data["label_descriptions"] = run.label_descriptions
+        # a training text per label for the model card's widget (a model is saved; not part of the identity)
+        examples = self.examples(prepared) if config.save_model else []
+        record = train_record(config, model, {**data, "examples": examples} if examples else data, training,
+                              run.metrics, run.clock, run.trainer.state.log_history, identity_data=data)
+        # the folder (not results.json) keeps digests of the training rows: calibrate and evaluate check for them
+        model.info.update(model=config.model, seed=config.seed,
+                          data={**record.data.to_dict(), "train_rows": row_sketch(prepared.train)},
+                          training=training, versions=record.versions, base_model=config.model)
+        if prepared.data.label_type is not None:  # integer labels: predict gives ints back
+            model.info.label_type = prepared.data.label_type
+        return write_outputs(TrainResult, config, model, record, output, label=self.label(config.method),
+                             shown={split: headline(m) for split, m in run.metrics.items()})
+
+
+def train_record(config: Any, model: ContrastiveClassifier, data: dict[str, Any], training: dict[str, Any],
+                 metrics: dict[str, Any], clock: Clock, log_history: list[dict[str, Any]], *,
+                 identity_data: dict[str, Any]) -> Record:
+    """A run's record, with its identity: the settings (``label_descriptions`` are in ``identity_data``),
+    the method, its hyper-parameters, the seed, the model and the data."""
+    settings = {f.name: getattr(config, f.name) for f in fields(config) if f.name != "label_descriptions"}
+    return Record(
+        kind="train", method=config.method, hparams=model.method.hparams, model=config.model, seed=config.seed,
+        data=data, training=training, metrics=metrics, timings=clock.timings, versions=library_versions(),
+        tags=config.tags, log_history=log_history,
+        identity=run_identity("train", method=config.method, hparams=model.method.hparams, seed=config.seed,
+                              model=config.model, settings=settings, data=identity_data, tags=config.tags))
 
 
 SINGLE_LABEL = TaskShape()
