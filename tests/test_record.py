@@ -120,3 +120,17 @@ def test_a_folder_with_a_wrongly_typed_info_entry_is_one_line(tmp_path, tiny_enc
     with pytest.raises(ModelError, match=r"contrastfit.json: an entry has the wrong type \(seed:") as caught:
         ContrastiveClassifier.from_pretrained(folder, progress=False)
     assert "\n" not in str(caught.value)
+
+
+def test_one_number_of_a_record_is_read_through_every_level_or_is_none():
+    from contrastfit.record import metric_of
+
+    single = Record(metrics={"test": {"accuracy": 0.8}, "validation": "not a mapping"})
+    assert single.metric("test", "accuracy") == 0.8
+    assert single.metric("test", "f1") is None and single.metric("train", "accuracy") is None
+    assert single.metric("validation", "accuracy") is None  # a level that is not a mapping
+    multitask = {"test": {"average": 0.7, "sst": {"accuracy": 0.9}}}
+    assert metric_of(multitask, "test", "sst", "accuracy") == 0.9
+    assert metric_of(multitask, "test", "average") == 0.7
+    assert metric_of(multitask, "test", "average", "accuracy") is None  # a number has no levels below
+    assert metric_of(multitask, "test", "nli", "accuracy") is None

@@ -330,6 +330,17 @@ def _first_error(exc: ValidationError) -> str:
     return f"an entry has the wrong type ({'.'.join(str(part) for part in error['loc'])}: {error['msg']})"
 
 
+def metric_of(metrics: Mapping[str, Any], split: str, *names: str) -> Any:
+    """A record's ``metrics[split][name]...`` (its ``metrics`` entry, typed or as read from a file), or
+    None where a level is missing or not a mapping: how every reader looks up one number."""
+    value: Any = metrics
+    for key in (split, *names):
+        if not isinstance(value, Mapping):
+            return None
+        value = value.get(key)
+    return value
+
+
 #: The training entry of each kind of record.
 _TRAINING = {"train": Training, "multitask": MultiTaskTraining, "pretrain": PretrainTraining}
 
@@ -440,9 +451,10 @@ class Record:
         """The identity hash (``identity.sha256``, else that of ``tags.run_identity``), or None."""
         return record_identity({"identity": self.identity and self.identity.to_dict(), "tags": self.tags})
 
-    def metric(self, split: str, name: str) -> Any:
-        """``metrics[split][name]``, or None where the run did not score it."""
-        return self.metrics[split].get(name) if isinstance(self.metrics.get(split), Mapping) else None
+    def metric(self, split: str, *names: str) -> Any:
+        """``metrics[split][name]`` (a multi-task run's: ``metrics[split][task][name]``), or None where the
+        run did not score it (:func:`metric_of`)."""
+        return metric_of(self.metrics, split, *names)
 
     @property
     def run_data(self) -> RunData:

@@ -59,7 +59,7 @@ from ..errors import ContrastfitError
 from ..multitask.tasks import TaskSpec
 from ..multitask.training import selection_value
 from ..pretrain import read_pretrain_record
-from ..record import RESULTS_NAME
+from ..record import RESULTS_NAME, metric_of
 from ..versions import library_versions
 from .config import MultiTaskExperimentConfig, multitask_settings
 from .page import REPORT_HTML, REPORT_MD, Page, Section, Table, Text, render_fragment, render_page
@@ -296,7 +296,7 @@ def multitask_summary(records: Sequence[dict[str, Any]], tasks: Sequence[str] | 
             continue
 
         def stat(split: str, task: str, key: str) -> dict[str, Any]:
-            return value_stat(_finite([(r["metrics"].get(split, {}).get(task) or {}).get(key) for r in mine]))
+            return value_stat(_finite([metric_of(r["metrics"], split, task, key) for r in mine]))
 
         kinds = {n: mine[0]["tasks"][n]["spec"]["type"] for n in tasks}
         rows.append({
@@ -307,7 +307,7 @@ def multitask_summary(records: Sequence[dict[str, Any]], tasks: Sequence[str] | 
                           "headline": {k: stat("test", n, k)
                                        for k in HEADLINE["regression" if kinds[n] == "regression" else "classification"]}}
                       for n in tasks},
-            "average": {split: value_stat(_finite([r["metrics"].get(split, {}).get("average") for r in mine]))
+            "average": {split: value_stat(_finite([metric_of(r["metrics"], split, "average") for r in mine]))
                         for split in ("test", "validation")},
             "train_s": value_stat(r["timings"]["train_s"] for r in mine),
             "stage1_s": value_stat(r["timings"]["stage1_s"] for r in mine),

@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ConfigError, ContrastfitError
-from ..record import Record
+from ..record import Record, metric_of
 from ..identity import content_hash, record_identity
 from .store import STORE_NAME, ResultsStore
 
@@ -272,7 +272,7 @@ class RunRecord:
 
     def score(self, split: str, metric: str) -> float | None:
         """``metrics[split][metric]``; None when the run has no such (finite or NaN) number."""
-        return self.metrics.get(split, {}).get(metric)
+        return metric_of(self.metrics, split, metric)
 
     @property
     def has_losses(self) -> bool:
