@@ -465,10 +465,10 @@ def test_a_batch_of_one_is_refused_for_a_method_that_compares_rows(method, sampl
 
 def test_a_batch_of_one_is_refused_for_the_default_method_once_it_is_known(tmp_path, tiny_encoder_dir, sentiment_csv,
                                                                             monkeypatch):
-    import contrastfit.training as training
+    from contrastfit.modeling import ContrastiveClassifier
 
     built = []
-    monkeypatch.setattr(training.ContrastiveClassifier, "from_encoder", lambda *a, **k: built.append(1))
+    monkeypatch.setattr(ContrastiveClassifier, "from_encoder", lambda *a, **k: built.append(1))
     with pytest.raises(ConfigError, match=r"^ce-scl-lr compares the rows of a batch with each other: --batch-size 1"):
         _train(tmp_path, tiny_encoder_dir, sentiment_csv, method=None, batch_size=1, sampler="random")
     assert not built  # refused before the model is loaded
