@@ -50,7 +50,7 @@ Training seconds are wall-clock from loading the pretrained encoder to a trained
 (``auto``: a GPU where one is visible); each record names its device.
 
     python bench/fewshot.py --data mr bbc-news --shots 8 16 --samples 5
-    python bench/fewshot.py --figure fewshot heldout_kinds   # trains nothing: the figure of docs/benchmarks.md
+    python bench/fewshot.py --figure   # trains nothing: the figure of docs/benchmarks.md
 
 docs/benchmarks.md shows these records through ``docs/hooks_bench.py``, which calls :func:`goal_markdown`,
 :func:`kinds_markdown`, :func:`misses_markdown`, :func:`markdown` and :func:`datasets_markdown` at build time.
@@ -592,6 +592,8 @@ CHOSE_DEFAULTS = ("mr", "imdb", "bbc-news", "medmcqa-subject", "trec", "sms-spam
 HELD_OUT = ("hwu64", "20newsgroups", "disaster-tweets", "election-tweets", "yahoo-answers")
 #: the one records file the held-out sets appear in: the default, scored once against the others
 HELD_OUT_RECORDS = "heldout_runs.jsonl"
+#: the systems scored on the held-out sets: the default and what it is compared with
+HELD_OUT_SYSTEMS = ("zero-shot", PROBE, REFERENCE, "default", *FASTFIT)
 
 
 def base_data(data: str) -> str:
@@ -802,34 +804,64 @@ def accuracy_figure(summaries: list[dict[str, Any]], path: Path) -> None:
 
 
 #: The README's results table: these records, at this K (`python bench/fewshot.py --readme`)
-README_RECORDS = ("fewshot", "heldout_kinds")
+README_RECORDS = ("fewshot", "heldout_kinds", "heldout")
 README_SHOTS = 8
 README_START, README_END = "<!-- results table: python bench/fewshot.py --readme -->", "<!-- end of results table -->"
 
 
+def set_part(data: str) -> str:
+    """A bench set's part in the default's choice: it ``chose`` a setting, is ``held out`` of every
+    study, or ``scored`` it only."""
+    base = base_data(data)
+    return "held out" if base in HELD_OUT else "chose" if base in CHOSE_DEFAULTS else "scored"
+
+
 def readme_markdown(summaries: list[dict[str, Any]], shots: int = README_SHOTS) -> str:
-    """The README's table: per data set (in the records' order), test accuracy at ``shots`` examples per
-    class of the probe, the SetFit library and the default recipe, the mean over the samples (how many:
-    the default's), the best in bold; ``not run`` where a system has no run, ``(capped)`` where SetFit
-    trained fewer steps than its default (``--setfit-max-steps``)."""
-    names = {PROBE: "probe", REFERENCE: "SetFit", "default": "default"}
-    lines = ["| data | kind | samples | probe | SetFit | default |", "|---|---|--:|--:|--:|--:|"]
+    """The README's results: a table per data set (in the records' order) of the test accuracy at ``shots``
+    examples per class of the probe, the SetFit library, FastFit (its paper's recipe) and the default
+    recipe, the mean over the samples (how many: the default's; a system with fewer says ``n=``), the best
+    in bold (``not run`` where a system has no run, ``(capped)`` where SetFit trained fewer steps than its
+    default); then a line per system with the default's mean margin over it by kind of task, on the sets
+    both ran (how many in brackets), each system's mean rank over the sets where all ran, and every set
+    that misses the goal (:data:`GOAL`), by how much (lines ending in two spaces: one paragraph, a line
+    each)."""
+    names = {PROBE: "probe", REFERENCE: "SetFit", FASTFIT_PAPER: "FastFit", "default": "default"}
+    cells: dict[str, dict[str, dict]] = {}
     for summary in summaries:
-        cells: dict[str, dict[str, dict]] = {}
         for r in summary["rows"]:
             if r["shots"] == shots and r["system"] in names:
                 cells.setdefault(r["data"], {})[r["system"]] = r
-        for data, systems in cells.items():
-            if "default" not in systems:
-                continue
-            best = max(round(r["accuracy_mean"], 1) for r in systems.values())
-            row = []
-            for system in names:
-                r = systems.get(system)
-                text = "not run" if r is None else f"{r['accuracy_mean']:.1f}"
-                text = f"**{text}**" if r is not None and round(r["accuracy_mean"], 1) == best else text
-                row.append(text + (" (capped)" if r is not None and "capped" in r else ""))
-            lines.append(f"| {data} | {data_kind(data)} | {systems['default']['n']} | " + " | ".join(row) + " |")
+    cells = {data: systems for data, systems in cells.items() if "default" in systems}
+    lines = ["| data | kind | part | samples | " + " | ".join(names.values()) + " |", "|---|---|---|--:|" + "--:|" * 4]
+    for data, systems in cells.items():
+        n, best = systems["default"]["n"], max(round(r["accuracy_mean"], 1) for r in systems.values())
+        row = []
+        for system in names:
+            r = systems.get(system)
+            text = "not run" if r is None else f"{r['accuracy_mean']:.1f}"
+            text = f"**{text}**" if r is not None and round(r["accuracy_mean"], 1) == best else text
+            notes = [f"n={r['n']}"] if r is not None and r["n"] != n else []
+            notes += ["capped"] if r is not None and "capped" in r else []
+            row.append(text + (f" ({', '.join(notes)})" if notes else ""))
+        lines.append(f"| {data} | {data_kind(data)} | {set_part(data)} | {n} | " + " | ".join(row) + " |")
+    kinds: dict[str, list[dict[str, dict]]] = {}
+    for data, systems in cells.items():
+        kinds.setdefault(data_kind(data), []).append(systems)
+    lines.append("")
+    for rival in [s for s in names if s != "default"]:  # the default's mean margin per kind, on the sets both ran
+        parts = []
+        for kind, group in [*sorted(kinds.items()), ("all", list(cells.values()))]:
+            if d := [c["default"]["accuracy_mean"] - c[rival]["accuracy_mean"] for c in group if rival in c]:
+                parts.append(f"{'**all**' if kind == 'all' else kind} {np.mean(d):+.1f} ({len(d)})")
+        lines.append(f"Default minus {names[rival]} by kind of task (sets): {', '.join(parts)}.  ")
+    full = [c for c in cells.values() if all(s in c for s in names)]
+    if full:
+        ranks = {s: np.mean([1 + sorted(names, key=lambda t: -c[t]["accuracy_mean"]).index(s) for c in full])
+                 for s in names}
+        lines.append(f"Mean rank over the {len(full)} sets where all four ran (1 = best): "
+                     + ", ".join(f"{name} {ranks[s]:.2f}" for s, name in names.items()) + ".  ")
+    misses = [f"{data} ({'; '.join(m)})" for data, systems in cells.items() if (m := cell_misses(systems))]
+    lines.append("Missing the goal: " + (", ".join(misses) if misses else "no set") + ".")
     return "\n".join(lines) + "\n"
 
 
@@ -862,12 +894,14 @@ def load_bench_data(spec: str) -> TextData:
                     {**data.source, "label_names": "codes"})
 
 
-def bench_sets() -> list[str]:
+def bench_sets(held_out: bool = True) -> list[str]:
     """Every built-in single-label classification set, in the registry's order (``make bench-data``
-    installs the packages the added ones are read from)."""
+    installs the packages the added ones are read from); without the :data:`HELD_OUT` ones where
+    ``held_out`` is False."""
     from contrastfit.data.builtin import BUILTIN_DATASETS
 
-    return [name for name, spec in BUILTIN_DATASETS.items() if spec.task == "classification"]
+    return [name for name, spec in BUILTIN_DATASETS.items()
+            if spec.task == "classification" and (held_out or name not in HELD_OUT)]
 
 
 def fixed_test(data: TextData, size: int | None) -> TextData:
@@ -877,9 +911,10 @@ def fixed_test(data: TextData, size: int | None) -> TextData:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--data", nargs="+", default=bench_sets(),
+    p.add_argument("--data", nargs="+", default=None,
                    help="data sets (NAME:codes: NAME with its label names replaced by class numbers); "
-                        "default: every built-in single-label classification set")
+                        "default: every built-in single-label classification set but the held-out ones, which "
+                        f"score the default only with --name {HELD_OUT_RECORDS.removesuffix('_runs.jsonl')}")
     p.add_argument("--shots", nargs="+", type=int, default=[4, 8, 16])
     p.add_argument("--samples", type=int, default=5)
     p.add_argument("--systems", nargs="+", default=["zero-shot", "linear-probe", REFERENCE, "default"])
@@ -911,7 +946,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--name", default="fewshot", help="files: bench/results/NAME.{json,md,png} and NAME_runs.jsonl")
     p.add_argument("--figure", nargs="*", metavar="NAME", default=None,
                    help=f"train nothing: draw bench/results/{FIGURE} (few-shot accuracy against K, a panel per data "
-                        "set) from the committed records NAME_runs.jsonl (default: fewshot heldout_kinds)")
+                        "set) from the committed records NAME_runs.jsonl (default: the README table's, "
+                        f"{' '.join(README_RECORDS)})")
     p.add_argument("--readme", action="store_true",
                    help="train nothing: write the README's results table again from the committed records "
                         f"({', '.join(README_RECORDS)}; K = {README_SHOTS})")
@@ -921,7 +957,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{readme}: {'table written again' if write_readme_table(readme) else 'table already current'}")
         return 0
     if args.figure is not None:
-        names = args.figure or ["fewshot", "heldout_kinds"]
+        names = args.figure or list(README_RECORDS)
         missing = [n for n in names if not (RESULTS / f"{n}_runs.jsonl").is_file()]
         if missing:
             p.error(f"--figure: no records bench/results/{missing[0]}_runs.jsonl")
@@ -931,6 +967,15 @@ def main(argv: list[str] | None = None) -> int:
 
     systems = [s for spec in args.systems for s in (sorted(available_methods()) if spec == "all" else [spec])]
     runs_path = RESULTS / f"{args.name}_runs.jsonl"
+    held_out = runs_path.name == HELD_OUT_RECORDS
+    if args.data is None:
+        args.data = list(HELD_OUT) if held_out else bench_sets(held_out=False)
+    if used := [d for d in args.data if (base_data(d) in HELD_OUT) != held_out]:
+        p.error(f"--data {used[0]}: the held-out sets ({', '.join(HELD_OUT)}) are scored in {HELD_OUT_RECORDS} "
+                f"(--name {HELD_OUT_RECORDS.removesuffix('_runs.jsonl')}) only, and nothing else is")
+    if held_out and (other := [s for s in systems if s not in HELD_OUT_SYSTEMS]):
+        p.error(f"--systems {other[0]}: the held-out sets score the default against "
+                f"{', '.join(s for s in HELD_OUT_SYSTEMS if s != 'default')} only (no variant is tried on them)")
     RESULTS.mkdir(parents=True, exist_ok=True)
     workdir = Path(os.environ.get("TMPDIR", "/tmp")) / "contrastfit-bench"
     have_setfit = _version("setfit") is not None

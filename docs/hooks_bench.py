@@ -42,7 +42,7 @@ RESULTS = ROOT / "bench" / "results"
 MARKER = re.compile(r"^<!-- bench: ([A-Za-z0-9_.-]+)(?: ([a-z-]+))? -->$", re.MULTILINE)
 ANY_MARKER = re.compile(r"^[ \t]*<!-- bench:.*$", re.MULTILINE)  # a line that starts as a marker
 #: the records bench/fewshot.py writes (NAME_runs.jsonl)
-FEWSHOT = re.compile(r"^(fewshot[\w-]*|heldout_kinds|crossfit_builtin|codes_k8|fastfit_smoke|labelnames_[\w-]+|"
+FEWSHOT = re.compile(r"^(fewshot[\w-]*|heldout|heldout_kinds|crossfit_builtin|codes_k8|fastfit_smoke|labelnames_[\w-]+|"
                      r"prior_sweep|recheck_[\w-]+|steps_sweep[\w-]*|study[\w-]*|wise_ft[\w-]*)$")
 FEWSHOT_VIEWS = ("goal", "kinds", "misses", "systems")
 #: RECORD.json of the other benches -> (the bench script, how its renderer takes the record)

@@ -443,3 +443,39 @@ def test_a_run_of_the_same_recipe_on_the_same_sample_stands_for_a_system_instead
     assert trained[6:] == ["default"] * 2
     fewshot.main(argv + ["--systems", "default", "--name", "grid", "--retime"])
     assert len(trained) == 8 and not any("reused" in r for r in fewshot.read_records(tmp_path / "grid_runs.jsonl")[-2:])
+
+
+def test_the_readme_results_say_each_sets_part_the_margins_by_kind_the_ranks_and_the_misses(fewshot):
+    times = {"linear-probe": 1, "setfit-lib": 40, "fastfit": 90, "default": 10}
+    recs = _records("mr", 8, {"linear-probe": [0.60, 0.62, 0.64], "setfit-lib": [0.64, 0.66, 0.68],
+                              "fastfit": [0.69], "default": [0.70, 0.71, 0.72]}, times)
+    recs += _records("trec", 8, {"linear-probe": [0.50, 0.52], "setfit-lib": [0.80, 0.82], "fastfit": [0.70],
+                                 "default": [0.75, 0.77]}, times)
+    recs += _records("hwu64", 8, {"linear-probe": [0.80, 0.80], "default": [0.85, 0.87]}, times)
+    text = fewshot.readme_markdown([fewshot.summarise(recs)])
+    assert "| mr | sentiment | chose | 3 | 62.0 | 66.0 | 69.0 (n=1) | **71.0** |" in text
+    assert "| trec | question type | chose | 2 | 51.0 | **81.0** | 70.0 (n=1) | 76.0 |" in text
+    assert "| hwu64 | intent | held out | 2 | 80.0 | not run | not run | **86.0** |" in text
+    # the default's margins over each system on the sets both ran, per kind and over all
+    assert "Default minus probe by kind of task (sets): intent +6.0 (1), question type +25.0 (1), sentiment +9.0 (1), " \
+           "**all** +13.3 (3).  " in text
+    assert "Default minus SetFit by kind of task (sets): question type -5.0 (1), sentiment +5.0 (1), **all** +0.0 (2)." \
+           in text
+    assert "Mean rank over the 2 sets where all four ran (1 = best): probe 4.00, SetFit 2.00, FastFit 2.50, " \
+           "default 1.50." in text
+    assert "Missing the goal: trec (floor: -5.0 vs SetFit)." in text
+
+
+def test_the_held_out_sets_go_to_their_own_records_and_score_the_default_only(fewshot, tmp_path, monkeypatch,
+                                                                              capsys):
+    monkeypatch.setattr(fewshot, "RESULTS", tmp_path)
+    assert not set(fewshot.bench_sets(held_out=False)) & set(fewshot.HELD_OUT)
+    assert set(fewshot.HELD_OUT) <= set(fewshot.bench_sets())
+    for argv, message in ((["--data", "hwu64"], "scored in heldout_runs.jsonl (--name heldout) only"),
+                          (["--data", "mr", "--name", "heldout"], "--data mr: the held-out sets"),
+                          (["--name", "heldout", "--systems", "default", "mid=ce-scl-lr:min_steps=30"],
+                           "--systems mid=ce-scl-lr:min_steps=30: the held-out sets score the default")):
+        with pytest.raises(SystemExit):
+            fewshot.main(argv)
+        assert message in capsys.readouterr().err
+        assert not list(tmp_path.glob("*_runs.jsonl"))  # refused before anything ran

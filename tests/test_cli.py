@@ -327,9 +327,9 @@ def test_methods_lists_registry(capsys):
     assert {"ce", "ce-scl"} <= set(specs)
     assert specs["ce-scl"]["defaults"] == {"lambda": 0.9, "temperature": 0.3}
     assert specs["ce-scl"]["training_defaults"] == {"learning_rate": 5e-5, "min_steps": 60}
-    assert specs["ce-scl-lr"]["training_defaults"] == {"learning_rate": 1e-4, "min_steps": 15, "wise_ft": 0.5}  # the default recipe's
+    assert specs["ce-scl-lr"]["training_defaults"] == {"learning_rate": 1e-4, "min_steps": 30, "wise_ft": 0.5}  # the default recipe's
     assert main(["methods"]) == 0
-    assert "training: learning_rate=0.0001, min_steps=15, wise_ft=0.5" in capsys.readouterr().out
+    assert "training: learning_rate=0.0001, min_steps=30, wise_ft=0.5" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("command", ["train", "evaluate", "predict", "explain", "pretrain", "datasets", "methods",

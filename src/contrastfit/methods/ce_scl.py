@@ -86,9 +86,8 @@ class SupConLogistic(NormalizedFeaturesMethod, CrossEntropySupCon):
     examples together (``label_prior = 1``); ``label_anchors=false, label_prior=0`` is the recipe
     without them.
 
-    Schedule (``training_defaults``): at least 15 steps (3 epochs on larger sets) at a learning rate of
-    1e-4, a quarter of ``ce-scl``'s 60 steps at twice its 5e-5. The multi-label form keeps 60 steps at
-    5e-5.
+    Schedule (``training_defaults``): at least 30 steps (3 epochs on larger sets) at a learning rate of
+    1e-4, half of ``ce-scl``'s 60 steps at twice its 5e-5. The multi-label form keeps 60 steps at 5e-5.
 
     Weight interpolation (WiSE-FT, Wortsman et al. 2022, Eq. 1; ``--wise-ft``, default 0.5 here): the
     fine-tuned encoder's weights are averaged with the pretrained ones before the head is refitted;
@@ -98,7 +97,7 @@ class SupConLogistic(NormalizedFeaturesMethod, CrossEntropySupCon):
     """
 
     name = "ce-scl-lr"
-    training_defaults = {"learning_rate": 1e-4, "min_steps": 15, "wise_ft": 0.5}
+    training_defaults = {"learning_rate": 1e-4, "min_steps": 30, "wise_ft": 0.5}
     description = "ce-scl fine-tuning, then a logistic-regression head on the frozen encoder (the default)"
     reference = "Gunel et al. 2021, Eq. 1-3; head as Tunstall et al. 2022"
 
