@@ -19,7 +19,7 @@ from contrastfit.losses import supcon
 from contrastfit.multitask import MultiTaskModel, Task, TaskBatchSampler, train_multitask
 from contrastfit.multitask.schedule import largest_remainder, task_probabilities
 from contrastfit.multitask.tasks import resolve_task
-from contrastfit.multitask.training import MultiTaskCollator, MultiTaskTrainer
+from contrastfit.multitask.shape import MultiTaskCollator, MultiTaskTrainer
 from test_training import StopAt, _poison  # the single-task resume tests' stopping callback and poisoned pickle
 
 WORDS = "good great fine film movie bad awful boring plot actor story dull superb weak fun".split()

@@ -11,9 +11,9 @@ import contrastfit.pretrain as pretrain_module
 from contrastfit.shapes import LABEL_SETS, SINGLE_LABEL, LabelSets, Pretraining, TaskShape, shape_for
 from contrastfit.training import TrainConfig
 
-STEPS = ("check", "load", "sample", "configure", "hparams", "build_model", "schedule", "validation_choices",
-         "selection_metric", "compute_metrics", "fits_head", "fit_head", "finish", "conclude", "describe", "examples",
-         "label")
+STEPS = ("check", "load", "validation_split", "sample", "configure", "choose_method", "setup", "hparams",
+         "build_model", "schedule", "validation_choices", "selection_metric", "compute_metrics", "fit", "fits_head",
+         "fit_head", "finish", "evaluate", "conclude", "selection", "describe", "examples", "label")
 
 
 class SpyShape(TaskShape):

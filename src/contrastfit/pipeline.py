@@ -1,10 +1,8 @@
-"""The one training pipeline: prepare -> fit -> evaluate -> write.
+"""The steps of the one training job (:func:`contrastfit.training.train`'s, whatever its task shape:
+one label per text, label sets, stage 1 alone (:func:`contrastfit.pretrain.pretrain`), several tasks
+(:func:`contrastfit.multitask.train_multitask`)): prepare -> fit -> evaluate -> write.
 
-Every job (:func:`contrastfit.train`, one task of any shape, stage 1 alone included
-(:func:`contrastfit.pretrain.pretrain`); :func:`contrastfit.multitask.train_multitask`, one encoder and a
-head per task) runs the same steps, and differs only in what it prepares and what its record holds:
-
-1. **prepare** (the job's own): :func:`open_output` refuses an output folder that holds another run (or
+1. **prepare** (the shape's): :func:`open_output` refuses an output folder that holds another run (or
    returns the finished run's record to a resumed job); the job loads and samples its data, builds its
    model and its Trainer (:func:`trainer_arguments`, :func:`make_trainer`: the same optimisation,
    checkpoint, evaluation and early-stopping settings for every job);

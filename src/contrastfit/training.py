@@ -4,10 +4,12 @@ The Trainer (:class:`~contrastfit.trainer.ContrastfitTrainer`: balanced batches,
 per-part learning rates, gradient caching, the cross-batch memory) and the run's schedule are in
 :mod:`contrastfit.trainer`, re-exported here.
 
-:func:`train` runs one whole single-task job on the pipeline (:mod:`contrastfit.pipeline`): prepare
-(load and sample the data, build the model and the Trainer), fit, the head stage of two-stage methods,
-evaluate on validation and test, and write the model and its :class:`~contrastfit.record.Record`
-(``results.json``, atomically) with everything that made the result.
+:func:`train` runs the one job (:func:`_train`, which :func:`contrastfit.pretrain.pretrain` and
+:func:`contrastfit.multitask.train_multitask` run too, with their task shapes): prepare (load and sample
+the data, build the model and the Trainer), fit, the head stage of two-stage methods, evaluate on
+validation and test, and write the model and its :class:`~contrastfit.record.Record` (``results.json``,
+atomically) with everything that made the result; the run's task shape (:mod:`contrastfit.shapes`) says
+what each step does.
 """
 
 from __future__ import annotations
@@ -15,7 +17,6 @@ from __future__ import annotations
 import copy
 import os
 import tempfile
-import warnings
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
@@ -25,22 +26,21 @@ from transformers import TrainerCallback, set_seed
 
 from .atomic import OutputError, check_output_path
 from .data import TextData
-from .data.descriptions import attach_label_descriptions, check_label_descriptions
-from .data.loading import VALIDATION_SPLIT, in_memory
+from .data.descriptions import check_label_descriptions
+from .data.loading import in_memory
 from .distributed import launched_processes
-from .encoders import DEFAULT_MODEL, default_pooling
+from .encoders import DEFAULT_MODEL
 from .errors import ConfigError
-from .evaluation import evaluate_model
 from .memory import check_memory
 from .methods import get_method
 from .methods.base import resolve_hparams
 from .checkpoints import resume_checkpoint
-from .pipeline import Clock, TrainResult, WeightInterpolation, fit, input_paths, open_output, selection_record
+from .pipeline import Clock, TrainResult, input_paths, open_output
 from .progress import progress_bars  # noqa: F401  (re-exported: contrastfit.training.progress_bars)
 from .record import RESULTS_NAME
 from .settings import check_fields, setting
 from .shapes import (DEFAULT_METHOD, DEFAULT_REGRESSION_METHOD, TRAINING_SETTINGS, PreparedData,  # noqa: F401
-                     TaskShape, Trained, shape_for)
+                     Run, TaskShape, check_batch_size, shape_for)
 from .trainer import (DEFAULT_LEARNING_RATE, DEFAULT_MIN_STEPS, MIN_USEFUL_STEPS, MODEL_INPUTS,  # noqa: F401
                       ContrastfitTrainer, LossPartLogging, build_trainer, capped_warmup, resolve_schedule,
                       short_schedule_warning, tokenize_dataset, with_method_defaults)
@@ -267,24 +267,6 @@ def check_precision(config: Any, flags: tuple[str, str, str] = ("--fp16", "--bf1
                           f"float32, or add {cpu} for bfloat16 autocast on the CPU")
 
 
-def check_batch_size(batch_size: int, sampler: str, method: str | None = None, memory_size: int | None = None) -> None:
-    """The one rule for batches of one row (a one-line :class:`ConfigError`): a method whose loss compares
-    the rows of a batch with each other (``Method.contrastive`` or ``Method.in_batch_negatives``) gets a
-    term of 0 at every step from a batch of one, whatever the sampler (unless a cross-batch memory,
-    ``memory_size``, supplies the other rows, or several processes gather their batches); the balanced
-    sampler needs two rows a batch for any method. ``method`` None (not yet known): only the sampler's rule."""
-    if batch_size >= 2:
-        return
-    # under DDP the contrastive methods gather the batches of every process
-    if method is not None and memory_size is None and batch_size * launched_processes() < 2:
-        cls = get_method(method).cls
-        if cls.contrastive or cls.in_batch_negatives:
-            raise ConfigError(f"{method} compares the rows of a batch with each other: --batch-size {batch_size} "
-                              "makes its contrastive term 0 at every step; use --batch-size >= 2")
-    if sampler == "balanced":
-        raise ConfigError("the balanced sampler needs --batch-size >= 2 (or use --sampler random)")
-
-
 def prepare_data(config: TrainConfig, data: TextData | None = None) -> PreparedData:
     """Load the data (:func:`load_config_data`) and draw the seed's training sample and validation subset."""
     return shape_for(config).sample(config, data or load_config_data(config))
@@ -404,92 +386,37 @@ def _config_with_memory_data(config: TrainConfig | None, texts: Any, labels: Any
 
 
 def validation_split_for(config: TrainConfig) -> float:
-    """``config.validation_split``, or where it is unset: :data:`VALIDATION_SPLIT` when the run chooses
-    something on the validation split (label-set thresholds, or :func:`contrastfit.shapes.validation_choices`), else 0.
-    A two-stage method with a logistic-regression head (the default recipe, SetFit, the linear probe)
-    chooses nothing there, so every row of a few-shot file trains (32 rows would otherwise lose 4 to
-    a validation split that only reports)."""
-    if config.validation_split is not None:
-        return config.validation_split
-    return VALIDATION_SPLIT if shape_for(config).chooses_on_validation(config) else 0.0
+    """The validation hold-out of ``config``'s run (:meth:`contrastfit.shapes.TaskShape.validation_split`):
+    ``config.validation_split``, else 0.1 where the run chooses something on validation, else 0."""
+    return shape_for(config).validation_split(config)
 
 
 def load_config_data(config: TrainConfig, memory: dict[str, Any] | None = None) -> TextData:
     """The run's data (:func:`contrastfit.data.load_data` with ``config``'s data options, the validation
     hold-out by :func:`validation_split_for`); ``memory`` holds the in-memory values of
     :data:`DATA_FIELDS` taken out of ``config``."""
-    return shape_for(config).load(config, memory or {}, validation_split_for(config))
+    return shape_for(config).load(config, memory or {})
 
 
-def _train(config: TrainConfig, text_data: TextData | None, callbacks: list[TrainerCallback] | None,
-           keep: bool, shape: TaskShape | None = None) -> TrainResult:
+def _train(config: Any, text_data: TextData | None, callbacks: list[TrainerCallback] | None, keep: bool,
+           shape: TaskShape | None = None) -> TrainResult:
     """The one job: a run of the validated ``config`` into ``config.output``, its task shape
-    (:func:`shape_for`, or ``shape``: stage-1 pre-training's) plugged into each step; with ``keep``
-    False (a temporary folder) nothing is saved there: the model stays in memory."""
+    (:func:`shape_for`, or ``shape``: stage-1 pre-training's, multi-task's) plugged into each step; with
+    ``keep`` False (a temporary folder) nothing is saved there: the model stays in memory."""
     shape = shape or shape_for(config)
     shape.check(config)
     output = Path(config.output)
-    clock = Clock()
+    run = Run(config, Clock())
     set_seed(config.seed)
-    data = text_data or shape.load(config, {}, validation_split_for(config))
-    prepared = shape.sample(config, data)
-    config = shape.configure(config, prepared)
-    check_batch_size(config.batch_size, config.sampler, config.method, config.memory_size)  # the method is known now
-    pooling = config.pooling or default_pooling(config.model)
-    hparams = shape.hparams(config, len(prepared.train))
-    model = shape.build_model(config, prepared, hparams, pooling)
-    if model.method.contrastive and config.sampler == "random":
-        warnings.warn(f"{config.method} contrasts in-batch positives; random batches of a small training set "
-                      "often have none (the default --sampler balanced guarantees them)", stacklevel=2)
-    train_ds = tokenize_dataset(prepared.train, model.tokenizer, model.max_length)
-    descriptions = attach_label_descriptions(model, config)
-    model.method.prepare(model, train_ds)
-    epochs, max_steps = shape.schedule(config, train_ds["labels"])
-    # model selection on validation: the kept step, or the head epoch of an AdamW head stage
-    has_validation = prepared.validation is not None and len(prepared.validation) > 0
-    step, head_epoch = shape.validation_choices(config)
-    selecting, choosing_head_epoch = has_validation and step, has_validation and head_epoch
-    metric = shape.selection_metric(config, model.task)
-    eval_ds = tokenize_dataset(prepared.validation, model.tokenizer, model.max_length) if selecting else None
-    trainer = build_trainer(config, model, train_ds, epochs, max_steps=max_steps, eval_ds=eval_ds, callbacks=callbacks,
-                            compute_metrics=shape.compute_metrics(model.label_names, metric))
-    clock.mark("setup")
-    resume_from = resume_checkpoint(output) if config.resume else None
-    head_init = None
-    if config.head_init == "probe" and resume_from is None:
-        # LP-FT (Kumar et al., 2022): start fine-tuning from the linear probe's head
-        head_init = shape.fit_head(model, train_ds, trainer.data_collator, config, probe=True)
-    interpolation = WeightInterpolation.for_run(config.wise_ft, model.method, config.refit_head, model.encoder)
-    fitted = None
-    if model.method.trains_encoder:
-        fitted = fit(trainer, output, resume_from)
-        if fitted.interrupted:
-            return TrainResult(fitted.interrupted, model)
-    wise_ft = interpolation and interpolation.apply(model.encoder)
-    head_stage = None
-    if shape.fits_head(model, config):
-        # the head epoch is chosen on validation, like the encoder step of one-stage runs
-        head_validation = (tokenize_dataset(prepared.validation, model.tokenizer, model.max_length)
-                           if choosing_head_epoch else None)
-        head_stage = shape.fit_head(model, train_ds, trainer.data_collator, config, validation_ds=head_validation)
-    settled = shape.finish(model, prepared.validation)
-    clock.mark("train")
-
-    metrics: dict[str, Any] = {}
-    if prepared.validation is not None:
-        metrics["validation"] = evaluate_model(model, prepared.validation)
-    if config.evaluate_test and prepared.test is not None:
-        metrics["test"] = evaluate_model(model, prepared.test)
-    clock.mark("eval")
-    return shape.conclude(Trained(
-        config, model, prepared, trainer, fitted, clock, epochs, pooling, metrics,
-        selection=_selection(trainer, config, metric, shape.selection_rule) if selecting else None,
-        resumed_from=resume_from, head_init=head_init, wise_ft=wise_ft, head_stage=head_stage, settled=settled,
-        label_descriptions=descriptions), output if keep else None)
-
-
-def _selection(trainer: ContrastfitTrainer, config: TrainConfig, metric: str, rule: str) -> dict[str, Any]:
-    """The record's ``training.selection``: the metric, the kept step and its value, the evaluations."""
-    history = selection_record(trainer, config.early_stopping_patience)
-    best_value = next((e.get(metric) for e in history["evaluations"] if e["step"] == history["best_step"]), None)
-    return {"metric": metric, "best_step": history["best_step"], "best_value": best_value, **history, "rule": rule}
+    data = text_data or shape.load(config, {})
+    run.prepared = shape.sample(config, data)
+    run.config = shape.configure(config, run.prepared)
+    shape.setup(run, callbacks)
+    run.clock.mark("setup")
+    run.resumed_from = resume_checkpoint(output) if config.resume else None
+    if not shape.fit(run, output):
+        return shape.result_class(run.fitted.interrupted, run.model)
+    run.clock.mark("train")
+    run.metrics = shape.evaluate(run)
+    run.clock.mark("eval")
+    return shape.conclude(run, output if keep else None)

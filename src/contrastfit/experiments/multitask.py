@@ -57,7 +57,7 @@ from ..data.loading import TEXT, TEXT_PAIR
 from ..encoders import DEFAULT_MODEL
 from ..errors import ContrastfitError
 from ..multitask.tasks import TaskSpec
-from ..multitask.training import selection_value
+from ..multitask.shape import selection_value
 from ..pretrain import read_pretrain_record
 from ..record import RESULTS_NAME, metric_of
 from ..versions import library_versions

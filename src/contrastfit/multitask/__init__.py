@@ -6,8 +6,11 @@ Behrman & Christoglou, Sec. 4.2 and 5.3.5).
   rotation, proportional to task size, or temperature-sampled;
 * :mod:`.model`: :class:`MultiTaskModel` (shared encoder, ``heads[name]``, ``predict(texts, task=NAME)``,
   save / load);
-* :mod:`.training`: :class:`MultiTaskConfig`, :class:`MultiTaskTrainer` (on ``transformers.Trainer``) and
-  :func:`train_multitask` (interrupted runs resume, as ``train``'s).
+* :mod:`.shape`: :class:`~.shape.MultiTask`, the task shape the one training job runs with (every task's
+  data, the task schedule, :class:`MultiTaskTrainer` on ``transformers.Trainer``, per-task evaluation,
+  the ``multitask`` record);
+* :mod:`.training`: :class:`MultiTaskConfig` and :func:`train_multitask`, which hands the job that shape
+  (interrupted runs resume, as ``train``'s).
 
 The report-shaped comparison (single-task, multi-task, multi-task after a SimCSE / DiffCSE stage 1) is a
 multi-task experiment: :mod:`contrastfit.experiments.multitask`, ``contrastfit experiment CONFIG``.
@@ -16,9 +19,10 @@ multi-task experiment: :mod:`contrastfit.experiments.multitask`, ``contrastfit e
 from .model import MultiTaskModel, is_multitask_folder
 from .schedule import SCHEDULES, TaskBatchSampler
 from .tasks import Task, TaskSpec
-from .training import MultiTaskConfig, MultiTaskResult, MultiTaskTrainer, evaluate_task, train_multitask
+from .shape import MultiTask, MultiTaskResult, MultiTaskTrainer, evaluate_task
+from .training import MultiTaskConfig, train_multitask
 
 __all__ = [
-    "MultiTaskConfig", "MultiTaskModel", "MultiTaskResult", "MultiTaskTrainer", "SCHEDULES", "Task", "TaskBatchSampler",
-    "TaskSpec", "evaluate_task", "is_multitask_folder", "train_multitask",
+    "MultiTask", "MultiTaskConfig", "MultiTaskModel", "MultiTaskResult", "MultiTaskTrainer", "SCHEDULES", "Task",
+    "TaskBatchSampler", "TaskSpec", "evaluate_task", "is_multitask_folder", "train_multitask",
 ]

@@ -11,7 +11,15 @@ what the record says of the data. One file a shape:
   target, sentence pairs), the shape every other one overrides;
 * :mod:`.label_sets`: :class:`LabelSets`, a set of labels per text (``--multi-label``);
 * :mod:`.pretraining`: :class:`Pretraining`, stage-1 pre-training of the encoder alone on a corpus
-  (:func:`contrastfit.pretrain.pretrain` gives it to the job).
+  (:func:`contrastfit.pretrain.pretrain` gives it to the job);
+* :mod:`contrastfit.multitask.shape`: :class:`~contrastfit.multitask.shape.MultiTask`, several tasks on one
+  encoder, a head each (beside its model, in the ``multitask`` package; :func:`contrastfit.multitask.train_multitask`
+  gives it to the job).
+
+The job takes the steps in this order: ``check``, ``load``, ``sample``, ``configure``, ``setup`` (model,
+tokenised rows, schedule, Trainer), ``fit`` (fine-tuning and what follows it: the head stage, what is
+settled), ``evaluate``, ``conclude`` (record, model info, writing); a :class:`Run` carries what each step
+made to the next.
 
 A new shape is a subclass in a file of its own and, where a setting selects it, a line in :func:`shape_for`.
 """
@@ -21,11 +29,11 @@ from typing import Any
 from .label_sets import LABEL_SETS, LabelSets, check_multilabel_config
 from .pretraining import Pretraining
 from .single_label import (DEFAULT_METHOD, DEFAULT_REGRESSION_METHOD, SINGLE_LABEL, TRAINING_SETTINGS, PreparedData,
-                           TaskShape, Trained, validation_choices)
+                           Run, TaskShape, check_batch_size, validation_choices)
 
 __all__ = ["DEFAULT_METHOD", "DEFAULT_REGRESSION_METHOD", "LABEL_SETS", "SINGLE_LABEL", "TRAINING_SETTINGS", "LabelSets",
-           "PreparedData", "Pretraining", "TaskShape", "Trained", "check_multilabel_config", "shape_for",
-           "validation_choices"]
+           "PreparedData", "Pretraining", "Run", "TaskShape", "check_batch_size", "check_multilabel_config",
+           "shape_for", "validation_choices"]
 
 
 def shape_for(config: Any) -> TaskShape:

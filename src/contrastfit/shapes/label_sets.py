@@ -100,12 +100,13 @@ class LabelSets(TaskShape):
     def chooses_on_validation(self, config: Any) -> bool:
         return True  # the thresholds
 
-    def load(self, config: Any, memory: dict[str, Any], validation_split: float) -> TextData:
+    def load(self, config: Any, memory: dict[str, Any]) -> TextData:
         return load_multilabel(memory.get("data", config.data), text_column=config.text_column,
                                text_pair_column=config.text_pair_column, label_column=config.label_column,
                                label_separator=config.label_separator,
                                validation_data=memory.get("validation_data", config.validation_data),
-                               test_data=memory.get("test_data", config.test_data), validation_split=validation_split)
+                               test_data=memory.get("test_data", config.test_data),
+                               validation_split=self.validation_split(config))
 
     def sample(self, config: Any, data: TextData) -> PreparedData:
         """The seed's training sample (``--shots``: at least K per label; ``--train-size``) and validation subset."""
@@ -124,7 +125,7 @@ class LabelSets(TaskShape):
             validation = random_subset(validation, config.validation_size, derive_seed(seed, "validation"))
         return PreparedData(data, train, validation, data.test)
 
-    def configure(self, config: Any, prepared: PreparedData) -> Any:
+    def choose_method(self, config: Any, prepared: PreparedData) -> Any:
         """The multi-label form of the method (default ``ce-scl-lr``) and its own schedule."""
         config = replace(config, method=check_multilabel_method(config.method))
         return with_method_defaults(config, MULTILABEL_METHODS[config.method])

@@ -35,7 +35,7 @@ from ..modeling import ContrastiveClassifier
 from ..pipeline import TrainResult
 from ..record import Record
 from ..versions import library_versions
-from .single_label import PreparedData, TaskShape, Trained
+from .single_label import PreparedData, Run, TaskShape
 
 RECORD_NAME = "contrastfit_pretrain.json"
 POOLING_CONFIG = "1_Pooling/config.json"
@@ -140,13 +140,15 @@ class Pretraining(TaskShape):
     """The encoder stage of ``config.method`` on a corpus (the module docstring): ``max_texts`` keeps the
     corpus's first N texts, ``max_steps`` caps the run; the other settings are ``config``'s."""
 
+    result_class = PretrainResult
+
     def __init__(self, max_texts: int | None = None, max_steps: int | None = None):
         self.max_texts, self.max_steps = max_texts, max_steps
 
     def chooses_on_validation(self, config: Any) -> bool:
         return False
 
-    def load(self, config: Any, memory: dict[str, Any], validation_split: float) -> TextData:
+    def load(self, config: Any, memory: dict[str, Any]) -> TextData:
         rows, label_names, source = corpus_rows(
             config.data, config.method == "simcse-sup", self.max_texts, text_column=config.text_column,
             text_pair_column=config.text_pair_column, label_column=config.label_column)
@@ -167,7 +169,7 @@ class Pretraining(TaskShape):
     def fits_head(self, model: ContrastiveClassifier, config: Any) -> bool:
         return False  # stage 2 is the downstream run's
 
-    def conclude(self, run: Trained, output: Path | None) -> TrainResult:
+    def conclude(self, run: Run, output: Path | None) -> TrainResult:
         """The encoder folder, its pooling and the record of kind ``pretrain`` written into ``output``
         (the staging folder :func:`contrastfit.pretrain.pretrain` renames into place)."""
         record = self.record(run)
@@ -177,7 +179,7 @@ class Pretraining(TaskShape):
             record.write(output / RECORD_NAME)
         return PretrainResult.of(record)
 
-    def record(self, run: Trained) -> Record:
+    def record(self, run: Run) -> Record:
         """The run's record (kind ``pretrain``): the settings it trained with, its steps and loss, the corpus."""
         config, model, trainer = run.config, run.model, run.trainer
         source = run.prepared.data.source
