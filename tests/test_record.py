@@ -125,12 +125,34 @@ def test_a_folder_with_a_wrongly_typed_info_entry_is_one_line(tmp_path, tiny_enc
 def test_one_number_of_a_record_is_read_through_every_level_or_is_none():
     from contrastfit.record import metric_of
 
-    single = Record(metrics={"test": {"accuracy": 0.8}, "validation": "not a mapping"})
+    single = Record(metrics={"test": {"accuracy": 0.8, "n": 10}})
     assert single.metric("test", "accuracy") == 0.8
     assert single.metric("test", "f1") is None and single.metric("train", "accuracy") is None
-    assert single.metric("validation", "accuracy") is None  # a level that is not a mapping
+    assert metric_of({"validation": "not a mapping"}, "validation", "accuracy") is None  # a level that is not one
     multitask = {"test": {"average": 0.7, "sst": {"accuracy": 0.9}}}
     assert metric_of(multitask, "test", "sst", "accuracy") == 0.9
     assert metric_of(multitask, "test", "average") == 0.7
     assert metric_of(multitask, "test", "average", "accuracy") is None  # a number has no levels below
     assert metric_of(multitask, "test", "nli", "accuracy") is None
+    assert Record(kind="multitask", metrics=multitask).metric("test", "sst", "accuracy") == 0.9
+
+
+def test_each_splits_metrics_are_typed_and_read_as_the_json_has_them():
+    """``record.metrics[split]`` is a SplitMetrics: its entries as attributes, and a mapping of exactly
+    the entries the run wrote (what is not there is not ``in`` it), written back unchanged."""
+    raw = {"kind": "train", "metrics": {"test": {"n": 10, "accuracy": 0.8, "per_class": {"pos": {"f1": 0.5}},
+                                                 "brier": 0.1}}}
+    record = Record.from_dict(raw)
+    test = record.metrics["test"]
+    assert (test.accuracy, test.n, test.mse, test["brier"]) == (0.8, 10, None, 0.1)
+    assert isinstance(test.n, int) and "accuracy" in test and "mse" not in test and "f1" not in test
+    assert list(test) == ["n", "accuracy", "per_class", "brier"] and len(test) == 4 and dict(test)["brier"] == 0.1
+    assert test.get("mse") is None and test.get("mse", 1) == 1
+    with pytest.raises(KeyError):
+        test["mse"]
+    assert record.to_dict()["metrics"] == raw["metrics"]
+    with pytest.raises(ContrastfitError, match="metrics.validation"):
+        Record.from_dict({"kind": "train", "metrics": {"validation": "not a mapping"}}, "results.json")
+    multitask = Record.from_dict({"kind": "multitask", "metrics": {"test": {"average": 0.7, "sst": {"accuracy": 0.9}}},
+                                  "tasks": {"sst": {"metrics": {"test": {"accuracy": 0.9, "n": 3}}}}})
+    assert multitask.metrics["test"].average == 0.7 and multitask.tasks["sst"].metrics["test"].accuracy == 0.9

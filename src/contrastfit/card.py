@@ -462,7 +462,7 @@ def multitask_card(record: Record | dict[str, Any], config: dict[str, Any] | Non
         rows = [(name, {s: metrics[s].get(name, {}) for s in splits}) for name in tasks]
         out += ["## Evaluation", "", *_metric_table("task", rows, (*_CLASSIFICATION, *_REGRESSION), splits), "",
                 "Average of the tasks' selection metrics: "
-                + ", ".join(f"{s} {_fmt(metrics[s].get('average'), metric=True)}" for s in splits) + ".", ""]
+                + ", ".join(f"{s} {_fmt(metrics[s].average, metric=True)}" for s in splits) + ".", ""]
     calibration = config.get("calibration")
     if calibration:
         out += ["## Calibration", ""]

@@ -15,7 +15,8 @@ through :meth:`Record.from_dict` and its attributes. The JSON is the dict of :me
 
 Every nested entry is a typed model (:class:`RunData` and its :class:`Sampling`, :class:`Corpus`,
 :class:`Training`, :class:`MultiTaskTraining`, :class:`PretrainTraining`, :class:`Schedule`,
-:class:`TaskEntry`, :class:`Identity`): readers ask ``record.training.steps``, never a dict. An entry
+:class:`TaskEntry`, :class:`Identity`, each split's :class:`SplitMetrics`): readers ask
+``record.training.steps`` or ``record.metrics["test"].accuracy``, never a dict. An entry
 that another version wrote and this one does not declare is kept as written, so a record reads and
 writes back unchanged; an entry of the wrong type is a one-line error.
 
@@ -45,8 +46,8 @@ from .errors import ContrastfitError, ModelError
 from .identity import record_identity
 
 __all__ = ["KINDS", "RECORD_VERSION", "RESULTS_NAME", "Calibration", "Corpus", "DataSource", "Identity", "ModelData",
-           "ModelInfo", "MultiTaskModelInfo", "MultiTaskTraining", "PretrainTraining", "Record", "RunData", "Sampling",
-           "Schedule", "TaskEntry", "Training", "read_record"]
+           "Metrics", "ModelInfo", "MultiTaskModelInfo", "MultiTaskTraining", "PretrainTraining", "Record", "RunData",
+           "Sampling", "Schedule", "SplitMetrics", "TaskEntry", "Training", "read_record"]
 
 #: The record of a run of ``train`` or ``train_multitask``, in its output folder.
 RESULTS_NAME = "results.json"
@@ -234,12 +235,61 @@ class Schedule(Entry):
     batches_per_task: dict[str, int] | None = None
 
 
+class SplitMetrics(Entry, Mapping):
+    """A run's scores on one split (``record.metrics[split]``): read as attributes
+    (``record.metrics["test"].accuracy``) or, as the JSON has them, by key (``["accuracy"]``, ``.get``,
+    ``in``, ``.items()``: a mapping of the entries the run wrote, so ``"mse" in metrics`` is False for
+    a classifier). Which entries a run has depends on its task: classes, a regression target, label
+    sets; a multi-task run's split holds ``average`` and each task's headline metrics under its name."""
+
+    n: int | None = None
+    # classes (contrastfit.evaluation.metrics.classification_metrics; probability_metrics)
+    accuracy: Number | None = None
+    f1: Number | None = None
+    macro_f1: Number | None = None
+    mcc: Number | None = None
+    nll: Number | None = None
+    ece: Number | None = None
+    loss: Number | None = None
+    per_class: dict[str, Any] | None = None
+    confusion_matrix: list[list[int]] | None = None
+    # a regression target
+    pearson: Number | None = None
+    spearman: Number | None = None
+    mse: Number | None = None
+    # label sets (contrastfit.evaluation.multilabel)
+    subset_accuracy: Number | None = None
+    micro_f1: Number | None = None
+    micro_precision: Number | None = None
+    micro_recall: Number | None = None
+    samples_f1: Number | None = None
+    hamming_loss: Number | None = None
+    per_label: dict[str, Any] | None = None
+    # a multi-task run: the mean of the tasks' selection metrics (each task's metrics: extra entries)
+    average: Number | None = None
+
+    def __getitem__(self, key: str) -> Any:
+        if key not in self.model_fields_set:  # the entries given, extra ones included
+            raise KeyError(key)
+        return getattr(self, key)
+
+    def __iter__(self):  # the entries written, in order (a Mapping's keys, not pydantic's (name, value) pairs)
+        return iter(self.to_dict())
+
+    def __len__(self) -> int:
+        return len(self.model_fields_set)
+
+
+#: ``{split: SplitMetrics}``
+Metrics = dict[str, SplitMetrics]
+
+
 class TaskEntry(Entry):
     """One task of a multi-task run: its resolved spec, its data and its metrics per split."""
 
     spec: dict[str, Any] | None = None
     data: RunData | None = None
-    metrics: dict[str, Any] | None = None
+    metrics: Metrics | None = None
 
 
 class Identity(Entry):
@@ -365,8 +415,8 @@ class Record:
     select_on: str | None = None
     #: :class:`Training`, :class:`MultiTaskTraining` or :class:`PretrainTraining`, by ``kind``
     training: Training | MultiTaskTraining | PretrainTraining = field(default_factory=dict)  # type: ignore[assignment]
-    #: ``{split: {metric: value}}`` (multitask: ``{split: {"average", task: headline metrics}}``)
-    metrics: dict[str, Any] = field(default_factory=dict)
+    #: ``{split: SplitMetrics}`` (multitask: ``{split: {"average", task: headline metrics}}``)
+    metrics: Metrics = field(default_factory=dict)
     #: seconds of the run's phases (``setup_s``, ``train_s``, ``eval_s``)
     timings: dict[str, float] = field(default_factory=dict)
     versions: dict[str, str] = field(default_factory=dict)
@@ -389,6 +439,8 @@ class Record:
         if self.tasks is not None:
             self.tasks = {name: TaskEntry.model_validate(t) if isinstance(t, Mapping) else t
                           for name, t in self.tasks.items()}
+        self.metrics = {split: m if isinstance(m, SplitMetrics) else SplitMetrics.model_validate(m)
+                        for split, m in self.metrics.items()}
 
     # -- reading and writing
 
@@ -401,8 +453,8 @@ class Record:
                 continue
             if isinstance(value, Entry):
                 value = value.to_dict()
-            elif f.name == "tasks":
-                value = {name: t.to_dict() for name, t in value.items()}
+            elif f.name in ("tasks", "metrics"):
+                value = {name: entry.to_dict() for name, entry in value.items()}
             out[f.name] = value
         return out
 
@@ -435,6 +487,9 @@ class Record:
             raise ContrastfitError(f"{where}: log_history is not a list")
         if values.get("tasks") is not None and not all(isinstance(t, Mapping) for t in values["tasks"].values()):
             raise ContrastfitError(f"{where}: a task of tasks is not a mapping")
+        for split, scores in (values.get("metrics") or {}).items():
+            if not isinstance(scores, Mapping):
+                raise ContrastfitError(f"{where}: metrics.{split} is not a mapping (got {str(scores)[:60]!r})")
         try:
             return cls(**{k: v for k, v in values.items() if k in known and v is not None}, version=RECORD_VERSION)
         except ValidationError as exc:

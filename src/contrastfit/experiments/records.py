@@ -189,8 +189,6 @@ class RunRecord:
         per_class: dict[str, dict[str, dict[str, Any]]] = {}
         confusion: dict[str, np.ndarray] = {}
         for split, values in record.metrics.items():
-            if not isinstance(values, Mapping):
-                raise ContrastfitError(f"{where}: metrics.{split} is not a mapping (got {str(values)[:60]!r})")
             metrics[str(split)] = {str(k): float(v) for k, v in values.items() if _number(v)}
             if isinstance(values.get("per_class"), Mapping):
                 per_class[str(split)] = {str(c): dict(v) for c, v in values["per_class"].items()
