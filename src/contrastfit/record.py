@@ -487,7 +487,7 @@ class Record:
             raise ContrastfitError(f"{where}: log_history is not a list")
         if values.get("tasks") is not None and not all(isinstance(t, Mapping) for t in values["tasks"].values()):
             raise ContrastfitError(f"{where}: a task of tasks is not a mapping")
-        for split, scores in (values.get("metrics") or {}).items():
+        for split, scores in (values["metrics"].items() if values.get("metrics") is not None else ()):
             if not isinstance(scores, Mapping):
                 raise ContrastfitError(f"{where}: metrics.{split} is not a mapping (got {str(scores)[:60]!r})")
         try:

@@ -350,14 +350,19 @@ def load_runs(folder: str | os.PathLike) -> list[dict[str, Any]]:
     except Exception as exc:  # sqlite3.DatabaseError and friends: not a readable store
         raise ContrastfitError(f"experiment folder {folder}: cannot read {STORE_NAME} ({exc})") from None
     if plan is not None:
-        runs = [r for r in runs if (sha := plan.get(str((r.get("tags") or {}).get("run_id")))) is not None
-                and sha == record_identity(r)]
+        runs = [r for r in runs if (sha := plan.get(str(_run_id(r)))) is not None and sha == record_identity(r)]
         order = {run_id: i for i, run_id in enumerate(plan)}  # a run trained again later keeps its place
         runs.sort(key=lambda r: order[str(r["tags"]["run_id"])])
     if not runs:
         raise ContrastfitError(f"experiment folder {folder}: no finished runs in {STORE_NAME}"
                                + (" of its current config" if plan is not None else ""))
     return runs
+
+
+def _run_id(raw: dict[str, Any]) -> Any:
+    """The experiment's id of a stored run (``tags.run_id``), None where its tags do not say."""
+    tags = raw.get("tags")
+    return tags.get("run_id") if isinstance(tags, Mapping) else None
 
 
 def load_records(folder: str | os.PathLike) -> list[RunRecord]:
