@@ -466,6 +466,16 @@ def test_the_readme_results_say_each_sets_part_the_margins_by_kind_the_ranks_and
     assert "Missing the goal: trec (floor: -5.0 vs SetFit)." in text
 
 
+def test_every_built_in_set_is_in_one_records_file_or_the_reserve(fewshot):
+    """``make bench-fewshot`` runs each README records file on its own sets (``--data``'s default for that
+    ``--name``); a set is in one of them or in the reserve, never two, and the held-out ones only in theirs."""
+    parts = [*fewshot.RECORD_SETS.values(), fewshot.RESERVE]
+    named = [d for part in parts for d in part]
+    assert len(named) == len(set(named)) and sorted(named) == sorted(fewshot.bench_sets())
+    assert fewshot.RECORD_SETS["heldout"] == fewshot.HELD_OUT and fewshot.README_RECORDS == tuple(fewshot.RECORD_SETS)
+    assert set(fewshot.CHOSE_DEFAULTS) <= set(fewshot.RECORD_SETS["fewshot"]) | set(fewshot.RECORD_SETS["heldout_kinds"])
+
+
 def test_the_held_out_sets_go_to_their_own_records_and_score_the_default_only(fewshot, tmp_path, monkeypatch,
                                                                               capsys):
     monkeypatch.setattr(fewshot, "RESULTS", tmp_path)
