@@ -144,14 +144,14 @@ def recipe(system: str, model: str, train_size: int) -> dict[str, Any] | None:
     if parsed is None:
         return None
     from contrastfit.methods import get_method
-    from contrastfit.multilabel.methods import MULTILABEL_METHODS, check_multilabel_method, label_name_hparams
+    from contrastfit.methods.base import check_multilabel_method, label_name_hparams
     from contrastfit.trainer import with_method_defaults
     from contrastfit.training import TrainConfig
 
     method, hparams, settings = parsed
     name = check_multilabel_method(method)
     config = with_method_defaults(TrainConfig(method=name, multi_label=True, model=model, hparams=hparams, **settings),
-                                  MULTILABEL_METHODS[name])
+                                  get_method(name).label_sets)
     spec = get_method(name)
     resolved = spec.resolve({**spec.defaults_for(train_size), **label_name_hparams(name), **hparams})
     return {"method": name, "hparams": resolved, "training": {k: getattr(config, k) for k in RECIPE_SETTINGS}}

@@ -429,7 +429,7 @@ def test_label_prior_adds_each_name_as_a_weighted_positive_of_its_own_label_only
     from sklearn.linear_model import LogisticRegression
 
     from contrastfit.heads import LinearHead
-    from contrastfit.multilabel.methods import fit_ovr_logistic
+    from contrastfit.head_stage import fit_ovr_logistic
 
     rng = np.random.default_rng(0)
     x = rng.normal(size=(12, 5))

@@ -184,7 +184,7 @@ def test_what_a_multilabel_run_refuses_is_refused_when_the_config_is_read(ml_fil
 def test_a_search_on_label_sets_trains_the_multilabel_form_and_maximises_micro_f1(ml_files, tmp_path, monkeypatch):
     import optuna  # noqa: F401  (in the test extra)
     from contrastfit.experiments import search as search_module
-    from contrastfit.multilabel.methods import MULTILABEL_METHODS
+    from contrastfit.multilabel import MULTILABEL_METHODS
 
     import contrastfit.training as training
 

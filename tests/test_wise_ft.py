@@ -80,7 +80,7 @@ def test_a_method_with_no_head_fitted_after_its_encoder_is_refused(tmp_path, tin
 def test_the_default_recipe_declares_its_weight_and_the_user_overrides_it():
     from contrastfit.trainer import method_schedule, with_method_defaults
     from contrastfit.methods import get_method
-    from contrastfit.multilabel.methods import MULTILABEL_METHODS
+    from contrastfit.multilabel import MULTILABEL_METHODS
     from contrastfit.training import DEFAULT_METHOD, TrainConfig
 
     assert method_schedule(get_method(DEFAULT_METHOD).cls)["wise_ft"] == 0.5

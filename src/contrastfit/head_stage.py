@@ -12,14 +12,15 @@ from types import SimpleNamespace
 from typing import Any, Callable
 
 import datasets
+import numpy as np
 import torch
+from sklearn.linear_model import LogisticRegression
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
 from .errors import ConfigError
 from .methods.base import LogisticHead
 from .modeling import ContrastiveClassifier
-from .multilabel.methods import fit_ovr_logistic
 from .pipeline import SELECTION_KEY
 from .trainer import _compute_metrics
 
@@ -186,3 +187,32 @@ def _adamw(model: ContrastiveClassifier, train_ds: datasets.Dataset, collator, e
     return {"solver": "adamw", "epochs": epochs, "batch_size": batch_size,
             "learning_rate": float(hp.head_learning_rate), "final_loss": last,
             "head_selection": scorer.keep_best() if scorer is not None else None}
+
+
+@torch.no_grad()
+def fit_ovr_logistic(head: torch.nn.Module, features: torch.Tensor, label_sets: torch.Tensor, C: float = 1.0,
+                     seed: int = 0, anchors: torch.Tensor | None = None, prior: float = 0.0) -> None:
+    """One-vs-rest: for each label, scikit-learn's ``LogisticRegression`` (L2, ``C``, lbfgs) on
+    ``features`` against that label's 0/1 column, copied into row ``j`` of the linear head. A label
+    that is on (off) for every training row gets weight 0 and bias +10 (-10). With ``anchors`` (one
+    row per label: the label names' features) and ``prior`` > 0, row ``j`` joins label ``j``'s
+    regression as a positive weighing ``prior`` times the label's positive rows together (at least one)."""
+    linear = head.linear
+    x = features.detach().float().cpu().numpy()
+    y = (label_sets.detach().float().cpu().numpy() > 0.5).astype(int)
+    names = anchors.detach().float().cpu().numpy() if anchors is not None and prior > 0 else None
+    weight = torch.zeros_like(linear.weight)
+    bias = torch.zeros_like(linear.bias)
+    for j in range(y.shape[1]):
+        xj, yj, wj = x, y[:, j], None
+        if names is not None:
+            xj, yj = np.vstack([x, names[j:j + 1]]), np.append(yj, 1)
+            wj = np.append(np.ones(len(x)), prior * max(int(y[:, j].sum()), 1))
+        if yj.min() == yj.max():
+            bias[j] = 10.0 if yj[0] else -10.0
+            continue
+        clf = LogisticRegression(C=C, max_iter=1000, random_state=seed).fit(xj, yj, sample_weight=wj)
+        weight[j] = torch.as_tensor(clf.coef_[0], dtype=weight.dtype)
+        bias[j] = float(clf.intercept_[0])
+    linear.weight.copy_(weight)
+    linear.bias.copy_(bias)

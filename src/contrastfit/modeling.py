@@ -50,7 +50,7 @@ from .hub import (
     write_sentence_transformers,
 )
 from .methods import Method, get_method
-from .multilabel.methods import create_multilabel_method
+from .methods.base import create_multilabel_method
 from .multilabel.model import calibrate_per_label, label_lists, probabilities, thresholds
 from .progress import progress_bars
 from .record import ModelInfo

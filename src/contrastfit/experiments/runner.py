@@ -37,9 +37,9 @@ from ..data.descriptions import read_label_descriptions
 from ..distributed import launched_processes
 from ..errors import ConfigError, ContrastfitError
 from ..evaluation.attributions import token_attributions
+from ..methods import get_method
 from ..methods.base import resolve_hparams
 from ..modeling import CONFIG_NAME
-from ..multilabel.methods import MULTILABEL_METHODS
 from ..checkpoints import CHECKPOINT_DIR
 from ..pipeline import input_paths
 from ..record import RESULTS_NAME, read_record
@@ -233,7 +233,7 @@ def job_identity(config: ExperimentConfig, job: Job, data: dict[str, Any], run: 
     # a release that changes those defaults makes new runs, as one that changes a hyper-parameter's does
     # (of a multi-label run, its method's multi-label form's: the schedule it trains with)
     tc = run_config(config, job.variant, data=config.data, model=job.model, seed=job.seed)
-    tc = with_method_defaults(tc, MULTILABEL_METHODS[method] if tc.multi_label else None)
+    tc = with_method_defaults(tc, get_method(method).label_sets if tc.multi_label else None)
     fixed = {"method", "hparams", "seed", "model", "data"}
     training = identity_settings({f.name: getattr(tc, f.name) for f in fields(TrainConfig)}, fixed)
     # a file's content, not its path: an edited descriptions file makes new runs (and none: the

@@ -56,7 +56,7 @@ from pydantic import (BaseModel, BeforeValidator, Field, NonNegativeInt, Positiv
 from ..encoders import DEFAULT_MODEL
 from ..errors import ConfigError
 from ..evaluation.attributions import BASELINES, EXPLAIN
-from ..multilabel.methods import check_multilabel_method
+from ..methods.base import check_multilabel_method
 from ..multitask.schedule import SCHEDULES
 from ..multitask.tasks import Task
 from ..multitask.training import MultiTaskConfig

@@ -6,10 +6,11 @@ import importlib
 import pkgutil
 
 from .base import (HeadStage, Hparams, LogisticHead, LossOutput, Method, MethodSpec, ParamGroup, available_methods,
-                   get_method, hparam, register_method, register_preset)
+                   get_method, hparam, multilabel_methods, register_label_sets, register_method, register_preset)
 
 __all__ = ["HeadStage", "Hparams", "LogisticHead", "Method", "MethodSpec", "LossOutput", "ParamGroup",
-           "available_methods", "get_method", "hparam", "register_method", "register_preset"]
+           "available_methods", "get_method", "hparam", "multilabel_methods", "register_label_sets", "register_method",
+           "register_preset"]
 
 for _module in pkgutil.iter_modules(__path__):
     if _module.name != "base":

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import re
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, ClassVar, Mapping, Sequence
 
 import torch
@@ -360,6 +360,9 @@ class MethodSpec:
     description: str
     reference: str
     size_table: Callable[[int], dict[str, Any]] | None = None
+    #: the method's form for label sets (``--multi-label``), declared in its file with
+    #: :func:`register_label_sets`; None: the method takes one label per text only
+    label_sets: type[Method] | None = None
 
     def defaults_for(self, n_train: int | None) -> dict[str, Any]:
         """The defaults, with the paper's training-set-size-dependent values for ``n_train``."""
@@ -393,6 +396,18 @@ def register_method(cls: type[Method]) -> type[Method]:
     return cls
 
 
+def register_label_sets(name: str) -> Callable[[type[Method]], type[Method]]:
+    """Class decorator, in the file of the method registered as ``name``: ``cls`` is that method's form
+    for label sets (``--multi-label``; :class:`LabelSetsLoss` gives it the task loss of label sets)."""
+    def register(cls: type[Method]) -> type[Method]:
+        spec = _REGISTRY[name]
+        if spec.label_sets is not None:
+            raise RuntimeError(f"method {name!r} already has a form for label sets")
+        _REGISTRY[name] = replace(spec, label_sets=cls)
+        return cls
+    return register
+
+
 def register_preset(name: str, base: str, defaults: dict[str, Any], description: str, reference: str,
                     size_table: Callable[[int], dict[str, Any]] | None = None) -> None:
     """Register ``base`` under ``name`` with other default hyper-parameters (and, optionally, other
@@ -411,3 +426,56 @@ def get_method(name: str) -> MethodSpec:
 
 def available_methods() -> dict[str, MethodSpec]:
     return dict(sorted(_REGISTRY.items()))
+
+
+# -- label sets (``--multi-label``): each method's form is declared in its own file (register_label_sets)
+
+#: What ``--multi-label`` trains where no method is given.
+DEFAULT_MULTILABEL_METHOD = "ce-scl-lr"
+
+
+class LabelSetsLoss:
+    """The task loss of label sets, mixed into a method's form for them: **BCE with logits**, averaged
+    over texts and labels (each label an independent yes/no, read at inference as ``sigmoid(logit)``
+    against the label's threshold); labels are (batch, labels) multi-hot floats. Cross-batch memory is
+    not supported (its queue holds one label per row)."""
+
+    multi_label = True
+    cross_batch_memory = False
+
+    def task_loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        return F.binary_cross_entropy_with_logits(logits.float(), labels.float())
+
+
+def multilabel_methods() -> dict[str, type[Method]]:
+    """Every registered method that has a form for label sets: name -> that form."""
+    return {name: spec.label_sets for name, spec in sorted(_REGISTRY.items()) if spec.label_sets is not None}
+
+
+def check_multilabel_method(name: str | None) -> str:
+    """``name`` (default :data:`DEFAULT_MULTILABEL_METHOD`) where it has a form for label sets, else a
+    one-line :class:`ConfigError` naming those that do."""
+    name = name or DEFAULT_MULTILABEL_METHOD
+    if get_method(name).label_sets is None:
+        raise ConfigError(f"method '{name}' has no multi-label form; with --multi-label use one of "
+                          f"{', '.join(multilabel_methods())} (default {DEFAULT_MULTILABEL_METHOD})")
+    return name
+
+
+def label_name_hparams(name: str) -> dict[str, Any]:
+    """The hyper-parameters of method ``name`` that use the label names, at the value that turns them
+    off: the multi-label forms' defaults (turned on only when given)."""
+    defaults = get_method(name).defaults
+    return {k: v for k, v in (("label_prior", 0.0), ("label_anchors", False)) if k in defaults}
+
+
+def create_multilabel_method(name: str, num_labels: int, hidden_size: int, **hparams: Any) -> Method:
+    """The form for label sets of method ``name``: the single-label method's defaults with the label
+    names off (:func:`label_name_hparams`), under ``hparams``."""
+    spec = get_method(check_multilabel_method(name))
+    given = {k: v for k, v in hparams.items() if v is not None}
+    method = spec.label_sets(num_labels, hidden_size, "classification",
+                             **{**spec.defaults, **label_name_hparams(spec.name), **given})
+    method.registered_name = spec.name
+    return method
+

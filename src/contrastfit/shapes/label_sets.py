@@ -10,7 +10,7 @@ The one training job (:func:`contrastfit.training.train`) with :class:`LabelSets
    (:func:`~contrastfit.data.multilabel.sample_per_label`); ``--train-size`` / ``--validation-size``
    draw plain random subsets (seeded like the single-label draws);
 2. the model: the encoder and a sigmoid head with the multi-label form of the method
-   (:mod:`contrastfit.multilabel.methods`; default ``ce-scl-lr``: BCE + Jaccard-weighted SupCon, then
+   (each in its method's file, :func:`contrastfit.methods.base.register_label_sets`; default ``ce-scl-lr``: BCE + Jaccard-weighted SupCon, then
    one-vs-rest logistic regressions on the frozen encoder, :func:`contrastfit.head_stage.train_head`);
 3. selection (``--select-best``): the best step on validation at threshold 0.5 by ``--metric-for-best``
    (:data:`SELECTION`; default micro-F1), ties broken by the lower validation BCE;
@@ -40,7 +40,7 @@ from ..evaluation.multilabel import choose_thresholds, multilabel_metrics, sigmo
 from ..head_stage import train_head
 from ..methods import get_method
 from ..modeling import ContrastiveClassifier
-from ..multilabel.methods import MULTILABEL_METHODS, check_multilabel_method, create_multilabel_method, label_name_hparams
+from ..methods.base import check_multilabel_method, create_multilabel_method, label_name_hparams
 from ..pipeline import SELECTION_KEY, tie_broken
 from ..trainer import with_method_defaults
 from .single_label import PreparedData, TaskShape, sampling, validation_choices
@@ -128,7 +128,7 @@ class LabelSets(TaskShape):
     def choose_method(self, config: Any, prepared: PreparedData) -> Any:
         """The multi-label form of the method (default ``ce-scl-lr``) and its own schedule."""
         config = replace(config, method=check_multilabel_method(config.method))
-        return with_method_defaults(config, MULTILABEL_METHODS[config.method])
+        return with_method_defaults(config, get_method(config.method).label_sets)
 
     def hparams(self, config: Any, n_train: int) -> dict[str, Any]:
         """The single-label defaults with the label names off (the multi-label forms'), under the user's."""
