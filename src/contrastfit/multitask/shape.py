@@ -49,7 +49,8 @@ from ..pipeline import (LOWER_IS_BETTER, SELECTION_KEY, TrainResult, fit, groupe
                         selection_record, tie_broken, trainer_arguments, write_outputs)
 from ..record import Record
 from ..shapes import SINGLE_LABEL, PreparedData, Run, TaskShape
-from ..training import LossPartLogging, TrainConfig, load_config_data
+from ..trainer import LossPartLogging
+from ..training import TrainConfig, load_config_data
 from ..versions import library_versions
 from .model import MultiTaskModel
 from .schedule import TaskBatchSampler
