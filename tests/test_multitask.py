@@ -19,7 +19,8 @@ from contrastfit.losses import supcon
 from contrastfit.multitask import MultiTaskModel, Task, TaskBatchSampler, train_multitask
 from contrastfit.multitask.schedule import largest_remainder, task_probabilities
 from contrastfit.multitask.tasks import resolve_task
-from contrastfit.multitask.shape import MultiTaskCollator, MultiTaskTrainer
+from contrastfit.multitask.shape import MultiTaskCollator
+from contrastfit.trainer import ContrastfitTrainer
 from test_training import StopAt, _poison  # the single-task resume tests' stopping callback and poisoned pickle
 
 WORDS = "good great fine film movie bad awful boring plot actor story dull superb weak fun".split()
@@ -266,14 +267,14 @@ def _run(tmp_path, tiny_encoder_dir, tasks, name="run", **kw):
 def test_the_trainer_feeds_the_schedule_and_steps_leave_other_heads_alone(tmp_path, tiny_encoder_dir, sentiment_csv,
                                                                            pair_class_csv, monkeypatch):
     fed: list[list[int]] = []
-    original = MultiTaskTrainer.compute_loss
+    original = ContrastfitTrainer.compute_loss
 
     def spy(self, model, inputs, *args, **kwargs):
         if model.training:
             fed.append(inputs["task_ids"].tolist())
         return original(self, model, inputs, *args, **kwargs)
 
-    monkeypatch.setattr(MultiTaskTrainer, "compute_loss", spy)
+    monkeypatch.setattr(ContrastfitTrainer, "compute_loss", spy)
     snapshots: list[dict[str, dict[str, torch.Tensor]]] = []
 
     class Snapshot(TrainerCallback):

@@ -1,16 +1,18 @@
-"""The Trainer of a :class:`~contrastfit.modeling.ContrastiveClassifier` run and its schedule.
+"""The one Trainer of every run, whatever its task shape, and a classifier run's schedule.
 
 :class:`ContrastfitTrainer` adds these to the library's Trainer, which keeps the rest
 (optimiser and schedule, checkpoints and ``--resume``, mixed precision, torchrun / accelerate DDP,
 logging integrations, progress bars):
 
-* for contrastive methods, the training batches come from
-  :class:`~contrastfit.data.ClassBalancedBatchSampler` (pitfall 2), or for label sets
-  :class:`~contrastfit.data.multilabel.MultiLabelBatchSampler`; the sampler is built in
-  :meth:`get_train_dataloader`, so it is what the trainer really feeds (pitfall 5);
-* the parts of a composite loss (``ce``, ``scl``, ...), which the model returns in its output
-  (``ClassifierOutput.loss_parts``), are logged next to the total (:class:`LossPartLogging`);
-* parameters a method owns can have their own learning rate (``Method.param_groups``);
+* the task shape's training batches: for contrastive methods the class-balanced sampler
+  (:class:`~contrastfit.data.ClassBalancedBatchSampler`, pitfall 2), for label sets
+  :class:`~contrastfit.data.multilabel.MultiLabelBatchSampler`, for several tasks the task schedule
+  (:class:`~contrastfit.multitask.schedule.TaskBatchSampler`); the sampler is built in
+  :meth:`~ContrastfitTrainer.get_train_dataloader`, so it is what the trainer really feeds (pitfall 5);
+* the parts of a composite loss (``ce``, ``scl``, a multi-task model's task objectives), which the
+  model returns in its output (``ClassifierOutput.loss_parts``), are logged next to the total;
+* parameters on their own learning rate: a method's (``Method.param_groups``), a multi-task model's heads;
+* the task shape's evaluation where the library's loop does not fit (a multi-task run scores every task);
 * with ``gradient_cache_chunk``, gradient caching in :meth:`ContrastfitTrainer.training_step`
   (:mod:`contrastfit.gradcache`): the whole batch in the loss, the encoder's memory of one chunk,
   also across DDP processes;
@@ -19,8 +21,8 @@ logging integrations, progress bars):
 * with ``memory_size``, a cross-batch memory (:mod:`contrastfit.memory`) attached to the method for
   the duration of :meth:`ContrastfitTrainer.train` (in its checkpoints, not in the saved model).
 
-:func:`tokenize_dataset`, :func:`with_method_defaults` and :func:`resolve_schedule` prepare a run's
-rows and schedule; :func:`build_trainer` builds its Trainer on the pipeline's steps
+:func:`tokenize_dataset`, :func:`with_method_defaults` and :func:`resolve_schedule` prepare a
+classifier run's rows and schedule; :func:`build_trainer` builds its Trainer on the pipeline's steps
 (:func:`contrastfit.pipeline.trainer_arguments`, :func:`contrastfit.pipeline.make_trainer`). The
 training job (:mod:`contrastfit.training`, which re-exports all of it) builds its Trainer here, for
 every task shape (:mod:`contrastfit.shapes`).
@@ -31,7 +33,7 @@ from __future__ import annotations
 import math
 import os
 import warnings
-from typing import Any
+from typing import Any, Callable, Iterable
 
 import datasets
 from datasets.fingerprint import Hasher
@@ -40,14 +42,12 @@ from torch.utils.data import DataLoader
 from transformers import DataCollatorWithPadding, Trainer, TrainerCallback
 
 from .atomic import umask_mode
-from .data import ClassBalancedBatchSampler
-from .data.multilabel import MultiLabelBatchSampler
 from .data.types import LABEL, TEXT, TEXT_PAIR
 from .evaluation.metrics import classification_metrics, regression_metrics
 from .gradcache import GradientCache, check_gradient_cache
 from .memory import attach_memory, check_checkpoint_memory, check_memory, detach_memory
 from .methods import get_method
-from .methods.base import Method
+from .methods.base import Method, ParamGroup
 from .pipeline import LOWER_IS_BETTER, SELECTION_KEY, grouped_optimizer, make_trainer, tie_broken, trainer_arguments
 from .modeling import ContrastiveClassifier
 
@@ -56,17 +56,55 @@ DEFAULT_MIN_STEPS = 60
 #: Fewer optimisation steps than this leave the encoder close to the pretrained one: such a run warns.
 MIN_USEFUL_STEPS = 10
 MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids", "labels")
+#: ``(training rows, batch size, seed) -> batch sampler``: what a task shape gives the Trainer for its batches.
+BatchSamplerFactory = Callable[[Any, int, int], Iterable[list[int]]]
 
-class LossPartLogging(Trainer):
-    """A ``transformers.Trainer`` that logs the terms of the loss: the terms the model returns in its
-    output (``loss_parts``: a method's CE and contrastive terms, a multi-task model's task objectives)
-    are added up in training, detached and where they are (no device synchronisation per step),
-    until :meth:`log` reports each one's mean since the last log as ``loss_<name>`` (over the steps
-    that returned that term)."""
 
-    def __init__(self, *args, **kwargs):
+def label_batches(sampler_class: Any) -> BatchSamplerFactory:
+    """Batches of ``sampler_class(labels, batch_size, seed=seed)`` over the rows' ``labels`` (the
+    class-balanced sampler, label sets' sampler)."""
+    return lambda rows, batch_size, seed: sampler_class(rows["labels"], batch_size, seed=seed)
+
+
+class ContrastfitTrainer(Trainer):
+    """``transformers.Trainer`` for every task shape's model: the shape's training batches, the loss's
+    terms logged, per-part learning rates, the shape's evaluation, gradient caching, a cross-batch
+    memory, and checkpoints with the umask's modes.
+
+    * ``batch_sampler(dataset, batch_size, seed)``: the sampler of the training batches (the
+      class-balanced one, label sets' one, a multi-task schedule), built in
+      :meth:`get_train_dataloader`, so it is what the trainer really feeds (pitfall 5); None: the
+      library's shuffled batches;
+    * ``param_groups(model)``: parameters on their own learning rate (:class:`~contrastfit.methods.ParamGroup`:
+      a method's own, e.g. SoftTriple's centres, pitfall 3; a multi-task model's heads); every other
+      trainable parameter at the main learning rate;
+    * ``evaluator(model, batch_size)``: the validation metrics (``{name: value}``, with
+      ``selection_score``) in place of the library's loop over ``eval_dataset`` (a multi-task run
+      scores every task);
+    * the terms the model returns in its output (``loss_parts``: a method's CE and contrastive terms,
+      a multi-task model's task objectives) are added up in training, detached and where they are (no
+      device synchronisation per step), until :meth:`log` reports each one's mean since the last log
+      as ``loss_<name>`` (over the steps that returned that term);
+    * ``gradient_cache_chunk`` and ``memory_size``: see :meth:`training_step` and :meth:`train`."""
+
+    def __init__(self, *args, batch_sampler: BatchSamplerFactory | None = None,
+                 param_groups: Callable[[torch.nn.Module], list[ParamGroup]] | None = None,
+                 evaluator: Callable[[torch.nn.Module, int], dict[str, float]] | None = None,
+                 gradient_cache_chunk: int | None = None, memory_size: int | None = None, **kwargs):
         super().__init__(*args, **kwargs)
         self._part_sums: dict[str, tuple[torch.Tensor, int]] = {}  # loss part -> (sum since the last log, count)
+        self.batch_sampler = batch_sampler
+        self.param_groups = param_groups
+        self.evaluator = evaluator
+        self.gradient_cache_chunk = gradient_cache_chunk
+        if gradient_cache_chunk is not None:
+            check_gradient_cache(self._model().method, gradient_cache_chunk)
+        self.memory_size = memory_size
+        if memory_size is not None:
+            check_memory(self._model().method, memory_size)
+
+    def _model(self) -> torch.nn.Module:
+        return self.accelerator.unwrap_model(self.model)
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         loss, outputs = super().compute_loss(model, inputs, return_outputs=True, num_items_in_batch=num_items_in_batch)
@@ -123,6 +161,88 @@ class LossPartLogging(Trainer):
             self._part_sums = {}
         super().log(logs, *args, **kwargs)
 
+    def training_step(self, model, inputs, num_items_in_batch=None):
+        """With ``gradient_cache_chunk`` set: the library's step (loss on the whole batch, scaled for
+        gradient accumulation, ``accelerator.backward`` with its mixed-precision scaling) runs with the
+        encoder's calls embedded in chunks without a graph; then each chunk is re-encoded with the
+        same random state and autocast and back-propagated with its cached gradient, which already
+        carries those scalings (:mod:`contrastfit.gradcache`). Without it: the library's step."""
+        if self.gradient_cache_chunk is None:
+            return super().training_step(model, inputs, num_items_in_batch)
+        from torch.nn.parallel import DistributedDataParallel
+
+        # under DDP: the loss and every chunk but the last without gradient synchronisation, the last
+        # chunk through the DDP forward, so that DDP all-reduces once (contrastfit.gradcache)
+        ddp = model if isinstance(model, DistributedDataParallel) else None
+        cache = GradientCache(self._model().encoder, self.gradient_cache_chunk, ddp=ddp)
+        with cache.caching():
+            loss = super().training_step(model, inputs, num_items_in_batch)
+        cache.backward()
+        return loss
+
+    def train(self, *args, **kwargs):
+        """The library's training. With ``memory_size``: an empty cross-batch memory is attached to the
+        method first (:func:`contrastfit.memory.attach_memory`; a resumed run then loads the
+        checkpoint's memory with the weights) and detached when training ends, so that the saved
+        model does not carry it. A checkpoint to resume from must have been saved with the same
+        memory size (or none without one)."""
+        checkpoint = kwargs.get("resume_from_checkpoint", args[0] if args else None)
+        if isinstance(checkpoint, (str, os.PathLike)):
+            check_checkpoint_memory(checkpoint, self.memory_size)
+        if self.memory_size is None:
+            return super().train(*args, **kwargs)
+        attach_memory(self._model(), self.memory_size)
+        try:
+            return super().train(*args, **kwargs)
+        finally:
+            detach_memory(self._model())
+
+    def get_train_dataloader(self) -> DataLoader:
+        if self.batch_sampler is None:
+            return super().get_train_dataloader()
+        dataset = self.train_dataset
+        loader = DataLoader(
+            dataset,
+            batch_sampler=self.batch_sampler(dataset, self._train_batch_size, self.args.seed),
+            collate_fn=self.data_collator,
+            num_workers=self.args.dataloader_num_workers,
+            pin_memory=self.args.dataloader_pin_memory,
+        )
+        return self.accelerator.prepare(loader)
+
+    def create_optimizer(self, model=None):
+        """The Trainer's optimiser (:func:`contrastfit.pipeline.grouped_optimizer`): each of the
+        ``param_groups`` at its own learning rate, and the main learning rate for every other trainable
+        parameter."""
+        if self.optimizer is not None:
+            return self.optimizer
+        model = self._model()
+        trainable = {id(p) for p in model.parameters() if p.requires_grad}
+        own = {}  # id(parameter) -> its ParamGroup
+        for group in self.param_groups(model) if self.param_groups else []:
+            for param in group.params:
+                if id(param) not in trainable:
+                    raise ValueError(f"parameter group '{group.name}' holds a parameter that is not a trainable "
+                                     "parameter of the model")
+                if id(param) in own:
+                    raise ValueError(f"a parameter is in two parameter groups, '{own[id(param)].name}' and "
+                                     f"'{group.name}'")
+                own[id(param)] = group
+        self.optimizer = grouped_optimizer(
+            self, model, lambda name, param: (g.name, g.lr, g.weight_decay) if (g := own.get(id(param))) else None)
+        return self.optimizer
+
+    def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix: str = "eval") -> dict[str, float]:
+        """The library's evaluation, or with an ``evaluator``, its metrics logged and returned as
+        ``eval_<name>`` (``eval_selection_score`` is what the Trainer keeps the best checkpoint by)."""
+        if self.evaluator is None:
+            return super().evaluate(eval_dataset, ignore_keys, metric_key_prefix)
+        scores = self.evaluator(self._model(), self.args.per_device_eval_batch_size)
+        metrics = {f"{metric_key_prefix}_{k}": v for k, v in scores.items()}
+        self.log(metrics)
+        self.control = self.callback_handler.on_evaluate(self.args, self.state, self.control, metrics)
+        return metrics
+
 
 def checkpoint_modes(folder: str | os.PathLike) -> None:
     """Give the files of a Trainer checkpoint ``folder`` the mode the umask gives a new file
@@ -167,102 +287,6 @@ def short_schedule_warning(trainer: Trainer, total_steps: int) -> str:
     return (f"{total_steps} optimisation step{'' if total_steps == 1 else 's'} ({', '.join(parts)}): fewer than "
             f"{MIN_USEFUL_STEPS} steps leave the encoder close to the pretrained one; train longer (more epochs or "
             "examples, or leave --epochs out for at least --min-steps steps)")
-
-
-class ContrastfitTrainer(LossPartLogging):
-    """``transformers.Trainer`` with the class-balanced sampler, loss-part logging
-    (:class:`LossPartLogging`) and per-part learning rates for a
-    :class:`~contrastfit.modeling.ContrastiveClassifier`."""
-
-    def __init__(self, *args, balanced_batches: bool = False, gradient_cache_chunk: int | None = None,
-                 memory_size: int | None = None, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.balanced_batches = balanced_batches
-        self.gradient_cache_chunk = gradient_cache_chunk
-        if gradient_cache_chunk is not None:
-            check_gradient_cache(self._classifier().method, gradient_cache_chunk)
-        self.memory_size = memory_size
-        if memory_size is not None:
-            check_memory(self._classifier().method, memory_size)
-
-    def _classifier(self) -> ContrastiveClassifier:
-        return self.accelerator.unwrap_model(self.model)
-
-    def training_step(self, model, inputs, num_items_in_batch=None):
-        """With ``gradient_cache_chunk`` set: the library's step (loss on the whole batch, scaled for
-        gradient accumulation, ``accelerator.backward`` with its mixed-precision scaling) runs with the
-        encoder's calls embedded in chunks without a graph; then each chunk is re-encoded with the
-        same random state and autocast and back-propagated with its cached gradient, which already
-        carries those scalings (:mod:`contrastfit.gradcache`). Without it: the library's step."""
-        if self.gradient_cache_chunk is None:
-            return super().training_step(model, inputs, num_items_in_batch)
-        from torch.nn.parallel import DistributedDataParallel
-
-        # under DDP: the loss and every chunk but the last without gradient synchronisation, the last
-        # chunk through the DDP forward, so that DDP all-reduces once (contrastfit.gradcache)
-        ddp = model if isinstance(model, DistributedDataParallel) else None
-        cache = GradientCache(self._classifier().encoder, self.gradient_cache_chunk, ddp=ddp)
-        with cache.caching():
-            loss = super().training_step(model, inputs, num_items_in_batch)
-        cache.backward()
-        return loss
-
-    def train(self, *args, **kwargs):
-        """The library's training. With ``memory_size``: an empty cross-batch memory is attached to the
-        method first (:func:`contrastfit.memory.attach_memory`; a resumed run then loads the
-        checkpoint's memory with the weights) and detached when training ends, so that the saved
-        model does not carry it. A checkpoint to resume from must have been saved with the same
-        memory size (or none without one)."""
-        checkpoint = kwargs.get("resume_from_checkpoint", args[0] if args else None)
-        if isinstance(checkpoint, (str, os.PathLike)):
-            check_checkpoint_memory(checkpoint, self.memory_size)
-        if self.memory_size is None:
-            return super().train(*args, **kwargs)
-        attach_memory(self._classifier(), self.memory_size)
-        try:
-            return super().train(*args, **kwargs)
-        finally:
-            detach_memory(self._classifier())
-
-    def get_train_dataloader(self) -> DataLoader:
-        if not self.balanced_batches:
-            return super().get_train_dataloader()
-        dataset = self._remove_unused_columns(self.train_dataset, description="training")
-        if self._classifier().multi_label:  # label sets: every row gets a row sharing one of its labels
-            sampler_class = MultiLabelBatchSampler
-        else:
-            sampler_class = ClassBalancedBatchSampler
-        sampler = sampler_class(dataset["labels"], self._train_batch_size, seed=self.args.seed)
-        loader = DataLoader(
-            dataset,
-            batch_sampler=sampler,
-            collate_fn=self.data_collator,
-            num_workers=self.args.dataloader_num_workers,
-            pin_memory=self.args.dataloader_pin_memory,
-        )
-        return self.accelerator.prepare(loader)
-
-    def create_optimizer(self, model=None):
-        """The Trainer's optimiser (:func:`contrastfit.pipeline.grouped_optimizer`): each of the method's own
-        parameter groups (:meth:`Method.param_groups`, e.g. SoftTriple's centres at their learning rate,
-        pitfall 3), and the main learning rate for every other trainable parameter."""
-        if self.optimizer is not None:
-            return self.optimizer
-        model = self._classifier()
-        trainable = {id(p) for p in model.parameters() if p.requires_grad}
-        own = {}  # id(parameter) -> its ParamGroup
-        for group in model.method.param_groups(model):
-            for param in group.params:
-                if id(param) not in trainable:
-                    raise ValueError(f"{model.method.name}: parameter group '{group.name}' holds a parameter that is "
-                                     "not a trainable parameter of the model")
-                if id(param) in own:
-                    raise ValueError(f"{model.method.name}: a parameter is in two parameter groups, "
-                                     f"'{own[id(param)].name}' and '{group.name}'")
-                own[id(param)] = group
-        self.optimizer = grouped_optimizer(
-            self, model, lambda name, param: (g.name, g.lr, g.weight_decay) if (g := own.get(id(param))) else None)
-        return self.optimizer
 
 
 def tokenize_dataset(ds: datasets.Dataset, tokenizer, max_length: int) -> datasets.Dataset:
@@ -356,7 +380,8 @@ def _compute_metrics(label_names: list[str] | None, metric: str):
 
 def build_trainer(config: Any, model: ContrastiveClassifier, train_ds: datasets.Dataset,
                   epochs: float, *, max_steps: int = -1, eval_ds: datasets.Dataset | None = None,
-                  callbacks: list[TrainerCallback] | None = None, compute_metrics: Any = None) -> ContrastfitTrainer:
+                  callbacks: list[TrainerCallback] | None = None, compute_metrics: Any = None,
+                  batch_sampler: BatchSamplerFactory | None = None) -> ContrastfitTrainer:
     """The :class:`ContrastfitTrainer` of one run (:func:`contrastfit.pipeline.trainer_arguments` and
     :func:`contrastfit.pipeline.make_trainer`: ``callbacks`` added, early stopping with ``eval_ds``,
     silent with ``config.progress`` off). With ``eval_ds``, the validation metrics are
@@ -375,7 +400,8 @@ def build_trainer(config: Any, model: ContrastiveClassifier, train_ds: datasets.
         data_collator=DataCollatorWithPadding(model.tokenizer),
         compute_metrics=(compute_metrics or _compute_metrics(model.label_names, selection_metric(config, model.task)))
         if evaluating else None,
-        balanced_batches=config.sampler == "balanced" and model.task == "classification",
+        batch_sampler=batch_sampler,
+        param_groups=lambda m: m.method.param_groups(m),
         gradient_cache_chunk=config.gradient_cache_chunk,
         memory_size=config.memory_size,
     )

@@ -42,7 +42,7 @@ from .settings import check_fields, setting
 from .shapes import (DEFAULT_METHOD, DEFAULT_REGRESSION_METHOD, TRAINING_SETTINGS, PreparedData,  # noqa: F401
                      Run, TaskShape, check_batch_size, shape_for)
 from .trainer import (DEFAULT_LEARNING_RATE, DEFAULT_MIN_STEPS, MIN_USEFUL_STEPS, MODEL_INPUTS,  # noqa: F401
-                      ContrastfitTrainer, LossPartLogging, build_trainer, capped_warmup, resolve_schedule,
+                      ContrastfitTrainer, build_trainer, capped_warmup, resolve_schedule,
                       short_schedule_warning, tokenize_dataset, with_method_defaults)
 
 #: Seeds go to NumPy's legacy seeding (``transformers.set_seed``), which takes 0 .. 2**32 - 1.

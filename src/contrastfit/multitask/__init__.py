@@ -7,7 +7,7 @@ Behrman & Christoglou, Sec. 4.2 and 5.3.5).
 * :mod:`.model`: :class:`MultiTaskModel` (shared encoder, ``heads[name]``, ``predict(texts, task=NAME)``,
   save / load);
 * :mod:`.shape`: :class:`~.shape.MultiTask`, the task shape the one training job runs with (every task's
-  data, the task schedule, :class:`MultiTaskTrainer` on ``transformers.Trainer``, per-task evaluation,
+  data, the task schedule's batches on the one Trainer, per-task evaluation,
   the ``multitask`` record);
 * :mod:`.training`: :class:`MultiTaskConfig` and :func:`train_multitask`, which hands the job that shape
   (interrupted runs resume, as ``train``'s).
@@ -19,10 +19,10 @@ multi-task experiment: :mod:`contrastfit.experiments.multitask`, ``contrastfit e
 from .model import MultiTaskModel, is_multitask_folder
 from .schedule import SCHEDULES, TaskBatchSampler
 from .tasks import Task, TaskSpec
-from .shape import MultiTask, MultiTaskResult, MultiTaskTrainer, evaluate_task
+from .shape import MultiTask, MultiTaskResult, evaluate_task
 from .training import MultiTaskConfig, train_multitask
 
 __all__ = [
-    "MultiTask", "MultiTaskConfig", "MultiTaskModel", "MultiTaskResult", "MultiTaskTrainer", "SCHEDULES", "Task",
+    "MultiTask", "MultiTaskConfig", "MultiTaskModel", "MultiTaskResult", "SCHEDULES", "Task",
     "TaskBatchSampler", "TaskSpec", "evaluate_task", "is_multitask_folder", "train_multitask",
 ]

@@ -6,7 +6,7 @@ the job this shape). What it changes:
   (:class:`TaskData`: each task's splits and its resolved :class:`~contrastfit.multitask.tasks.TaskSpec`);
 * **model and batches**: a :class:`~contrastfit.multitask.model.MultiTaskModel`; the training batches come
   from :class:`~contrastfit.multitask.schedule.TaskBatchSampler` (one task per batch, in the order of the
-  schedule), built in :meth:`MultiTaskTrainer.get_train_dataloader`; :class:`MultiTaskCollator` pads a
+  schedule), the Trainer's batches (:class:`~contrastfit.trainer.ContrastfitTrainer`'s ``batch_sampler``); :class:`MultiTaskCollator` pads a
   batch and adds its ``task_ids``; the model's forward dispatches on them to the task's head and
   objective (times the task's weight); each task's loss (and the parts of ``ce-scl``) is logged as
   ``loss_<task>``;
@@ -34,7 +34,7 @@ from typing import Any, Sequence
 import datasets
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import Dataset
 from transformers import DataCollatorWithPadding, TrainerCallback
 
 from ..data import TextData
@@ -45,11 +45,12 @@ from ..encoders import default_pooling
 from ..errors import ConfigError
 from ..evaluation.metrics import classification_metrics, probability_metrics, regression_metrics
 from ..identity import run_identity
-from ..pipeline import (LOWER_IS_BETTER, SELECTION_KEY, TrainResult, fit, grouped_optimizer, make_trainer,
+from ..pipeline import (LOWER_IS_BETTER, SELECTION_KEY, TrainResult, fit, make_trainer,
                         selection_record, tie_broken, trainer_arguments, write_outputs)
 from ..record import Record
 from ..shapes import SINGLE_LABEL, PreparedData, Run, TaskShape
-from ..trainer import LossPartLogging
+from ..methods.base import ParamGroup
+from ..trainer import ContrastfitTrainer
 from ..training import TrainConfig, load_config_data
 from ..versions import library_versions
 from .model import MultiTaskModel
@@ -65,6 +66,11 @@ class TaskData:
 
     prepared: dict[str, PreparedData]
     specs: list[TaskSpec]
+
+    @property
+    def validation_sets(self) -> dict[str, datasets.Dataset]:
+        """Each task's validation split, where it has rows."""
+        return {s.name: v for s in self.specs if (v := self.prepared[s.name].validation) is not None and len(v) > 0}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -169,48 +175,6 @@ def summarize(model: MultiTaskModel, per_task: dict[str, dict[str, Any]], select
 # Trainer
 # ---------------------------------------------------------------------------------------------
 
-class MultiTaskTrainer(LossPartLogging):
-    """``transformers.Trainer`` for a :class:`MultiTaskModel`: the task schedule, per-task loss logging
-    (each task's unweighted objective, over that task's batches only: :class:`LossPartLogging`),
-    encoder / head learning rates, and evaluation of every task with selection on their average."""
-
-    def __init__(self, *args, batch_sampler: TaskBatchSampler, eval_sets: dict[str, datasets.Dataset] | None = None,
-                 head_learning_rate: float | None = None, select_on: str = "average", **kwargs):
-        super().__init__(*args, **kwargs)
-        self.batch_sampler = batch_sampler
-        self.eval_sets = eval_sets or {}
-        self.head_learning_rate = head_learning_rate
-        self.select_on = select_on
-
-    def _model(self) -> MultiTaskModel:
-        return self.accelerator.unwrap_model(self.model)
-
-    def get_train_dataloader(self) -> DataLoader:
-        loader = DataLoader(self.train_dataset, batch_sampler=self.batch_sampler, collate_fn=self.data_collator,
-                            num_workers=self.args.dataloader_num_workers, pin_memory=self.args.dataloader_pin_memory)
-        return self.accelerator.prepare(loader)
-
-    def create_optimizer(self, model=None):
-        if self.optimizer is not None:
-            return self.optimizer
-        head_lr = self.head_learning_rate or self.args.learning_rate
-        self.optimizer = grouped_optimizer(  # the heads at their own learning rate
-            self, self._model(), lambda name, param: ("heads", head_lr, None) if name.startswith("heads.") else None)
-        return self.optimizer
-
-    def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix: str = "eval") -> dict[str, float]:
-        """Score every task on its validation split; log and return ``eval_<task>_<metric>``,
-        ``eval_average`` and ``eval_selection_score`` (what the Trainer keeps the best checkpoint by)."""
-        model = self._model()
-        per_task = {name: evaluate_task(model, name, ds, batch_size=self.args.per_device_eval_batch_size)
-                    for name, ds in self.eval_sets.items()}
-        metrics = {f"{metric_key_prefix}_{k}": v for k, v in summarize(model, per_task, self.select_on).items()}
-        self.log(metrics)
-        self.control = self.callback_handler.on_evaluate(self.args, self.state, self.control, metrics)
-        return metrics
-
-
-
 def task_train_config(config: Any, task: Task) -> TrainConfig:
     """The single-task options of ``task`` (data, columns, sampling) as a :class:`TrainConfig`, so that its
     data are loaded and sampled exactly as ``train`` does."""
@@ -299,11 +263,11 @@ class MultiTask(TaskShape):
             temperature=config.temperature, seed=config.seed,
             labels=[data.prepared[s.name].train[LABEL] if s.contrastive else None for s in specs],
             balanced=[s.contrastive for s in specs])
-        eval_sets = {s.name: data.prepared[s.name].validation for s in specs
-                     if data.prepared[s.name].validation is not None and len(data.prepared[s.name].validation) > 0}
+        eval_sets = data.validation_sets
         if config.select_on != "average" and config.select_on not in eval_sets:
             raise ConfigError(f"select_on={config.select_on!r}, but that task has no validation split")
         run.selecting = config.select_best and bool(eval_sets)
+        run.batches = sampler
         run.trainer = _build_trainer(config, model, rows, sampler, schedule_steps(config, len(sampler)),
                                      eval_sets if run.selecting else None, callbacks)
 
@@ -320,7 +284,7 @@ class MultiTask(TaskShape):
         training), the model's info, both written into ``output``."""
         config, model, trainer, data = run.config, run.model, run.trainer, run.prepared
         specs, per_task = data.specs, run.metrics
-        sampler = trainer.batch_sampler
+        sampler = run.batches
         metrics = _task_metrics(model, per_task)
         training = {
             "steps": trainer.state.global_step, "max_steps": trainer.args.max_steps, "steps_per_epoch": len(sampler),
@@ -329,7 +293,7 @@ class MultiTask(TaskShape):
             "weight_decay": config.weight_decay, "warmup_ratio": config.warmup_ratio,
             "gradient_accumulation_steps": config.gradient_accumulation_steps, "max_length": model.max_length,
             "pooling": run.pooling, "fp16": config.fp16, "bf16": config.bf16, "train_loss": run.fitted.train_loss,
-            "selection": _selection_record(trainer, config) if run.selecting else None,
+            "selection": _selection_record(trainer, model, data.validation_sets, config) if run.selecting else None,
             "resumed_from": run.fitted.resumed_from,
         }
         names = [s.name for s in specs]
@@ -402,26 +366,34 @@ def _headline(spec: TaskSpec, m: dict[str, Any]) -> dict[str, float]:
 
 def _build_trainer(config: Any, model: MultiTaskModel, rows: TaskRows, sampler: TaskBatchSampler,
                    total_steps: int, eval_sets: dict[str, datasets.Dataset] | None,
-                   callbacks: list[TrainerCallback] | None = None) -> MultiTaskTrainer:
-    """The Trainer of one multi-task run: the settings of :func:`contrastfit.pipeline.trainer_arguments`
-    and :func:`contrastfit.pipeline.make_trainer`, as ``train``'s."""
+                   callbacks: list[TrainerCallback] | None = None) -> ContrastfitTrainer:
+    """The Trainer of one multi-task run: ``train``'s (:func:`contrastfit.pipeline.trainer_arguments`,
+    :func:`contrastfit.pipeline.make_trainer`) with the task schedule's batches, the heads at
+    ``head_learning_rate`` and every task scored on its validation split."""
     evaluating = bool(eval_sets)
     args = trainer_arguments(config, max_steps=total_steps, total_steps=total_steps, evaluating=evaluating,
                              train_batch_size=max(sampler.batch_sizes))
+    head_lr = config.head_learning_rate or config.learning_rate
+
+    def evaluator(model: MultiTaskModel, batch_size: int) -> dict[str, float]:
+        per_task = {name: evaluate_task(model, name, ds, batch_size=batch_size) for name, ds in eval_sets.items()}
+        return summarize(model, per_task, config.select_on)
+
     return make_trainer(
-        MultiTaskTrainer, config, args, evaluating=evaluating, callbacks=callbacks,
+        ContrastfitTrainer, config, args, evaluating=evaluating, callbacks=callbacks,
         model=model, train_dataset=rows, eval_dataset=eval_sets or None,
         data_collator=MultiTaskCollator(model.tokenizer, model.tasks),
-        batch_sampler=sampler, eval_sets=eval_sets, head_learning_rate=config.head_learning_rate,
-        select_on=config.select_on)
+        batch_sampler=lambda rows, batch_size, seed: sampler,
+        param_groups=lambda m: [ParamGroup("heads", list(m.heads.parameters()), head_lr)],
+        evaluator=evaluator if evaluating else None)
 
 
-def _selection_record(trainer: MultiTaskTrainer, config: Any) -> dict[str, Any]:
+def _selection_record(trainer: ContrastfitTrainer, model: MultiTaskModel, eval_sets: dict[str, Any],
+                      config: Any) -> dict[str, Any]:
     history = selection_record(trainer, config.early_stopping_patience)
     evals, best_step = history["evaluations"], history["best_step"]
-    model = trainer._model()
     per_task_best = {}
-    for name in trainer.eval_sets:
+    for name in eval_sets:
         spec = model.task(name)
         key = f"{name}_{spec.metric}"
         scored = [e for e in evals if key in e]

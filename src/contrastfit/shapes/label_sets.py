@@ -31,7 +31,8 @@ from typing import Any
 import datasets
 import numpy as np
 
-from ..data.multilabel import is_multilabel, label_counts, load_multilabel, random_subset, sample_per_label
+from ..data.multilabel import (MultiLabelBatchSampler, is_multilabel, label_counts, load_multilabel, random_subset,
+                              sample_per_label)
 from ..data.sampling import derive_seed
 from ..data.types import LABEL, TEXT, TEXT_PAIR, TextData
 from ..encoders import TextEncoder, load_backbone
@@ -93,6 +94,7 @@ class LabelSets(TaskShape):
 
     selection_rule = ("the checkpoint with the best validation metric at threshold 0.5, ties broken by the lower "
                       "validation BCE, is kept (Trainer load_best_model_at_end)")
+    balanced_sampler = MultiLabelBatchSampler  # every row gets a row sharing one of its labels
 
     def check(self, config: Any) -> None:
         check_multilabel_config(config)

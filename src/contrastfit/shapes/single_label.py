@@ -13,7 +13,7 @@ import datasets
 from transformers import TrainerCallback
 
 from ..card import label_examples
-from ..data import TextData, data_hash, load_data, sample_per_class, sample_stratified
+from ..data import ClassBalancedBatchSampler, TextData, data_hash, load_data, sample_per_class, sample_stratified
 from ..data.descriptions import attach_label_descriptions
 from ..data.loading import VALIDATION_SPLIT
 from ..data.overlap import row_sketch
@@ -28,8 +28,8 @@ from ..methods import get_method
 from ..modeling import ContrastiveClassifier
 from ..pipeline import Clock, Fitted, TrainResult, WeightInterpolation, fit, selection_record, write_outputs
 from ..record import Record
-from ..trainer import (build_trainer, resolve_schedule, selection_metric, tokenize_dataset,
-                       with_method_defaults)
+from ..trainer import (BatchSamplerFactory, build_trainer, label_batches, resolve_schedule, selection_metric,
+                       tokenize_dataset, with_method_defaults)
 from ..versions import library_versions
 
 #: The default recipe: what `contrastfit train --data FILE` trains with no --method (docs/concepts/default-recipe.md).
@@ -75,6 +75,8 @@ class Run:
     trainer: Any = None
     train_ds: datasets.Dataset | None = None
     epochs: float = 0.0
+    #: the batches' sampler where the shape builds it itself (a multi-task run's task schedule)
+    batches: Any = None
     pooling: str = ""
     #: validation selection: of the kept step (by ``metric``), of the head stage's epoch
     selecting: bool = False
@@ -227,8 +229,8 @@ class TaskShape:
         run.metric = self.selection_metric(config, model.task)
         eval_ds = tokenize_dataset(prepared.validation, model.tokenizer, model.max_length) if run.selecting else None
         run.trainer = build_trainer(config, model, run.train_ds, run.epochs, max_steps=max_steps, eval_ds=eval_ds,
-                                    callbacks=callbacks, compute_metrics=self.compute_metrics(model.label_names,
-                                                                                              run.metric))
+                                    callbacks=callbacks, batch_sampler=self.batch_sampler(config, model),
+                                    compute_metrics=self.compute_metrics(model.label_names, run.metric))
 
     def fit(self, run: Run, output: Path) -> bool:
         """Fine-tune (from ``run.resumed_from``), then what follows it: LP-FT's probe head first, WiSE-FT's
@@ -280,6 +282,15 @@ class TaskShape:
     def compute_metrics(self, label_names: list[str] | None, metric: str) -> Any:
         """The Trainer's validation metrics (None: the single-label ones)."""
         return None
+
+    #: The sampler of ``--sampler balanced``'s batches: at least two examples of every class in a batch.
+    balanced_sampler = ClassBalancedBatchSampler
+
+    def batch_sampler(self, config: Any, model: ContrastiveClassifier) -> BatchSamplerFactory | None:
+        """The Trainer's training batches: :attr:`balanced_sampler`'s with ``--sampler balanced`` on
+        labels, else (None) the library's shuffled ones."""
+        balanced = config.sampler == "balanced" and model.task == "classification"
+        return label_batches(self.balanced_sampler) if balanced else None
 
     def fit_head(self, model: ContrastiveClassifier, train_ds: datasets.Dataset, collator, config: Any, *,
                  probe: bool = False, validation_ds: datasets.Dataset | None = None) -> dict[str, Any]:
