@@ -52,7 +52,7 @@ def weights_hash(module) -> str:
 
 def stable(record: dict, work: Path) -> dict:
     """``record`` without what differs between two runs of the same job."""
-    record = json.loads(json.dumps(dict(record), default=str))
+    record = json.loads(json.dumps(record.to_dict() if hasattr(record, "to_dict") else dict(record), default=str))
     for key in ("timings", "versions", "identity"):
         record.pop(key, None)
     for entry in record.get("log_history", []):

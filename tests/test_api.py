@@ -71,7 +71,7 @@ def test_texts_and_labels_train_without_an_output_folder_and_save_later(tiny_enc
     assert result.model.label_names == ["negative", "positive"]  # sorted, as a file's
     source = result["data"]["source"]
     assert source["kind"] == "memory" and source["rows"] == 24 and len(source["hash"]) == 16
-    assert "/" not in json.dumps(source)  # no path anywhere
+    assert "/" not in json.dumps(source.to_dict())  # no path anywhere
     # 24 rows: 10% held out for validation, as for a file
     assert (result["data"]["train_size"], result["data"]["validation_size"]) == (21, 3)
     assert set(result.metrics) == {"validation"}
@@ -81,7 +81,7 @@ def test_texts_and_labels_train_without_an_output_folder_and_save_later(tiny_enc
     loaded = ContrastiveClassifier.from_pretrained(folder, device=result.model.device)
     np.testing.assert_array_equal(loaded.predict_logits(probe), result.model.predict_logits(probe))
     saved = json.loads((folder / "contrastfit.json").read_text())
-    assert saved["data"]["source"] == source and saved["data"]["train_hash"] == result["data"]["train_hash"]
+    assert saved["data"]["source"] == source.to_dict() and saved["data"]["train_hash"] == result["data"]["train_hash"]
 
 
 def test_validation_is_held_out_only_where_the_run_chooses_something_on_it(tiny_encoder_dir):

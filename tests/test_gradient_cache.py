@@ -429,7 +429,7 @@ def test_resume_with_caching_gives_the_uninterrupted_model(tmp_path, tiny_encode
               gradient_cache_chunk=3, use_cpu=device == "cpu")
     full = train(output=str(tmp_path / "full"), **kw)
     cut = train(output=str(tmp_path / "cut"), callbacks=[StopAt()], **kw)
-    assert cut["interrupted_at_step"] == 2 and not (tmp_path / "cut" / "results.json").exists()
+    assert cut.interrupted.at_step == 2 and not (tmp_path / "cut" / "results.json").exists()
     resumed = train(output=str(tmp_path / "cut"), resume=True, **kw)
     assert full.model.device.type == resumed.model.device.type == device
     assert resumed["training"]["resumed_from"].endswith("checkpoint-2")

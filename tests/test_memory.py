@@ -254,7 +254,7 @@ def test_resume_restores_the_memory_and_the_saved_model_does_not_carry_it(tmp_pa
     assert spy.held == [8, 8, 8, 8]
     assert full["training"]["memory_size"] == 8 and full["training"]["steps"] == 4
     cut = train(output=str(tmp_path / "cut"), callbacks=[StopAt()], **kw)
-    assert cut["interrupted_at_step"] == 2
+    assert cut.interrupted.at_step == 2
     state = load_file(str(tmp_path / "cut" / "checkpoints" / "checkpoint-2" / "model.safetensors"))
     assert int(state["method.memory.count"]) == 8 and state["method.memory.embeddings"].abs().sum() > 0
     for other, saying in ((4, "--memory-size 4"), (None, "none")):  # resuming with another memory: refused
@@ -278,7 +278,7 @@ def test_resume_restores_the_memory_and_the_saved_model_does_not_carry_it(tmp_pa
 
     # the control: a resume whose memory was not restored (buffers skipped on load) ends elsewhere
     cut2 = train(output=str(tmp_path / "cut2"), callbacks=[StopAt()], **kw)
-    assert cut2["interrupted_at_step"] == 2
+    assert cut2.interrupted.at_step == 2
     monkeypatch.setattr(CrossBatchMemory, "_load_from_state_dict", lambda self, *args, **kwargs: None)
     lost = train(output=str(tmp_path / "cut2"), resume=True, **kw)
     assert np.abs(lost.model.predict_logits(texts) - full.model.predict_logits(texts)).max() > 1e-4

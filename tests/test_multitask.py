@@ -320,7 +320,7 @@ def test_two_task_run_reloads_with_identical_predictions(tmp_path, tiny_encoder_
     assert all(isinstance(v, float) for v in reloaded.predict(texts, seconds, task="sts"))
     # the record: each task's spec, data hashes and metrics; the average of the selection metrics
     record = json.loads((tmp_path / "run" / "results.json").read_text())
-    assert record == json.loads(json.dumps(dict(result)))
+    assert record == result.to_dict()
     for name in ("sent", "sts"):
         data = record["tasks"][name]["data"]
         assert len(data["train_hash"]) == 16 and len(data["validation_hash"]) == 16 and data["train_size"] > 0
@@ -422,7 +422,8 @@ def test_an_interrupted_run_resumes_to_the_uninterrupted_model(tmp_path, tiny_en
     kw = dict(select_best=False, batch_size=16, max_steps=7, save_steps=2, schedule="proportional")
     full = _run(tmp_path, tiny_encoder_dir, tasks, name="full", **kw)
     cut = _run(tmp_path, tiny_encoder_dir, tasks, name="cut", callbacks=[StopAt(3)], **kw)
-    assert cut == {"interrupted_at_step": 3, "checkpoint": str(tmp_path / "cut" / "checkpoints" / "checkpoint-3")}
+    assert cut.interrupted.to_dict() == {"at_step": 3, "checkpoint": str(tmp_path / "cut" / "checkpoints" / "checkpoint-3")}
+    assert cut.metrics == {} and cut.training == {}
     assert not (tmp_path / "cut" / "results.json").exists() and not (tmp_path / "cut" / "contrastfit.json").exists()
     with pytest.raises(ConfigError, match="holds an unfinished run; resume it"):
         _run(tmp_path, tiny_encoder_dir, tasks, name="cut", **kw)

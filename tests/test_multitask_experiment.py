@@ -253,7 +253,7 @@ def test_every_variant_runs_resumes_after_a_kill_and_is_reported(tmp_path, tiny_
         stage1 = record["stage1"]
         assert stage1["method"] == method and record["model"] == stage1["encoder"] == str(out / stage1["folder"])
         pre = read_pretrain_record(stage1["encoder"])
-        assert pre.model == str(tiny_encoder_dir) and pre.training.steps == 2 and pre.seed == 0
+        assert pre.base_model == str(tiny_encoder_dir) and pre.training.steps == 2 and pre.seed == 0
         assert record["timings"]["stage1_s"] == stage1["train_s"] > 0
         corpus = Path(stage1["encoder"] + ".corpus.txt").read_text(encoding="utf-8").splitlines()
         assert corpus == task_corpus(config.tasks, 30, 0) and pre.data.n_texts == 30

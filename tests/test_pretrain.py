@@ -49,10 +49,10 @@ def test_text_corpus_gives_a_plain_encoder_folder_with_moved_weights(tmp_path, t
     # the pooling it was trained with is what later runs use by default
     assert default_pooling(str(out)) == "mean" and default_pooling(str(tiny_encoder_dir)) == "cls"
     record = read_pretrain_record(out)
-    assert record.to_dict() == json.loads((out / RECORD_NAME).read_text()) == dict(result)
+    assert record.to_dict() == json.loads((out / RECORD_NAME).read_text()) == result.to_dict()
     assert record.kind == "pretrain" and record.version == 1 and len(record.identity.sha256) == 64
     assert record.method == "simcse-unsup" and record.hparams == {"temperature": 0.05}
-    assert record.model == str(tiny_encoder_dir) and record.training.pooling == "mean"
+    assert record.base_model == str(tiny_encoder_dir) and record.training.pooling == "mean"
     assert record.training.steps == 3 and record.training.learning_rate == 1e-3
     assert record.training.weight_decay == 0.1  # the report's
     corpus = record.data

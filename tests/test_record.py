@@ -34,7 +34,7 @@ def test_version_0_records_load_and_round_trip(kind):
     assert Record.from_dict(out) == record and Record.from_dict(json.loads(json.dumps(out))) == record
     # every entry of the old record is kept, where version 1 keeps it
     if kind == "pretrain":
-        assert record.model == raw["base_model"] and record.data.to_dict() == raw["corpus"]
+        assert record.base_model == raw["base_model"] and record.data.to_dict() == raw["corpus"]
         assert {k: getattr(record.training, k) for k in ("pooling", "max_length", "base_model_path")} == \
             {k: raw[k] for k in ("pooling", "max_length", "base_model_path")}
     else:
@@ -75,7 +75,7 @@ def test_a_run_writes_the_record_it_returns_with_its_identity(tmp_path, tiny_enc
                 epochs=1, batch_size=8, progress=False, select_best=False)
     first = train(output=str(tmp_path / "a"), **opts)
     written = read_record(tmp_path / "a" / RESULTS_NAME)
-    assert written == first.record and written.to_dict() == dict(first)
+    assert written == first.record and written.to_dict() == first.to_dict()
     assert written.kind == "train" and written.version == RECORD_VERSION
     assert len(written.identity.sha256) == 64 and record_identity(first) == written.identity_sha256
     assert written.identity.spec["data"]["train_hash"] == written.data.train_hash

@@ -169,7 +169,7 @@ def test_resume_after_interruption(tmp_path, tiny_encoder_dir, sentiment_csv):
     kwargs = dict(epochs=3, save_steps=2, shots=8, select_best=False)
     full = _train(tmp_path, tiny_encoder_dir, sentiment_csv, name="full", **kwargs)
     partial = _train(tmp_path, tiny_encoder_dir, sentiment_csv, name="cut", callbacks=[StopAt(3)], **kwargs)
-    assert partial["interrupted_at_step"] == 3 and partial["checkpoint"].endswith("checkpoint-3")
+    assert partial.interrupted.at_step == 3 and partial.interrupted.checkpoint.endswith("checkpoint-3")
     assert not (tmp_path / "cut" / "results.json").exists() and not (tmp_path / "cut" / "contrastfit.json").exists()
     with pytest.raises(ConfigError, match="unfinished run"):
         _train(tmp_path, tiny_encoder_dir, sentiment_csv, name="cut", **kwargs)
@@ -204,7 +204,7 @@ def test_resume_refuses_a_checkpoint_that_would_run_code(tmp_path, tiny_encoder_
     kwargs = dict(epochs=2, save_steps=2, shots=8, select_best=False)
     partial = _train(tmp_path, tiny_encoder_dir, sentiment_csv, name="cut", callbacks=[StopAt(2)], **kwargs)
     target = tmp_path / "cut" / "checkpoints" / "checkpoint-2" / name
-    assert partial["checkpoint"].endswith("checkpoint-2") and target.is_file()
+    assert partial.interrupted.checkpoint.endswith("checkpoint-2") and target.is_file()
     marker = tmp_path / "code-ran"
     _poison(target, marker)
     torch.load(target, weights_only=False)  # the payload is live: plain unpickling runs it
@@ -249,7 +249,7 @@ def test_checkpoint_files_get_the_modes_the_umask_gives(tmp_path, tiny_encoder_d
         partial = _train(tmp_path, tiny_encoder_dir, sentiment_csv, name="cut", callbacks=[StopAt(2)], **kwargs)
     finally:
         os.umask(old)
-    checkpoint = Path(partial["checkpoint"])
+    checkpoint = Path(partial.interrupted.checkpoint)
     files = sorted(p for p in (tmp_path / "cut" / "checkpoints").rglob("*") if p.is_file())
     assert checkpoint / "model.safetensors" in files and checkpoint / "optimizer.pt" in files
     assert {p.name: oct(stat.S_IMODE(p.stat().st_mode)) for p in files} == {p.name: "0o644" for p in files}

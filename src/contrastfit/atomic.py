@@ -121,9 +121,12 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
 
 def json_default(obj: Any) -> Any:
     """``json.dump``'s ``default`` for what results hold besides plain JSON: NumPy scalars and arrays
-    and torch tensors (anything with ``tolist``), paths, sets (as sorted lists)."""
+    and torch tensors (anything with ``tolist``), a record's typed entries (anything with ``to_dict``),
+    paths, sets (as sorted lists)."""
     if hasattr(obj, "tolist"):
         return obj.tolist()
+    if hasattr(obj, "to_dict"):
+        return obj.to_dict()
     if isinstance(obj, os.PathLike):
         return os.fspath(obj)
     if isinstance(obj, (set, frozenset)):

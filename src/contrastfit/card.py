@@ -321,7 +321,7 @@ def model_card(record: Record | dict[str, Any], config: dict[str, Any]) -> str:
     multi_label = bool(data.get("multi_label", config.get("multi_label", False)))
     pairs = bool(data.get("text_pair", False))
     names = _REGRESSION if task == "regression" else _MULTILABEL if multi_label else _CLASSIFICATION
-    base = record.model or config.get("base_model")
+    base = record.base_model or config.get("base_model")
     shown_base = hub_base_model(base) or (Path(str(base)).name if base else "?")
     title = f"{method} on {data.get('name', '?')}"
 
@@ -428,7 +428,7 @@ def multitask_card(record: Record | dict[str, Any], config: dict[str, Any] | Non
     tasks = record.tasks or {}
     specs = {name: t.spec or {} for name, t in tasks.items()}
     task_data = {name: t.data.to_dict() if t.data else {} for name, t in tasks.items()}
-    base = record.model
+    base = record.base_model
     shown_base = hub_base_model(base) or (Path(str(base)).name if base else "?")
     kinds = sorted({s.get("type", "?") for s in specs.values()})
     metric_names = sorted({s["metric"] for s in specs.values() if s.get("metric")})

@@ -41,7 +41,7 @@ from .distributed import cpu_processes, world
 from .errors import ConfigError
 from .modeling import ContrastiveClassifier
 from .progress import progress_bars
-from .record import RESULTS_NAME, Record, read_record
+from .record import RESULTS_NAME, Interrupted, Record, read_record
 
 #: Validation metrics where lower is better (everything else: higher is better).
 LOWER_IS_BETTER = {"mse", "loss"}
@@ -216,12 +216,12 @@ def grouped_optimizer(trainer: Trainer, model: torch.nn.Module,
 @dataclass
 class Fitted:
     """What :func:`fit` did: the mean training loss, the checkpoint it resumed from, and, when a callback
-    stopped training before the planned steps (early stopping aside), ``interrupted``: the record of an
-    unfinished run, ``{"interrupted_at_step": N, "checkpoint": PATH or None}``."""
+    stopped training before the planned steps (early stopping aside), ``interrupted``: the step it
+    reached and its last checkpoint (:class:`~contrastfit.record.Interrupted`)."""
 
     train_loss: float
     resumed_from: str | None
-    interrupted: dict[str, Any] | None
+    interrupted: Interrupted | None
 
 
 def fit(trainer: Trainer, output: str | Path, resume_from: str | None = None) -> Fitted:
@@ -232,7 +232,7 @@ def fit(trainer: Trainer, output: str | Path, resume_from: str | None = None) ->
     state = trainer.state
     interrupted = None
     if state.global_step < state.max_steps and not stopped_early(trainer):
-        interrupted = {"interrupted_at_step": state.global_step, "checkpoint": last_checkpoint(output)}
+        interrupted = Interrupted(at_step=state.global_step, checkpoint=last_checkpoint(output))
     return Fitted(float(out.training_loss), resume_from, interrupted)
 
 
@@ -331,42 +331,39 @@ def print_summary(label: str, metrics: dict[str, Any], train_s: float) -> None:
     print(f"{label}: {json.dumps(_rounded(metrics))}  ({train_s:.0f}s training)")
 
 
-class TrainResult(dict):
-    """The run's record (the contents of ``results.json``: :class:`contrastfit.record.Record`'s
-    :meth:`~contrastfit.record.Record.to_dict`) with the trained model as ``.model`` (loaded from the
-    output folder on first use, with :attr:`model_class`'s ``from_pretrained``, when the run had
-    finished earlier) and its folder as ``.output`` (None: a temporary one). ``.record`` is the typed
-    record (the one the job wrote, or the dict read once). :class:`contrastfit.multitask.MultiTaskResult`
-    and :class:`contrastfit.pretrain.PretrainResult` are the same with another model class."""
+class TrainResult(Record):
+    """What a job returns: its :class:`~contrastfit.record.Record` (the contents of ``results.json``, typed;
+    read as attributes, ``result.metrics["test"].accuracy``, or by key as the JSON has it), with the
+    trained model as ``.model`` (loaded from the output folder on first use, with :attr:`model_class`'s
+    ``from_pretrained``, when the run had finished earlier) and its folder as ``.output`` (None: a
+    temporary one). ``record.base_model`` is the encoder the run started from. A run a callback stopped
+    returns ``interrupted`` (:class:`~contrastfit.record.Interrupted`) and nothing else.
+    :class:`contrastfit.multitask.MultiTaskResult` and :class:`contrastfit.pretrain.PretrainResult` are
+    the same with another model class."""
 
-    #: what ``.model`` loads a finished run's folder with
+    #: what ``.model`` loads a finished run's folder with (None: :class:`ContrastiveClassifier`)
     model_class: Any = None
-
-    def __init__(self, record: dict[str, Any], model: Any = None, output: str | None = None):
-        super().__init__(record)
-        self._model = model
-        self.output = output
-        #: False: loading ``.model`` from the folder shows no progress bar (the run's ``progress``)
-        self.progress = True
-        self._record: Record | None = None
+    output: str | None = None
+    #: False: loading ``.model`` from the folder shows no progress bar (the run's ``progress``)
+    progress: bool = True
+    _model: Any = None
 
     @classmethod
     def of(cls, record: Record, model: Any = None, output: str | None = None) -> TrainResult:
-        """The result of the typed ``record`` (its dict, and the record itself as :attr:`record`)."""
-        result = cls(record.to_dict(), model, output)
-        result._record = record
+        """The result of ``record``, with ``model`` (None: loaded from ``output`` when asked for)."""
+        result = cls(**{f.name: getattr(record, f.name) for f in dataclasses.fields(record)})
+        result._model, result.output = model, output
         return result
 
-    @property
-    def metrics(self) -> dict[str, Any]:
-        return self["metrics"]
+    @classmethod
+    def stopped(cls, interrupted: Interrupted, model: Any = None) -> TrainResult:
+        """The result of a run a callback stopped: ``interrupted`` (:attr:`Fitted.interrupted`) and the model."""
+        return cls.of(Record(interrupted=interrupted), model)
 
     @property
     def record(self) -> Record:
-        """The record as a :class:`~contrastfit.record.Record`."""
-        if self._record is None:
-            self._record = Record.from_dict(self)
-        return self._record
+        """The record (this result itself, a :class:`~contrastfit.record.Record`)."""
+        return self
 
     @property
     def model(self) -> Any:

@@ -46,7 +46,7 @@ from .errors import ContrastfitError, ModelError
 from .identity import record_identity
 
 __all__ = ["KINDS", "RECORD_VERSION", "RESULTS_NAME", "Calibration", "Corpus", "DataSource", "Identity", "ModelData",
-           "Metrics", "ModelInfo", "MultiTaskModelInfo", "MultiTaskTraining", "PretrainTraining", "Record", "RunData",
+           "Interrupted", "Metrics", "ModelInfo", "MultiTaskModelInfo", "MultiTaskTraining", "PretrainTraining", "Record", "RunData",
            "Sampling", "Schedule", "SplitMetrics", "TaskEntry", "Training", "read_record"]
 
 #: The record of a run of ``train`` or ``train_multitask``, in its output folder.
@@ -62,15 +62,38 @@ _PRETRAIN_V0_TRAINING = ("base_model_path", "pooling", "max_length")
 Number = Union[int, float]
 
 
-class Entry(BaseModel):
+class Entry(BaseModel, Mapping):
     """A nested entry of a record: what the writers put there, declared and typed. An entry a writer of
     another version added is kept as written (``extra``), and :meth:`to_dict` gives back the keys that
-    were given, so a record reads and writes again unchanged."""
+    were given, so a record reads and writes again unchanged.
+
+    Read as attributes (``record.training.steps``) or, as the JSON has them, by key (``["steps"]``,
+    ``.get``, ``in``, ``.items()``): a read-only mapping of the entries given, so ``"mse" in metrics`` is
+    False for a classifier's."""
 
     model_config = ConfigDict(extra="allow")
 
     def to_dict(self) -> dict[str, Any]:
         return self.model_dump(exclude_unset=True)
+
+    def __getitem__(self, key: str) -> Any:
+        if key not in self.model_fields_set:  # the entries given, extra ones included
+            raise KeyError(key)
+        return getattr(self, key)
+
+    def __iter__(self):  # the entries given, in order (a Mapping's keys, not pydantic's (name, value) pairs)
+        return iter(self.to_dict())
+
+    def __len__(self) -> int:
+        return len(self.model_fields_set)
+
+    def __eq__(self, other: object) -> bool:
+        """Equal to an entry of the same entries, or to a plain mapping of them (the JSON's)."""
+        if isinstance(other, Mapping) and not isinstance(other, BaseModel):
+            return self.to_dict() == dict(other)
+        return super().__eq__(other)
+
+    __hash__ = None  # type: ignore[assignment]  (mutable, like the dicts it stands for)
 
 
 class Sampling(Entry):
@@ -235,12 +258,11 @@ class Schedule(Entry):
     batches_per_task: dict[str, int] | None = None
 
 
-class SplitMetrics(Entry, Mapping):
+class SplitMetrics(Entry):
     """A run's scores on one split (``record.metrics[split]``): read as attributes
-    (``record.metrics["test"].accuracy``) or, as the JSON has them, by key (``["accuracy"]``, ``.get``,
-    ``in``, ``.items()``: a mapping of the entries the run wrote, so ``"mse" in metrics`` is False for
-    a classifier). Which entries a run has depends on its task: classes, a regression target, label
-    sets; a multi-task run's split holds ``average`` and each task's headline metrics under its name."""
+    (``record.metrics["test"].accuracy``) or by key (``["accuracy"]``). Which entries a run has depends
+    on its task: classes, a regression target, label sets; a multi-task run's split holds ``average``
+    and each task's headline metrics under its name."""
 
     n: int | None = None
     # classes (contrastfit.evaluation.metrics.classification_metrics; probability_metrics)
@@ -268,17 +290,6 @@ class SplitMetrics(Entry, Mapping):
     # a multi-task run: the mean of the tasks' selection metrics (each task's metrics: extra entries)
     average: Number | None = None
 
-    def __getitem__(self, key: str) -> Any:
-        if key not in self.model_fields_set:  # the entries given, extra ones included
-            raise KeyError(key)
-        return getattr(self, key)
-
-    def __iter__(self):  # the entries written, in order (a Mapping's keys, not pydantic's (name, value) pairs)
-        return iter(self.to_dict())
-
-    def __len__(self) -> int:
-        return len(self.model_fields_set)
-
 
 #: ``{split: SplitMetrics}``
 Metrics = dict[str, SplitMetrics]
@@ -290,6 +301,14 @@ class TaskEntry(Entry):
     spec: dict[str, Any] | None = None
     data: RunData | None = None
     metrics: Metrics | None = None
+
+
+class Interrupted(Entry):
+    """A run a callback stopped before its planned steps (nothing of it is written): the step it
+    reached and its last checkpoint (None: none kept, or it was in a temporary folder)."""
+
+    at_step: int
+    checkpoint: str | None = None
 
 
 class Identity(Entry):
@@ -396,16 +415,18 @@ _TRAINING = {"train": Training, "multitask": MultiTaskTraining, "pretrain": Pret
 
 
 @dataclass
-class Record:
+class Record(Mapping):
     """One run's record (see the module docstring). Entries a kind has not (``data`` of a multi-task run,
-    ``tasks`` of a single-task one) are None and left out of :meth:`to_dict`."""
+    ``tasks`` of a single-task one) are None and left out of :meth:`to_dict`. Read as attributes
+    (``record.training.steps``), or by key as the JSON has it (``record["training"]["steps"]``: a
+    read-only mapping of :meth:`to_dict`'s entries, typed)."""
 
     kind: str = "train"
     method: str | None = None
     #: the method's resolved hyper-parameters (multitask: None, each task's objective is in its spec)
     hparams: dict[str, Any] | None = None
-    #: the encoder the run started from (a built-in name, a local folder or a Hub name)
-    model: str | None = None
+    #: the encoder the run started from (a built-in name, a local folder or a Hub name); ``model`` in the JSON
+    base_model: str | None = None
     seed: int | None = None
     #: train: the data (:class:`RunData`); pretrain: the corpus (:class:`Corpus`)
     data: RunData | Corpus | None = None
@@ -424,23 +445,45 @@ class Record:
     #: the run identity (None: a record written before identities)
     identity: Identity | None = None
     log_history: list[dict[str, Any]] = field(default_factory=list)
+    #: a run a callback stopped (:class:`Interrupted`; such a record is returned, never written)
+    interrupted: Interrupted | None = None
     version: int = RECORD_VERSION
 
     def __post_init__(self) -> None:
         """Each nested entry as its typed model (a writer may hand in plain dicts)."""
-        if isinstance(self.data, Mapping):
-            self.data = (Corpus if self.kind == "pretrain" else RunData).model_validate(self.data)
-        if isinstance(self.training, Mapping):
-            self.training = _TRAINING[self.kind].model_validate(self.training)
-        if isinstance(self.identity, Mapping):
-            self.identity = Identity.model_validate(self.identity)
-        if isinstance(self.schedule, Mapping):
-            self.schedule = Schedule.model_validate(self.schedule)
+        self.data = _typed(Corpus if self.kind == "pretrain" else RunData, self.data)
+        self.training = _typed(_TRAINING[self.kind], self.training)
+        self.identity = _typed(Identity, self.identity)
+        self.schedule = _typed(Schedule, self.schedule)
+        self.interrupted = _typed(Interrupted, self.interrupted)
         if self.tasks is not None:
-            self.tasks = {name: TaskEntry.model_validate(t) if isinstance(t, Mapping) else t
-                          for name, t in self.tasks.items()}
-        self.metrics = {split: m if isinstance(m, SplitMetrics) else SplitMetrics.model_validate(m)
-                        for split, m in self.metrics.items()}
+            self.tasks = {name: _typed(TaskEntry, t) for name, t in self.tasks.items()}
+        self.metrics = {split: _typed(SplitMetrics, m) for split, m in self.metrics.items()}
+
+    # -- read by key, as the JSON has it
+
+    def __getitem__(self, key: str) -> Any:
+        name = _JSON_NAMES.get(key, key)
+        value = getattr(self, name, None) if name in _FIELDS else None
+        if value is None:
+            raise KeyError(key)
+        return value
+
+    def __iter__(self):
+        return iter(self.to_dict())
+
+    def __len__(self) -> int:
+        return len(self.to_dict())
+
+    def __eq__(self, other: object) -> bool:
+        """Equal to a record (of any result class) or a mapping with the same JSON."""
+        if isinstance(other, Record):
+            return self.to_dict() == other.to_dict()
+        if isinstance(other, Mapping):
+            return self.to_dict() == dict(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
 
     # -- reading and writing
 
@@ -455,7 +498,7 @@ class Record:
                 value = value.to_dict()
             elif f.name in ("tasks", "metrics"):
                 value = {name: entry.to_dict() for name, entry in value.items()}
-            out[f.name] = value
+            out[_FIELD_KEYS.get(f.name, f.name)] = value
         return out
 
     @classmethod
@@ -477,7 +520,7 @@ class Record:
         kind = values.setdefault("kind", "train")
         if kind not in KINDS:
             raise ContrastfitError(f"{where}: unknown kind {kind!r} (one of {', '.join(KINDS)})")
-        known = {f.name for f in fields(cls)}
+        values = {_JSON_NAMES.get(k, k): v for k, v in values.items()}
         for name in ("hparams", "data", "tasks", "schedule", "training", "metrics", "timings", "versions", "tags",
                      "identity"):
             if values.get(name) is not None and not isinstance(values[name], Mapping):
@@ -491,7 +534,7 @@ class Record:
             if not isinstance(scores, Mapping):
                 raise ContrastfitError(f"{where}: metrics.{split} is not a mapping (got {str(scores)[:60]!r})")
         try:
-            return cls(**{k: v for k, v in values.items() if k in known and v is not None}, version=RECORD_VERSION)
+            return cls(**{k: v for k, v in values.items() if k in _FIELDS and v is not None}, version=RECORD_VERSION)
         except ValidationError as exc:
             raise ContrastfitError(f"{where}: {_first_error(exc)}") from None
 
@@ -524,6 +567,17 @@ class Record:
     @property
     def label_names(self) -> list[str] | None:
         return self.run_data.label_names
+
+
+#: The record's attributes, and those whose JSON key is another (the encoder a run started from is ``model``).
+_FIELDS = frozenset(f.name for f in fields(Record))
+_FIELD_KEYS = {"base_model": "model"}
+_JSON_NAMES = {key: name for name, key in _FIELD_KEYS.items()}
+
+
+def _typed(model: type[Entry], value: Any) -> Any:
+    """``value`` as ``model`` where a writer handed in a plain mapping (an entry or None: as it is)."""
+    return model.model_validate(value) if isinstance(value, Mapping) and not isinstance(value, Entry) else value
 
 
 def _from_v0(values: dict[str, Any]) -> dict[str, Any]:

@@ -312,7 +312,7 @@ def train(config: TrainConfig | Any = None, *, texts: Any = None, labels: Any = 
     stops training (``control.should_training_stop``) before the planned number of steps, other than
     early stopping on validation, leaves the run **unfinished**, as a crash would: no model and no
     ``results.json`` are written, the checkpoints are kept (set ``control.should_save`` too for one at
-    that step), and the returned record is ``{"interrupted_at_step": N, "checkpoint": PATH or None}``;
+    that step), and the returned record has only ``interrupted`` (``.at_step``, ``.checkpoint``: PATH or None);
     ``resume=True`` continues the run from that checkpoint. Resuming loads the checkpoint with
     weights-only unpickling (:func:`contrastfit.checkpoints.weights_only_loading`).
     """
@@ -349,8 +349,8 @@ def train(config: TrainConfig | Any = None, *, texts: Any = None, labels: Any = 
         with tempfile.TemporaryDirectory(prefix="contrastfit-run-") as folder:
             # no resumable checkpoints: only the weights of the evaluated steps, for the best one
             result = _train(replace(config, output=folder, save_checkpoints=False), text_data, callbacks, keep=False)
-    if "interrupted_at_step" in result:
-        result["checkpoint"] = None  # it was in the temporary folder
+    if result.interrupted is not None:
+        result.interrupted.checkpoint = None  # it was in the temporary folder
     return result
 
 
@@ -415,7 +415,7 @@ def _train(config: Any, text_data: TextData | None, callbacks: list[TrainerCallb
     run.clock.mark("setup")
     run.resumed_from = resume_checkpoint(output) if config.resume else None
     if not shape.fit(run, output):
-        return shape.result_class(run.fitted.interrupted, run.model)
+        return shape.result_class.stopped(run.fitted.interrupted, run.model)
     run.clock.mark("train")
     run.metrics = shape.evaluate(run)
     run.clock.mark("eval")

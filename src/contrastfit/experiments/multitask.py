@@ -142,7 +142,7 @@ def stage1_encoder(config: MultiTaskExperimentConfig, name: str, seed: int, out:
             record = pretrain(entry.method, corpus, str(folder), model=spec["model"], seed=seed,
                               progress=progress, **opts).record
     return {"name": name, "encoder": str(folder), "folder": f"{ENCODERS_DIR}/{folder.name}", "method": record.method,
-            "hparams": record.hparams, "base_model": record.model,
+            "hparams": record.hparams, "base_model": record.base_model,
             "steps": record.training.steps, "train_loss": record.training.train_loss,
             "train_s": float(record.timings["train_s"]),
             "corpus": {k: getattr(record.data, k) for k in ("kind", "n_texts", "rows_hash", "sha256")}}

@@ -252,7 +252,7 @@ class RunRecord:
 
     @property
     def model(self) -> str | None:
-        return None if self.record.model is None else str(self.record.model)
+        return None if self.record.base_model is None else str(self.record.base_model)
 
     @property
     def log_history(self) -> tuple[dict[str, Any], ...]:

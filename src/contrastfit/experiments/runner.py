@@ -286,7 +286,7 @@ def _job_units(config: ExperimentConfig, out: Path, progress: bool) -> list[Unit
             if ("attributions" in config.analyses and job.run.setting == first_setting
                     and job.run.sample == 0 and job.seed == config.seeds[0]):  # what the report draws
                 save_attributions(result.model, job.run.data.test, folder, config.attributions.model_dump())
-            return dict(result)
+            return result.to_dict()
 
         return Unit(job.run_id, f"{job.label} {job.run.setting} sample={job.run.sample} seed={job.seed}", work,
                     claim={"variant": job.label, "setting": job.run.setting, "sample": job.run.sample,

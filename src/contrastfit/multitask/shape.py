@@ -317,7 +317,7 @@ def _record(config: Any, specs: list[TaskSpec], task_records: dict[str, Any], sc
     """The run's ``multitask`` record, with its identity: the settings, the resolved tasks and their data."""
     settings = {f.name: getattr(config, f.name) for f in fields(config) if f.name != "tasks"}
     return Record(
-        kind="multitask", model=config.model, seed=config.seed, tasks=task_records, schedule=schedule,
+        kind="multitask", base_model=config.model, seed=config.seed, tasks=task_records, schedule=schedule,
         select_on=config.select_on, training=training, metrics=metrics, timings=timings,
         versions=library_versions(), tags=config.tags, log_history=log_history,
         identity=run_identity("multitask", method=None, hparams={}, seed=config.seed, model=config.model,

@@ -116,8 +116,8 @@ def train_multitask(config: MultiTaskConfig | None = None, *, callbacks: list[Tr
 
     Interruption and resuming work as for :func:`contrastfit.training.train`: a callback that stops
     training before the planned steps (early stopping aside) leaves the run unfinished (checkpoints
-    kept, no model, no ``results.json``) and returns ``{"interrupted_at_step": N, "checkpoint":
-    PATH}``; ``resume=True`` continues from the last checkpoint (every ``torch.load`` weights-only) and
+    kept, no model, no ``results.json``) and returns a record with only ``interrupted`` (``.at_step``,
+    ``.checkpoint``); ``resume=True`` continues from the last checkpoint (every ``torch.load`` weights-only) and
     gives the model an uninterrupted run gives (the schedule's batches depend only on the seed and
     the epoch); on a finished run it returns the record in ``results.json``.
     """

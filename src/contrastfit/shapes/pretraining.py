@@ -190,7 +190,7 @@ class Pretraining(TaskShape):
                     "train_loss": run.fitted.train_loss, "pooling": run.pooling, "max_length": model.max_length,
                     "base_model_path": resolve_model(config.model)[0]}
         return Record(
-            kind="pretrain", method=config.method, hparams=hparams, model=config.model, seed=config.seed, data=source,
+            kind="pretrain", method=config.method, hparams=hparams, base_model=config.model, seed=config.seed, data=source,
             training=training, timings=run.clock.timings, versions=library_versions(),
             log_history=trainer.state.log_history,
             identity=run_identity("pretrain", method=config.method, hparams=hparams, seed=config.seed,

@@ -368,7 +368,7 @@ def train_record(config: Any, model: ContrastiveClassifier, data: dict[str, Any]
     the method, its hyper-parameters, the seed, the model and the data."""
     settings = {f.name: getattr(config, f.name) for f in fields(config) if f.name != "label_descriptions"}
     return Record(
-        kind="train", method=config.method, hparams=model.method.hparams, model=config.model, seed=config.seed,
+        kind="train", method=config.method, hparams=model.method.hparams, base_model=config.model, seed=config.seed,
         data=data, training=training, metrics=metrics, timings=clock.timings, versions=library_versions(),
         tags=config.tags, log_history=log_history,
         identity=run_identity("train", method=config.method, hparams=model.method.hparams, seed=config.seed,
