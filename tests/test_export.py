@@ -10,6 +10,7 @@ import pytest
 from contrastfit import ContrastiveClassifier
 from contrastfit.errors import ModelError
 from contrastfit.export import VERIFY_TEXTS, OnnxClassifier, export_onnx
+from contrastfit.outputs import CLASSES
 
 TEXTS = ["good fun film", "the plot was very dull and the actor was weak but the story was fine", "bad", "a great movie"]
 
@@ -104,7 +105,7 @@ def test_an_int8_export_is_quantised_checked_and_served(tmp_path, tiny_encoder_d
 class _Shifted:
     """A served model whose logits are PyTorch's plus a fixed shift (an int8 graph's error, made exact)."""
 
-    multi_label = False
+    outputs, temperature = CLASSES, 1.0
 
     def __init__(self, reference, shift):
         self.reference, self.shift = reference, shift
@@ -122,11 +123,11 @@ def test_int8_label_agreement_leaves_out_only_the_near_ties():
     reference = np.stack([np.zeros(4), np.log(p1 / (1 - p1))], axis=1)
     texts = ["0", "1", "2", "3"]
     # a shift that moves every probability by about 0.05 flips the near tie only
-    check = _parity(_Shifted(reference, np.array([0.0, -0.2])), reference, texts, None, 1.0, "classification")
+    check = _parity(_Shifted(reference, np.array([0.0, -0.2])), reference, texts, None, "classification")
     assert TIE_BAND == 0.05 and check["near_ties"] == 1
     assert check["label_agreement"] == 0.75 and check["decisive_agreement"] == 1.0
     # a larger shift also flips the decisive 0.6: it counts against the agreement
-    check = _parity(_Shifted(reference, np.array([0.0, -0.6])), reference, texts, None, 1.0, "classification")
+    check = _parity(_Shifted(reference, np.array([0.0, -0.6])), reference, texts, None, "classification")
     assert check["label_agreement"] == 0.5 and check["decisive_agreement"] == pytest.approx(2 / 3)
 
 

@@ -152,17 +152,20 @@ def test_the_probability_bound_holds_for_99_percent_of_the_texts_and_the_largest
     import numpy as np
 
     from contrastfit.export import _parity
+    from contrastfit.outputs import CLASSES
 
     rng = np.random.default_rng(0)
     reference = rng.normal(size=(200, 2)) * 3
 
     class Served:
+        outputs, temperature = CLASSES, 1.0
+
         def predict_logits(self, texts, pairs=None):
             index = [int(t) for t in texts]
             out = reference[index] + 0.01
             out[[k for k, i in enumerate(index) if i == 7], 0] += 2.0  # one text moves far
             return out
 
-    check = _parity(Served(), reference, [str(i) for i in range(200)], None, 1.0, "classification")
+    check = _parity(Served(), reference, [str(i) for i in range(200)], None, "classification")
     assert check["max_prob_diff"] > 0.1 > 0.05 > check["prob_diff_p99"]
     assert check["texts"] == 200 and check["batch_sizes"] == [1, 3, 200]

@@ -20,6 +20,7 @@ import pytest
 
 from contrastfit import ContrastiveClassifier
 from contrastfit.inference import load_for_inference
+from contrastfit.outputs import CLASSES, LABEL_SETS, REGRESSION
 from contrastfit.record import ModelInfo
 from contrastfit.serve import ServeOptions, make_app, make_server
 
@@ -193,6 +194,7 @@ class _Fixed:
 
     def __init__(self, task, labels, scores, **extra):
         self.task, self.label_names, self.info, self.scores = task, labels, ModelInfo(), np.array(scores)
+        self.outputs = REGRESSION if task == "regression" else LABEL_SETS
         self.__dict__.update(extra)
 
     def predict_proba(self, texts, pairs=None, batch_size=64):
@@ -437,7 +439,7 @@ class _Slow:
 
     def __init__(self, model, per_text: float = 0.0, fail_on: str | None = None):
         self.model, self.per_text, self.fail_on = model, per_text, fail_on
-        self.info, self.task, self.label_names = model.info, model.task, model.label_names
+        self.info, self.task, self.label_names, self.outputs = model.info, model.task, model.label_names, model.outputs
         self.calls: list[int] = []
         self.threads: list[int] = []
 
@@ -736,6 +738,7 @@ class _Numbered:
     def __init__(self, pause: float = 0.0, meet=None, fail_on: str | None = None):
         self.pause, self.meet, self.fail_on = pause, meet, fail_on
         self.info, self.task, self.label_names = ModelInfo(), "classification", ["negative", "positive"]
+        self.outputs = CLASSES
         self.passes: list[tuple[str, list[str]]] = []
 
     def __deepcopy__(self, memo):

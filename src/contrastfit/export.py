@@ -310,10 +310,9 @@ def _texts_or_defaults(texts: Sequence[str] | None, pairs: Sequence[str] | None,
 
 
 def _float_verification(served: OnnxClassifier, reference: np.ndarray, texts: list[str], pairs: list[str] | None,
-                        temperature: float, task: str, *, atol: float, output: str | os.PathLike,
-                        checked_on: dict[str, Any]) -> dict[str, Any]:
+                        task: str, *, atol: float, output: str | os.PathLike, checked_on: dict[str, Any]) -> dict[str, Any]:
     """The float graph's verification, once its logits match PyTorch's (else :class:`ModelError`)."""
-    check = _parity(served, reference, texts, pairs, temperature, task)
+    check = _parity(served, reference, texts, pairs, task)
     worst, same = check["max_abs_diff"], check["same_predictions"]
     if worst > atol or (task == "classification" and not same):
         raise ModelError(f"export: ONNX Runtime's logits differ from PyTorch's by {worst:.2e} (tolerance {atol:g})"
@@ -324,11 +323,11 @@ def _float_verification(served: OnnxClassifier, reference: np.ndarray, texts: li
 
 
 def _quantized_verification(served: OnnxClassifier, reference: np.ndarray, texts: list[str],
-                            pairs: list[str] | None, temperature: float, task: str, *, quantize: str,
+                            pairs: list[str] | None, task: str, *, quantize: str,
                             max_prob_diff: float, min_agreement: float, output: str | os.PathLike,
                             checked_on: dict[str, Any]) -> dict[str, Any]:
     """The quantised graph's verification, once it is within the thresholds (else :class:`ModelError`)."""
-    check = _parity(served, reference, texts, pairs, temperature, task)
+    check = _parity(served, reference, texts, pairs, task)
     check.update(max_prob_diff_allowed=max_prob_diff, min_label_agreement=min_agreement, runtime="onnxruntime",
                  check_data=checked_on)
     if check["prob_diff_p99"] > max_prob_diff or check["decisive_agreement"] < min_agreement:
@@ -344,32 +343,32 @@ def _quantized_verification(served: OnnxClassifier, reference: np.ndarray, texts
 
 
 def _verify_export(staging: Path, serving: dict[str, Any], reference: np.ndarray, texts: list[str],
-                   pairs: list[str] | None, temperature: float, task: str, *, atol: float, output: str | os.PathLike,
+                   pairs: list[str] | None, task: str, *, atol: float, output: str | os.PathLike,
                    checked_on: dict[str, Any], quantize: str | None, per_channel: bool, reduce_range: bool,
                    op_types: Sequence[str] | None, max_prob_diff: float,
                    min_agreement: float) -> tuple[dict[str, Any], dict[str, Any] | None]:
     """``export.json``'s ``verification`` and ``quantization`` (None unless ``quantize``) of ``staging``'s graph."""
-    check = _float_verification(OnnxClassifier(staging, _meta=serving), reference, texts, pairs, temperature, task,
+    check = _float_verification(OnnxClassifier(staging, _meta=serving), reference, texts, pairs, task,
                                 atol=atol, output=output, checked_on=checked_on)
     quantization = None
     if quantize is not None:  # the float graph matched; now the int8 one, against the same PyTorch logits
         quantization = _quantize(staging, quantize, per_channel, reduce_range, op_types)
         check, float_check = _quantized_verification(
-            OnnxClassifier(staging, _meta=serving), reference, texts, pairs, temperature, task, quantize=quantize,
+            OnnxClassifier(staging, _meta=serving), reference, texts, pairs, task, quantize=quantize,
             max_prob_diff=max_prob_diff, min_agreement=min_agreement, output=output, checked_on=checked_on), check
         quantization["float_verification"] = float_check
     return check, quantization
 
 
 def _export_json(program: Any, opset: int | None, model: Any, names: list[str], pair_model: bool, separate: bool,
-                 temperature: float, method: str, run: str | os.PathLike, multi_label: dict[str, Any],
+                 temperature: float, method: str, run: str | os.PathLike, outputs: dict[str, Any],
                  check: dict[str, Any], quantization: dict[str, Any] | None) -> dict[str, Any]:
     """What ``export.json`` records of the export (graph, serving settings, verification, versions)."""
     return {"format": "onnx", "onnx": ONNX_NAME, "inputs": names, "output": "logits",
             "opset": int(program.model.opset_imports.get("", 0)) if hasattr(program, "model") else opset,
             "task": model.task, "label_names": model.label_names, "text_pair": pair_model, "separate_pairs": separate,
             "max_length": model.max_length, "temperature": temperature, "method": method,
-            "source": str(Path(run).absolute()), **multi_label,
+            "source": str(Path(run).absolute()), **outputs,
             "verification": check, "quantization": quantization, "versions": library_versions()}
 
 
@@ -409,10 +408,7 @@ def export_onnx(run: str | os.PathLike, output: str | os.PathLike, *, task: str 
                                                check_rows=check_rows, text_column=text_column,
                                                text_pair_column=text_pair_column)
     temperature = float(getattr(model, "temperature", 1.0))
-    # lazy: multilabel.model imports torch, this module imports without torch
-    from .multilabel.model import export_meta
-
-    multi_label = export_meta(model)  # {} unless multi-label: then its thresholds and per-label temperatures
+    outputs = model.outputs.serving(model)  # the form of the outputs and what it reads (contrastfit.outputs)
     texts, pairs = _texts_or_defaults(texts, pairs, pair_model)
     names = _graph_inputs(model.tokenizer, separate)
 
@@ -443,51 +439,28 @@ def export_onnx(run: str | os.PathLike, output: str | os.PathLike, *, task: str 
         model.tokenizer.save_pretrained(staging)
         reference = model.predict_logits(texts, pairs)
         serving = {"inputs": names, "max_length": model.max_length, "temperature": temperature,
-                   "label_names": model.label_names, "task": model.task, "separate_pairs": separate, **multi_label}
+                   "label_names": model.label_names, "task": model.task, "separate_pairs": separate, **outputs}
         check, quantization = _verify_export(
-            staging, serving, reference, texts, pairs, temperature, model.task, atol=atol, output=output,
+            staging, serving, reference, texts, pairs, model.task, atol=atol, output=output,
             checked_on=checked_on, quantize=quantize, per_channel=per_channel, reduce_range=reduce_range,
             op_types=op_types, max_prob_diff=max_prob_diff, min_agreement=min_agreement)
-        meta = _export_json(program, opset, model, names, pair_model, separate, temperature, method, run, multi_label,
+        meta = _export_json(program, opset, model, names, pair_model, separate, temperature, method, run, outputs,
                             check, quantization)
         write_json_atomic(staging / EXPORT_NAME, meta)
     return meta
 
 
 def _parity(served: "OnnxClassifier", reference: np.ndarray, texts: list[str], pairs: list[str] | None,
-            temperature: float, task: str) -> dict[str, Any]:
+            task: str) -> dict[str, Any]:
     """``served``'s outputs on ``texts`` (padded in batches of 1, 3 and all of them) against the PyTorch
     model's logits ``reference``: the largest logit difference, the largest probability difference
-    (``softmax(logits / temperature)``; classification) and its 99th percentile over the texts (each
+    (the served outputs' probabilities, :mod:`contrastfit.outputs`; not for regression) and its 99th percentile over the texts (each
     text's largest, over its classes and the batch sizes), the fraction of texts whose label agrees (the
     worst batch size) and whether all do."""
-    # lazy: evaluation imports torch, this module imports without torch
-    from .evaluation.calibration import log_softmax
-
-    if getattr(served, "multi_label", False):  # per-label sigmoids; a prediction is the set over the thresholds
-        # lazy: multilabel.model imports torch, this module imports without torch
-        from .multilabel.model import sigmoid_probabilities
-
-        def probs(logits):
-            return sigmoid_probabilities(logits, served.temperatures)
-
-        def decide(logits):
-            return probs(logits) >= np.asarray(served.thresholds)
-    else:
-        def probs(logits):
-            return np.exp(log_softmax(logits / temperature))
-
-        def decide(logits):
-            return logits.argmax(1)
+    form = served.outputs  # what the logits mean (contrastfit.outputs), as served
     sizes = sorted({1, min(3, len(texts)), len(texts)})
-    tie = np.zeros(len(texts), dtype=bool)
-    if task != "regression":  # where PyTorch itself is within TIE_BAND of another decision
-        p = probs(reference)
-        if getattr(served, "multi_label", False):
-            tie = (np.abs(p - np.asarray(served.thresholds)) < TIE_BAND).any(axis=1)
-        elif p.shape[1] > 1:
-            top2 = np.sort(p, axis=1)[:, -2:]
-            tie = top2[:, 1] - top2[:, 0] < 2 * TIE_BAND
+    # where PyTorch itself is within TIE_BAND of another decision
+    tie = form.near_ties(served, reference, TIE_BAND)
     worst, agreement, decisive = 0.0, 1.0, 1.0
     text_p = np.zeros(len(texts))  # each text's largest probability difference
     for size in sizes:
@@ -496,11 +469,13 @@ def _parity(served: "OnnxClassifier", reference: np.ndarray, texts: list[str], p
             got = served.predict_logits(texts[start:start + size], pairs[start:start + size] if pairs is not None else None)
             want = reference[start:start + size]
             worst = max(worst, float(np.abs(got - want).max()))
-            same = decide(got) == decide(want)
+            if task == "regression":  # a value: max_abs_diff is its check
+                agree[start:start + size] = True
+                continue
+            same = form.decisions(served, got) == form.decisions(served, want)
             agree[start:start + size] = same.all(axis=1) if same.ndim == 2 else same
-            if task != "regression":
-                prob = np.abs(probs(got) - probs(want)).reshape(len(got), -1).max(axis=1)
-                text_p[start:start + size] = np.maximum(text_p[start:start + size], prob)
+            prob = np.abs(form.probabilities(served, got) - form.probabilities(served, want)).max(axis=1)
+            text_p[start:start + size] = np.maximum(text_p[start:start + size], prob)
         agreement = min(agreement, float(agree.mean()))
         decisive = min(decisive, float(agree[~tie].mean()) if (~tie).any() else 1.0)
     check: dict[str, Any] = {"texts": len(texts), "batch_sizes": sizes, "max_abs_diff": worst}

@@ -70,19 +70,9 @@ def takes_pairs(model) -> bool:
 
 def rows(model, scores) -> list[dict[str, Any]]:
     """The rows of ``scores`` (``predict_proba``'s): ``label`` and ``probabilities``, or ``score``; for a
-    multi-label model ``labels`` (a list, possibly empty) and ``probabilities`` (per-label sigmoids)."""
-    if model.task == "regression":
-        return [{"score": float(s[0])} for s in scores]
-    names = model.label_names
-    if getattr(model, "multi_label", False):  # contrastfit.multilabel: the labels over their thresholds
-        # lazy: multilabel.model imports torch, this module imports without torch
-        from .multilabel.model import lists_of_labels
-
-        return [{"labels": labels, "probabilities": {n: round(float(p), 6) for n, p in zip(names, s)}}
-                for labels, s in zip(lists_of_labels(names, scores, model.thresholds), scores)]
-    labels = getattr(model, "labels", None) or names  # ints where the training labels were (a model's own)
-    return [{"label": labels[int(s.argmax())], "probabilities": {n: round(float(p), 6) for n, p in zip(names, s)}}
-            for s in scores]
+    multi-label model ``labels`` (a list, possibly empty) and ``probabilities`` (per-label sigmoids)
+    (:mod:`contrastfit.outputs`)."""
+    return model.outputs.rows(model, scores)
 
 
 def prediction_rows(model, texts: list[str], pairs: list[str] | None,

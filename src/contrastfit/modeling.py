@@ -41,7 +41,7 @@ from transformers.utils import ModelOutput
 from .atomic import atomic_folder, recover_folder, write_json_atomic
 from .encoders import POOLINGS, TextEncoder, load_backbone
 from .errors import ModelError
-from .evaluation.calibration import temperature_scaling
+from .evaluation.calibration import temperature_scaling, temperatures
 from .hub import (
     mark_encoder_without_head,
     push_to_hub,
@@ -51,7 +51,8 @@ from .hub import (
 )
 from .methods import Method, get_method
 from .methods.base import create_multilabel_method
-from .multilabel.model import calibrate_per_label, label_lists, probabilities, thresholds
+from .multilabel.model import calibrate_per_label, thresholds
+from .outputs import LABEL_SETS, Outputs
 from .progress import progress_bars
 from .record import ModelInfo
 
@@ -141,14 +142,24 @@ class ContrastiveClassifier(nn.Module):
         return self.method.task
 
     @property
+    def outputs(self) -> Outputs:
+        """What the logits mean (:mod:`contrastfit.outputs`): one class, a value or a set of labels."""
+        return self.method.outputs
+
+    @property
     def multi_label(self) -> bool:
         """Whether each text carries a set of labels (:mod:`contrastfit.multilabel`)."""
-        return bool(getattr(self.method, "multi_label", False))
+        return self.outputs is LABEL_SETS
 
     @property
     def thresholds(self) -> list[float]:
         """Multi-label models: each label's decision threshold on its probability (chosen on validation)."""
         return thresholds(self)
+
+    @property
+    def temperatures(self) -> np.ndarray:
+        """Multi-label models: each label's temperature (1 each until :meth:`calibrate`)."""
+        return temperatures(self)
 
     @property
     def device(self) -> torch.device:
@@ -214,13 +225,9 @@ class ContrastiveClassifier(nn.Module):
 
     def predict_proba(self, texts: Sequence[str], pairs: Sequence[str] | None = None, batch_size: int = 64) -> np.ndarray:
         """Class probabilities, ``softmax(logits / temperature)`` (the predicted values for regression);
-        for a multi-label model, each label's ``sigmoid(logit / T_label)``, shape (n, labels)."""
-        logits = self.predict_logits(texts, pairs, batch_size)
-        if self.multi_label:
-            return probabilities(self, logits)
-        if self.task == "regression":
-            return logits
-        return torch.softmax(torch.from_numpy(logits) / self.temperature, dim=-1).numpy()
+        for a multi-label model, each label's ``sigmoid(logit / T_label)``, shape (n, labels)
+        (:mod:`contrastfit.outputs`)."""
+        return self.outputs.probabilities(self, self.predict_logits(texts, pairs, batch_size))
 
     def calibrate(self, texts: Sequence[str], labels: Sequence[int], pairs: Sequence[str] | None = None,
                   batch_size: int = 64, progress: bool = False) -> dict[str, float]:
@@ -249,13 +256,7 @@ class ContrastiveClassifier(nn.Module):
         """Labels (classification: as the training data gave them, :attr:`labels`: strings, or ints for
         integer labels) or values (regression) for ``texts``; for a multi-label model, a list of label
         names per text (those at or above their threshold; possibly empty)."""
-        if self.multi_label:
-            return label_lists(self, self.predict_proba(texts, pairs, batch_size))
-        logits = self.predict_logits(texts, pairs, batch_size)
-        if self.task == "regression":
-            return logits[:, 0].tolist()
-        labels = self.labels
-        return [labels[i] for i in logits.argmax(axis=1)]
+        return self.outputs.predictions(self, self.predict_logits(texts, pairs, batch_size))
 
     @torch.no_grad()
     def embed(self, texts: Sequence[str], pairs: Sequence[str] | None = None, batch_size: int = 64,

@@ -15,6 +15,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from .errors import ModelError
+from .outputs import FORMS, LABEL_SETS
 from .record import ModelData, ModelInfo
 
 __all__ = ["EXPORT_NAME", "ONNX_NAME", "OnnxClassifier"]
@@ -60,13 +61,19 @@ class OnnxClassifier:
         self.label_names: list[str] | None = _meta["label_names"]
         self.task: str = _meta["task"]
         self.temperature = float(_meta.get("temperature", 1.0))
-        #: multi-label exports (contrastfit.multilabel): per-label thresholds and temperatures
-        self.multi_label = bool(_meta.get("multi_label"))
+        #: what the logits mean (exports before the form was recorded: a regression task, label sets, or classes)
+        self.outputs = FORMS[_meta.get("outputs") or ("label-sets" if _meta.get("multi_label") else
+                                                      "regression" if self.task == "regression" else "classes")]
+        #: label sets: per-label thresholds and temperatures
         self.thresholds = _meta.get("thresholds")
         self.temperatures = _meta.get("temperatures")
         self.tokenizer = AutoTokenizer.from_pretrained(str(folder))
         self.session = onnxruntime.InferenceSession(str(folder / ONNX_NAME),
                                                     providers=list(providers or ["CPUExecutionProvider"]))
+
+    @property
+    def multi_label(self) -> bool:
+        return self.outputs is LABEL_SETS
 
     @property
     def info(self) -> ModelInfo:
@@ -98,26 +105,7 @@ class OnnxClassifier:
         return result
 
     def predict_proba(self, texts: Sequence[str], pairs: Sequence[str] | None = None, batch_size: int = 64) -> np.ndarray:
-        logits = self.predict_logits(texts, pairs, batch_size)
-        if self.task == "regression":
-            return logits
-        if self.multi_label:
-            # lazy: multilabel.model imports torch, this module imports without torch
-            from .multilabel.model import sigmoid_probabilities
-
-            return sigmoid_probabilities(logits, self.temperatures)
-        # lazy: evaluation imports torch, this module imports without torch
-        from .evaluation.calibration import log_softmax
-
-        return np.exp(log_softmax(logits / self.temperature))
+        return self.outputs.probabilities(self, self.predict_logits(texts, pairs, batch_size))
 
     def predict(self, texts: Sequence[str], pairs: Sequence[str] | None = None, batch_size: int = 64) -> list:
-        if self.multi_label:
-            # lazy: multilabel.model imports torch, this module imports without torch
-            from .multilabel.model import lists_of_labels
-
-            return lists_of_labels(self.label_names, self.predict_proba(texts, pairs, batch_size), self.thresholds)
-        logits = self.predict_logits(texts, pairs, batch_size)
-        if self.task == "regression":
-            return logits[:, 0].tolist()
-        return [self.label_names[i] for i in logits.argmax(axis=1)]
+        return self.outputs.predictions(self, self.predict_logits(texts, pairs, batch_size))

@@ -769,8 +769,7 @@ def make_app(model, options: ServeOptions | None = None, *, name: str = "", **se
     from starlette.responses import Response
 
     pair_model = takes_pairs(model)
-    function = "none" if model.task == "regression" else (  # (its scores' function, in Hugging Face's words)
-        "sigmoid" if getattr(model, "multi_label", False) else "softmax")
+    function = model.outputs.activation or "none"  # its scores' function, in Hugging Face's words
     metrics = _Metrics()
     batcher = _Batcher(model, options.batch_size, options.threads or None, options.workers,
                        max_wait=options.max_wait, on_pass=metrics.forward_pass)

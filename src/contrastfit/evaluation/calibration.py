@@ -36,6 +36,7 @@ from typing import Sequence
 import numpy as np
 
 from ..errors import DataError
+from ..outputs import log_softmax
 
 __all__ = ["DegenerateFitError", "probability_metrics", "log_softmax", "negative_log_likelihood", "expected_calibration_error",
            "fit_temperature", "temperature_scaling"]
@@ -56,12 +57,6 @@ def temperatures(model) -> np.ndarray:
     before calibration)."""
     got = model.info.calibration.temperatures
     return np.asarray(got if got else [1.0] * len(model.label_names), dtype=np.float64)
-
-
-def log_softmax(logits: np.ndarray) -> np.ndarray:
-    z = np.asarray(logits, dtype=np.float64)
-    z = z - z.max(axis=1, keepdims=True)
-    return z - np.log(np.exp(z).sum(axis=1, keepdims=True))
 
 
 def negative_log_likelihood(logits: np.ndarray, labels: Sequence[int], temperature: float = 1.0) -> float:

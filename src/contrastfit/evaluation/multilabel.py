@@ -31,11 +31,6 @@ THRESHOLD_GRID = tuple(round(0.05 * k, 2) for k in range(1, 20))
 DEFAULT_THRESHOLD = 0.5
 
 
-def sigmoid(logits: np.ndarray) -> np.ndarray:
-    logits = np.asarray(logits, dtype=np.float64)
-    return 1.0 / (1.0 + np.exp(-logits))
-
-
 def multilabel_metrics(y_true: np.ndarray, y_pred: np.ndarray, label_names: Sequence[str]) -> dict:
     from sklearn.metrics import f1_score, hamming_loss, precision_recall_fscore_support
 

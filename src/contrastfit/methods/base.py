@@ -45,6 +45,7 @@ from torch import nn
 
 from ..errors import ConfigError
 from ..heads import build_head
+from ..outputs import CLASSES, LABEL_SETS, REGRESSION, Outputs
 from ..schema import Schema, field_error
 
 
@@ -190,6 +191,11 @@ class Method(nn.Module):
     @property
     def num_outputs(self) -> int:
         return 1 if self.task == "regression" else self.num_labels
+
+    @property
+    def outputs(self) -> Outputs:
+        """What the logits mean (:mod:`contrastfit.outputs`): a value for regression, else one class."""
+        return REGRESSION if self.task == "regression" else CLASSES
 
     def build_head(self) -> nn.Module:
         return build_head(self.head_kind, self.hidden_size, self.num_outputs)
@@ -442,6 +448,7 @@ class LabelSetsLoss:
 
     multi_label = True
     cross_batch_memory = False
+    outputs = LABEL_SETS  # each label's sigmoid against its threshold
 
     def task_loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         return F.binary_cross_entropy_with_logits(logits.float(), labels.float())

@@ -1,10 +1,7 @@
-r"""What a multi-label :class:`~contrastfit.modeling.ContrastiveClassifier` does differently; the model
-calls these where its ``method`` is a multi-label method (``model.multi_label``).
+r"""What a multi-label :class:`~contrastfit.modeling.ContrastiveClassifier` holds and fits beside its
+weights (its probabilities and predictions are :data:`contrastfit.outputs.LABEL_SETS`'s: per-label
+``sigmoid(logit_j / T_j)`` against each label's threshold):
 
-* :func:`probabilities`: per-label ``sigmoid(logit_j / T_j)``, ``T_j`` the label's temperature
-  (1 until :func:`calibrate_per_label`);
-* :func:`label_lists`: each text's labels, those whose probability is >= the label's threshold, in
-  the order of ``label_names``; an empty list when none passes;
 * :func:`thresholds`: ``info.thresholds`` (chosen on validation at training time,
   :func:`contrastfit.evaluation.multilabel.choose_thresholds`, saved in the folder's
   ``contrastfit.json``), or 0.5 for every label;
@@ -24,38 +21,13 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..evaluation.calibration import MAX_TEMPERATURE, MIN_TEMPERATURE, temperatures
-from ..evaluation.multilabel import DEFAULT_THRESHOLD, sigmoid
+from ..evaluation.multilabel import DEFAULT_THRESHOLD
+from ..outputs import sigmoid
 
 
 def thresholds(model) -> list[float]:
     got = model.info.thresholds
     return list(got) if got else [DEFAULT_THRESHOLD] * len(model.label_names)
-
-
-def sigmoid_probabilities(logits: np.ndarray, temps: Sequence[float]) -> np.ndarray:
-    """Per-label ``sigmoid(logit_j / T_j)`` (float32), for the model and its ONNX export alike."""
-    return sigmoid(np.asarray(logits, dtype=np.float64) / np.asarray(temps, dtype=np.float64)).astype(np.float32)
-
-
-def lists_of_labels(names: Sequence[str], probs: np.ndarray, thr: Sequence[float]) -> list[list[str]]:
-    """Each row's labels whose probability is >= their threshold, in the order of ``names``."""
-    on = np.asarray(probs, dtype=np.float64) >= np.asarray(thr, dtype=np.float64)
-    return [[names[j] for j in np.flatnonzero(row)] for row in on]
-
-
-def probabilities(model, logits: np.ndarray) -> np.ndarray:
-    return sigmoid_probabilities(logits, temperatures(model))
-
-
-def label_lists(model, probs: np.ndarray) -> list[list[str]]:
-    return lists_of_labels(model.label_names, probs, thresholds(model))
-
-
-def export_meta(model) -> dict[str, Any]:
-    """What an ONNX export of a multi-label model records (``export.json``): nothing for other models."""
-    if not getattr(model, "multi_label", False):
-        return {}
-    return {"multi_label": True, "thresholds": thresholds(model), "temperatures": temperatures(model).tolist()}
 
 
 def binary_nll(logits: np.ndarray, y: np.ndarray, t: float = 1.0) -> float:

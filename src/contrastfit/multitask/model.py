@@ -37,6 +37,7 @@ from ..heads import HEAD_DROPOUT, CosineRegressionHead, LinearHead, MLPHead, Pai
 from ..losses import supcon
 from ..modeling import CONFIG_NAME, ClassifierOutput, load_model_folder, model_max_length, save_model_folder
 from ..record import Calibration, ModelData, ModelInfo, MultiTaskModelInfo
+from ..outputs import CLASSES, REGRESSION, Outputs
 from .tasks import TaskSpec
 
 HEADS_NAME = "heads.safetensors"
@@ -254,11 +255,8 @@ class MultiTaskModel(nn.Module):
     def predict_proba(self, texts: Sequence[str], pairs: Sequence[str] | None = None, *, task: str,
                       batch_size: int = 64) -> np.ndarray:
         """Class probabilities, ``softmax(logits / temperature)`` with the task's temperature, or the
-        predicted values for a regression task."""
-        logits = self.predict_logits(texts, pairs, task=task, batch_size=batch_size)
-        if self.task(task).type == "regression":
-            return logits
-        return torch.softmax(torch.from_numpy(logits) / self.task_temperature(task), dim=-1).numpy()
+        predicted values for a regression task (:mod:`contrastfit.outputs`)."""
+        return self.for_task(task).predict_proba(texts, pairs, batch_size)
 
     def calibrate(self, texts: Sequence[str], labels: Sequence[int], pairs: Sequence[str] | None = None, *,
                   task: str, batch_size: int = 64, progress: bool = False) -> dict[str, float]:
@@ -276,11 +274,7 @@ class MultiTaskModel(nn.Module):
     def predict(self, texts: Sequence[str], pairs: Sequence[str] | None = None, *, task: str,
                 batch_size: int = 64) -> list:
         """Label names (classification) or values (regression) of ``task`` for ``texts`` (and ``pairs``)."""
-        spec = self.task(task)
-        logits = self.predict_logits(texts, pairs, task=task, batch_size=batch_size)
-        if spec.type == "regression":
-            return logits[:, 0].tolist()
-        return [spec.label_names[i] for i in logits.argmax(axis=1)]
+        return self.for_task(task).predict(texts, pairs, batch_size)
 
     @torch.no_grad()
     def embed(self, texts: Sequence[str], batch_size: int = 64, normalize: bool = True) -> np.ndarray:
@@ -362,6 +356,11 @@ class TaskModel(nn.Module):
         return "regression" if self.spec.type == "regression" else "classification"
 
     @property
+    def outputs(self) -> Outputs:
+        """What the task's logits mean (:mod:`contrastfit.outputs`): a value, or one class."""
+        return REGRESSION if self.task == "regression" else CLASSES
+
+    @property
     def label_names(self) -> list[str] | None:
         return self.spec.label_names
 
@@ -416,7 +415,7 @@ class TaskModel(nn.Module):
         return self.model.task_temperature(self.name)
 
     def predict_proba(self, texts: Sequence[str], pairs: Sequence[str] | None = None, batch_size: int = 64) -> np.ndarray:
-        return self.model.predict_proba(texts, pairs, task=self.name, batch_size=batch_size)
+        return self.outputs.probabilities(self, self.predict_logits(texts, pairs, batch_size))
 
     def calibrate(self, texts: Sequence[str], labels: Sequence[int], pairs: Sequence[str] | None = None,
                   batch_size: int = 64, progress: bool = False) -> dict[str, float]:
@@ -426,7 +425,7 @@ class TaskModel(nn.Module):
         return record
 
     def predict(self, texts: Sequence[str], pairs: Sequence[str] | None = None, batch_size: int = 64) -> list:
-        return self.model.predict(texts, pairs, task=self.name, batch_size=batch_size)
+        return self.outputs.predictions(self, self.predict_logits(texts, pairs, batch_size))
 
 
 def is_multitask_folder(directory: str | os.PathLike) -> bool:

@@ -37,10 +37,11 @@ from ..data.sampling import derive_seed
 from ..data.types import LABEL, TEXT, TEXT_PAIR, TextData
 from ..encoders import TextEncoder, load_backbone
 from ..errors import ConfigError, DataError
-from ..evaluation.multilabel import choose_thresholds, multilabel_metrics, sigmoid
+from ..evaluation.multilabel import choose_thresholds, multilabel_metrics
 from ..head_stage import train_head
 from ..methods import get_method
 from ..modeling import ContrastiveClassifier
+from ..outputs import sigmoid
 from ..methods.base import check_multilabel_method, create_multilabel_method, label_name_hparams
 from ..pipeline import SELECTION_KEY, tie_broken
 from ..trainer import with_method_defaults
