@@ -73,6 +73,7 @@ from .inputs import model_inputs
 from .methods import get_method
 from .methods.distill_base import TeacherTargets, teacher_targets
 from .modeling import ContrastiveClassifier
+from .outputs import CLASSES, LABEL_SETS
 from .pipeline import TrainResult, open_output
 from .shapes.pretraining import file_sha256, load_corpus
 from .record import read_record
@@ -255,8 +256,8 @@ def load_teacher(folder: str):
         teacher = ContrastiveClassifier.from_pretrained(path)
     except ModelError as exc:
         raise ModelError(f"teacher: {exc}") from None
-    if teacher.multi_label or teacher.task != "classification":
-        kind = "multi-label" if teacher.multi_label else "regression"
+    if teacher.outputs is not CLASSES:
+        kind = "multi-label" if teacher.outputs is LABEL_SETS else "regression"
         raise ModelError(f"teacher {folder} is a {kind} model; distill learns a single-label classifier's "
                          "predictions")
     accuracy = None

@@ -31,6 +31,7 @@ from .errors import ModelError
 from .export import check_texts
 from .inference import takes_pairs
 from .modeling import ENCODER_DIR, ContrastiveClassifier
+from .outputs import LABEL_SETS, REGRESSION
 from .versions import library_versions
 
 __all__ = ["SETFIT_CONFIG", "SETFIT_HEAD", "TOLERANCE", "export_setfit", "setfit_head"]
@@ -45,9 +46,9 @@ RECORD_NAME = "contrastfit_export.json"
 
 def _unsupported(model: ContrastiveClassifier) -> str | None:
     """Why ``model`` has no SetFit equivalent (None: it has one)."""
-    if model.task != "classification":
+    if model.outputs is REGRESSION:
         return "a regression model"
-    if model.multi_label:
+    if model.outputs is LABEL_SETS:
         return "a multi-label model (one sigmoid a label)"
     if takes_pairs(model):
         return "a model of text pairs (SetFit takes one text)"

@@ -40,6 +40,7 @@ from ..evaluation.attributions import token_attributions
 from ..methods import get_method
 from ..methods.base import resolve_hparams
 from ..modeling import CONFIG_NAME
+from ..outputs import CLASSES
 from ..checkpoints import CHECKPOINT_DIR
 from ..pipeline import input_paths
 from ..record import RESULTS_NAME, read_record
@@ -82,7 +83,7 @@ def save_analysis(model, test, folder: Path, max_rows: int = 2000) -> None:
     ``embeddings_raw`` are the model's un-normalised sentence embeddings (``model.embed(...,
     normalize=False)``: what Sosnowski et al.'s Fig. 2 measures Euclidean distances to the mean
     in); ``embeddings`` are the same rows L2-normalised (t-SNE, alignment and uniformity)."""
-    if test is None or len(test) == 0 or model.task != "classification" or model.multi_label:
+    if test is None or len(test) == 0 or model.outputs is not CLASSES:
         return  # the embedding analyses read one class per text
     test = test.select(range(min(len(test), max_rows)))
     texts = list(test["text"])
@@ -119,7 +120,7 @@ def save_attributions(model, test, folder: Path, options: dict[str, Any]) -> Non
     ``examples`` -- a count (the first test examples of at most ``max_words`` words, then the
     shortest others) or a list of test indices --, ``samples``, ``baseline``; see
     :func:`~contrastfit.evaluation.attributions.token_attributions`)."""
-    if test is None or len(test) == 0 or model.task != "classification" or model.multi_label:
+    if test is None or len(test) == 0 or model.outputs is not CLASSES:
         return  # the target is the gold class
     seconds = test["text_pair"] if "text_pair" in test.column_names else [None] * len(test)
     words = [len(t.split()) + (len(p.split()) if p else 0) for t, p in zip(test["text"], seconds)]
