@@ -72,6 +72,22 @@ class CosineSimilarityHead(nn.Module):
         return (self.low + (self.high - self.low) * self.similarity(features)).unsqueeze(-1)
 
 
+def encoder_inputs(input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor | None,
+                   input_ids_b: torch.Tensor | None, attention_mask_b: torch.Tensor | None,
+                   token_type_ids_b: torch.Tensor | None) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor] | None]:
+    """The encoder's inputs of a batch: the first texts' (or the jointly tokenised pairs'), and the second
+    texts' where a pair's two texts were tokenised apart (``*_b``; None otherwise)."""
+    first = {"input_ids": input_ids, "attention_mask": attention_mask}
+    if token_type_ids is not None:
+        first["token_type_ids"] = token_type_ids
+    if input_ids_b is None:
+        return first, None
+    second = {"input_ids": input_ids_b, "attention_mask": attention_mask_b}
+    if token_type_ids_b is not None:
+        second["token_type_ids"] = token_type_ids_b
+    return first, second
+
+
 def build_task_head(spec: TaskSpec, hidden_size: int) -> nn.Module:
     """The head of ``spec`` (see :mod:`contrastfit.multitask.tasks` for what each is)."""
     out = spec.num_outputs
@@ -177,14 +193,8 @@ class MultiTaskModel(nn.Module):
                 token_type_ids_b: torch.Tensor | None = None, labels: torch.Tensor | None = None,
                 task_ids: torch.Tensor | None = None) -> ClassifierOutput:
         spec = self._batch_task(task_ids)
-        first = {"input_ids": input_ids, "attention_mask": attention_mask}
-        if token_type_ids is not None:
-            first["token_type_ids"] = token_type_ids
-        second = None
-        if input_ids_b is not None:
-            second = {"input_ids": input_ids_b, "attention_mask": attention_mask_b}
-            if token_type_ids_b is not None:
-                second["token_type_ids"] = token_type_ids_b
+        first, second = encoder_inputs(input_ids, attention_mask, token_type_ids, input_ids_b, attention_mask_b,
+                                       token_type_ids_b)
         features = self.features(spec, first, second)
         logits = self.heads[spec.name](features)
         if labels is None:
@@ -392,14 +402,8 @@ class TaskModel(nn.Module):
             raise ModelError(f"task '{self.name}' encodes the two sentences of a pair separately ({self.spec.head} "
                              "head): give input_ids_b and attention_mask_b" if self.spec.separate else
                              f"task '{self.name}' reads one sequence: input_ids_b is not an input of it")
-        inputs = {"input_ids": input_ids, "attention_mask": attention_mask}
-        if token_type_ids is not None:
-            inputs["token_type_ids"] = token_type_ids
-        second = None
-        if input_ids_b is not None:
-            second = {"input_ids": input_ids_b, "attention_mask": attention_mask_b}
-            if token_type_ids_b is not None:
-                second["token_type_ids"] = token_type_ids_b
+        inputs, second = encoder_inputs(input_ids, attention_mask, token_type_ids, input_ids_b, attention_mask_b,
+                                        token_type_ids_b)
         # the task is known: no task ids to check (which would make the graph depend on the data, for torch.export)
         features = self.model.features(self.spec, inputs, second)
         logits = self.model.heads[self.name](features)
