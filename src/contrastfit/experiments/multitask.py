@@ -214,7 +214,7 @@ def _run_variant(config: MultiTaskExperimentConfig, variant: MultiTaskVariant, s
             read_written(written, identity)
         record = train_multitask(tasks=run_tasks, output=str(out / folder), max_steps=max_steps,
                                  tags={**tags, "run": key}, **common)
-        runs[key] = (folder, dict(record))
+        runs[key] = (folder, record.to_dict())
     return _variant_record(config, variant, seed, run_id, model, stage1, runs, identity)
 
 
