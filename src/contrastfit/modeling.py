@@ -52,7 +52,7 @@ from .hub import (
 from .methods import Method, get_method
 from .methods.base import create_multilabel_method
 from .multilabel.model import calibrate_per_label, thresholds
-from .outputs import LABEL_SETS, Outputs
+from .outputs import LABEL_SETS, OutputForm
 from .progress import progress_bars
 from .record import ModelInfo
 
@@ -142,7 +142,7 @@ class ContrastiveClassifier(nn.Module):
         return self.method.task
 
     @property
-    def outputs(self) -> Outputs:
+    def outputs(self) -> OutputForm:
         """What the logits mean (:mod:`contrastfit.outputs`): one class, a value or a set of labels."""
         return self.method.outputs
 

@@ -42,48 +42,76 @@ def _rounded(names: Sequence[str], scores: np.ndarray) -> dict[str, float]:
     return {n: round(float(p), 6) for n, p in zip(names, scores)}
 
 
-class Classes:
+class OutputForm:
+    """What every form gives (the defaults: no near ties, an export records only the form's name)."""
+
+    name = ""
+    #: the activation a Hugging Face ``config.json`` names for these outputs (None: none)
+    activation: str | None = None
+
+    def probabilities(self, model: Any, logits: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+    def decisions(self, model: Any, logits: np.ndarray) -> np.ndarray:
+        """What a prediction is decided by (what the export's check compares)."""
+        raise NotImplementedError
+
+    def predictions(self, model: Any, logits: np.ndarray) -> list:
+        raise NotImplementedError
+
+    def rows(self, model: Any, scores: np.ndarray) -> list[dict[str, Any]]:
+        """``predict``'s rows of ``scores`` (:meth:`probabilities`)."""
+        raise NotImplementedError
+
+    def near_ties(self, model: Any, logits: np.ndarray, band: float) -> np.ndarray:
+        """The texts whose prediction a change of ``band`` in a probability could change."""
+        return np.zeros(len(logits), dtype=bool)
+
+    def serving(self, model: Any) -> dict[str, Any]:
+        """What an export records of the form, beside the model's labels and temperature."""
+        return {"outputs": self.name}
+
+
+def _labels(model: Any) -> list:
+    """The classes as predictions give them: ``labels`` (ints where the training labels were), else the names."""
+    return getattr(model, "labels", None) or model.label_names
+
+
+class Classes(OutputForm):
     """One class per text: the softmax of the logits over the calibrated temperature."""
 
     name = "classes"
-    #: the activation a Hugging Face ``config.json`` names for these outputs
     activation = "softmax"
 
     def probabilities(self, model: Any, logits: np.ndarray) -> np.ndarray:
         return np.exp(log_softmax(np.asarray(logits, dtype=np.float64) / model.temperature)).astype(np.float32)
 
     def decisions(self, model: Any, logits: np.ndarray) -> np.ndarray:
-        """What a prediction is decided by: the index of the largest logit."""
+        """The index of the largest logit."""
         return np.asarray(logits).argmax(axis=1)
 
     def predictions(self, model: Any, logits: np.ndarray) -> list:
-        labels = getattr(model, "labels", None) or model.label_names
+        labels = _labels(model)
         return [labels[i] for i in self.decisions(model, logits)]
 
     def near_ties(self, model: Any, logits: np.ndarray, band: float) -> np.ndarray:
-        """The texts whose two largest probabilities are within ``2 * band``: a change of ``band`` in
-        either could change the prediction."""
+        """The texts whose two largest probabilities are within ``2 * band``."""
         p = self.probabilities(model, logits)
         if p.shape[1] < 2:
-            return np.zeros(len(p), dtype=bool)
+            return super().near_ties(model, logits, band)
         top2 = np.sort(p, axis=1)[:, -2:]
         return top2[:, 1] - top2[:, 0] < 2 * band
 
-    def serving(self, model: Any) -> dict[str, Any]:
-        """What an export records of the form, beside the model's labels and temperature."""
-        return {"outputs": self.name}
-
     def rows(self, model: Any, scores: np.ndarray) -> list[dict[str, Any]]:
-        """``predict``'s rows of ``scores`` (:meth:`probabilities`): ``label`` and ``probabilities``."""
-        labels = getattr(model, "labels", None) or model.label_names
+        """``label`` and ``probabilities``."""
+        labels = _labels(model)
         return [{"label": labels[int(s.argmax())], "probabilities": _rounded(model.label_names, s)} for s in scores]
 
 
-class Regression:
+class Regression(OutputForm):
     """One value per text: the output itself."""
 
     name = "regression"
-    activation = None
 
     def probabilities(self, model: Any, logits: np.ndarray) -> np.ndarray:
         return logits
@@ -92,19 +120,14 @@ class Regression:
         return np.asarray(logits)[:, 0]
 
     def predictions(self, model: Any, logits: np.ndarray) -> list:
-        return np.asarray(logits)[:, 0].tolist()
-
-    def near_ties(self, model: Any, logits: np.ndarray, band: float) -> np.ndarray:
-        return np.zeros(len(logits), dtype=bool)
-
-    def serving(self, model: Any) -> dict[str, Any]:
-        return {"outputs": self.name}
+        return self.decisions(model, logits).tolist()
 
     def rows(self, model: Any, scores: np.ndarray) -> list[dict[str, Any]]:
+        """``score``."""
         return [{"score": float(s[0])} for s in scores]
 
 
-class LabelSets:
+class LabelSets(OutputForm):
     """A set of labels per text: each label's sigmoid over its temperature, against its threshold."""
 
     name = "label-sets"
@@ -114,9 +137,13 @@ class LabelSets:
         temperatures = np.asarray(model.temperatures, dtype=np.float64)
         return sigmoid(np.asarray(logits, dtype=np.float64) / temperatures).astype(np.float32)
 
+    @staticmethod
+    def _chosen(model: Any, probabilities: np.ndarray) -> np.ndarray:
+        """Which labels each text gets: (texts, labels) booleans, each probability against its threshold."""
+        return np.asarray(probabilities, dtype=np.float64) >= np.asarray(model.thresholds, dtype=np.float64)
+
     def decisions(self, model: Any, logits: np.ndarray) -> np.ndarray:
-        """Which labels a text gets: a boolean (texts, labels) array."""
-        return self.probabilities(model, logits) >= np.asarray(model.thresholds, dtype=np.float64)
+        return self._chosen(model, self.probabilities(model, logits))
 
     def predictions(self, model: Any, logits: np.ndarray) -> list:
         names = model.label_names
@@ -130,18 +157,21 @@ class LabelSets:
     def serving(self, model: Any) -> dict[str, Any]:
         """The form, each label's threshold and temperature (``multi_label``: as exports before the
         form was recorded said it)."""
-        return {"outputs": self.name, "multi_label": True, "thresholds": [float(t) for t in model.thresholds],
+        return {**super().serving(model), "multi_label": True, "thresholds": [float(t) for t in model.thresholds],
                 "temperatures": [float(t) for t in model.temperatures]}
 
     def rows(self, model: Any, scores: np.ndarray) -> list[dict[str, Any]]:
-        """``predict``'s rows: ``labels`` (a list, possibly empty) and ``probabilities`` (per label)."""
+        """``labels`` (a list, possibly empty) and ``probabilities`` (per label)."""
         names = model.label_names
-        on = np.asarray(scores, dtype=np.float64) >= np.asarray(model.thresholds, dtype=np.float64)
         return [{"labels": [names[j] for j in np.flatnonzero(row)], "probabilities": _rounded(names, s)}
-                for row, s in zip(on, scores)]
+                for row, s in zip(self._chosen(model, scores), scores)]
+
+
+def for_task(task: str) -> "Classes | Regression":
+    """The form of a single-label model of ``task`` (``classification`` or ``regression``)."""
+    return REGRESSION if task == "regression" else CLASSES
 
 
 CLASSES, REGRESSION, LABEL_SETS = Classes(), Regression(), LabelSets()
 #: Every form by its name (what an ONNX export records).
 FORMS = {form.name: form for form in (CLASSES, REGRESSION, LABEL_SETS)}
-Outputs = Classes | Regression | LabelSets

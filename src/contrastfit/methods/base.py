@@ -45,7 +45,7 @@ from torch import nn
 
 from ..errors import ConfigError
 from ..heads import build_head
-from ..outputs import CLASSES, LABEL_SETS, REGRESSION, Outputs
+from ..outputs import LABEL_SETS, OutputForm, for_task
 from ..schema import Schema, field_error
 
 
@@ -193,9 +193,9 @@ class Method(nn.Module):
         return 1 if self.task == "regression" else self.num_labels
 
     @property
-    def outputs(self) -> Outputs:
+    def outputs(self) -> OutputForm:
         """What the logits mean (:mod:`contrastfit.outputs`): a value for regression, else one class."""
-        return REGRESSION if self.task == "regression" else CLASSES
+        return for_task(self.task)
 
     def build_head(self) -> nn.Module:
         return build_head(self.head_kind, self.hidden_size, self.num_outputs)

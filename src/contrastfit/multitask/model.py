@@ -37,7 +37,7 @@ from ..heads import HEAD_DROPOUT, CosineRegressionHead, LinearHead, MLPHead, Pai
 from ..losses import supcon
 from ..modeling import CONFIG_NAME, ClassifierOutput, load_model_folder, model_max_length, save_model_folder
 from ..record import Calibration, ModelData, ModelInfo, MultiTaskModelInfo
-from ..outputs import CLASSES, REGRESSION, Outputs
+from ..outputs import OutputForm, for_task
 from .tasks import TaskSpec
 
 HEADS_NAME = "heads.safetensors"
@@ -366,9 +366,9 @@ class TaskModel(nn.Module):
         return "regression" if self.spec.type == "regression" else "classification"
 
     @property
-    def outputs(self) -> Outputs:
+    def outputs(self) -> OutputForm:
         """What the task's logits mean (:mod:`contrastfit.outputs`): a value, or one class."""
-        return REGRESSION if self.task == "regression" else CLASSES
+        return for_task(self.task)
 
     @property
     def label_names(self) -> list[str] | None:
