@@ -133,7 +133,7 @@ def test_no_verdict_before_two_paired_samples(fewshot):
                     {"linear-probe": 1, "setfit-lib": 20, "default": 5})
     cells = _row(fewshot.goal_markdown(fewshot.summarise(recs)), "mr", 8)
     assert cells[5] == "60.0 ± 0.0 (20 s, n=1)"  # fewer samples than the default's: said
-    assert cells[7] == "–" and cells[8].startswith("+10.0")
+    assert cells[7] == "+10.0" and cells[8].startswith("+10.0")  # on the one shared sample: no test
     assert cells[10] == "–"  # one sample against SetFit: no verdict yet
 
 
@@ -463,7 +463,28 @@ def test_the_readme_results_say_each_sets_part_the_margins_by_kind_the_ranks_and
            in text
     assert "Mean rank over the 2 sets where all four ran (1 = best): probe 4.00, SetFit 2.00, FastFit 2.50, " \
            "default 1.50." in text
+    # FastFit ran sample 0 only: the default is compared with it on that sample (70 vs 69, 75 vs 70)
+    assert "Default minus FastFit by kind of task (sets): question type +5.0 (1), sentiment +1.0 (1), " \
+           "**all** +3.0 (2)." in text
     assert "Missing the goal: trec (floor: -5.0 vs SetFit)." in text
+
+
+def test_the_floor_compares_a_rival_run_on_fewer_samples_on_those_samples(fewshot):
+    """FastFit on the first sample only: the default's mean over five samples is below FastFit's one score
+    (a hard set's samples pull it down), but on that sample the default is ahead: no floor miss."""
+    recs = _records("imdb", 8, {"linear-probe": [0.58] * 5, "setfit-lib": [0.64, 0.56, 0.63, 0.61, 0.61],
+                                "fastfit": [0.659], "default": [0.678, 0.574, 0.625, 0.641, 0.661]},
+                    {"linear-probe": 1, "setfit-lib": 200, "fastfit": 460, "default": 30})
+    summary = fewshot.summarise(recs)
+    row = {r["system"]: r for r in summary["rows"]}["default"]
+    assert row["accuracy_mean"] < 65.9  # the unpaired gap would be a floor miss of -2.1
+    assert row["vs_fastfit"] == {"samples": 1, "mean_diff": pytest.approx(1.9), "p_ttest": None, "p_wilcoxon": None,
+                                 "p_std": None}
+    assert _row(fewshot.goal_markdown(summary), "imdb", 8)[-1] == "met"
+    behind = _records("imdb", 8, {"linear-probe": [0.58] * 3, "setfit-lib": [0.60] * 3, "fastfit": [0.70],
+                                  "default": [0.65, 0.65, 0.65]}, {"linear-probe": 1, "setfit-lib": 200,
+                                                                   "fastfit": 460, "default": 30})
+    assert _row(fewshot.goal_markdown(fewshot.summarise(behind)), "imdb", 8)[-1] == "floor: -5.0 vs FastFit"
 
 
 def test_every_built_in_set_is_in_one_records_file_or_the_reserve(fewshot):
