@@ -316,7 +316,7 @@ def test_server_answers_label_lists(tmp_path, tiny_encoder_dir):
 
     from contrastfit.encoders import TextEncoder, load_backbone
     from contrastfit.inference import load_for_inference
-    from contrastfit.multilabel import create_multilabel_method
+    from contrastfit.methods.base import create_multilabel_method
     from contrastfit.serve import make_server
 
     backbone, tokenizer = load_backbone(str(tiny_encoder_dir))
@@ -350,7 +350,7 @@ def test_gradient_cache_gives_the_full_batch_gradients(tiny_encoder_dir, chunk):
     from test_gradient_cache import _assert_same_grads, _cached_grads, _reference_grads
 
     from contrastfit.encoders import TextEncoder, load_backbone
-    from contrastfit.multilabel import create_multilabel_method
+    from contrastfit.methods.base import create_multilabel_method
 
     torch.manual_seed(0)
     backbone, tokenizer = load_backbone(str(tiny_encoder_dir))
@@ -372,7 +372,7 @@ def test_gradient_cache_gives_the_full_batch_gradients(tiny_encoder_dir, chunk):
 
 def _tiny_multilabel_model(tiny_encoder_dir, method="ce-scl-lr", **hparams):
     from contrastfit.encoders import TextEncoder, load_backbone
-    from contrastfit.multilabel import create_multilabel_method
+    from contrastfit.methods.base import create_multilabel_method
 
     torch.manual_seed(0)
     backbone, tokenizer = load_backbone(str(tiny_encoder_dir))

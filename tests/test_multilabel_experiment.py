@@ -184,7 +184,7 @@ def test_what_a_multilabel_run_refuses_is_refused_when_the_config_is_read(ml_fil
 def test_a_search_on_label_sets_trains_the_multilabel_form_and_maximises_micro_f1(ml_files, tmp_path, monkeypatch):
     import optuna  # noqa: F401  (in the test extra)
     from contrastfit.experiments import search as search_module
-    from contrastfit.multilabel import MULTILABEL_METHODS
+    from contrastfit.methods import multilabel_methods
 
     import contrastfit.training as training
 
@@ -202,7 +202,7 @@ def test_a_search_on_label_sets_trains_the_multilabel_form_and_maximises_micro_f
     assert best["metric"] == "validation micro_f1" and best["trials"] == 2 and len(seen) == 2
     for trial_config, result in seen:
         assert trial_config.multi_label and trial_config.evaluate_test is False
-        assert type(result.model.method) is MULTILABEL_METHODS["ce-scl"]  # the multi-label form trained
+        assert type(result.model.method) is multilabel_methods()["ce-scl"]  # the multi-label form trained
         assert 0.1 <= result.model.method.hparams["temperature"] <= 0.5
     scores = [result.metrics["validation"]["micro_f1"] for _, result in seen]
     assert best["value"] == pytest.approx(max(scores))

@@ -190,9 +190,9 @@ def test_method_training_defaults_fill_only_what_the_user_left_unset():
     assert with_method_defaults(TrainConfig(method="ce")).min_steps == 60
     recipe = with_method_defaults(TrainConfig(method="ce-scl-lr"))  # the default recipe's short schedule
     assert (recipe.learning_rate, recipe.min_steps) == (1e-4, 30)
-    from contrastfit.multilabel import MULTILABEL_METHODS
+    from contrastfit.methods import multilabel_methods
 
-    multi = with_method_defaults(TrainConfig(method="ce-scl-lr"), MULTILABEL_METHODS["ce-scl-lr"])
+    multi = with_method_defaults(TrainConfig(method="ce-scl-lr"), multilabel_methods()["ce-scl-lr"])
     assert (multi.learning_rate, multi.min_steps) == (5e-5, 60)  # its multi-label form keeps the global one
 
 

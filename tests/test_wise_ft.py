@@ -80,7 +80,7 @@ def test_a_method_with_no_head_fitted_after_its_encoder_is_refused(tmp_path, tin
 def test_the_default_recipe_declares_its_weight_and_the_user_overrides_it():
     from contrastfit.trainer import method_schedule, with_method_defaults
     from contrastfit.methods import get_method
-    from contrastfit.multilabel import MULTILABEL_METHODS
+    from contrastfit.methods import multilabel_methods
     from contrastfit.training import DEFAULT_METHOD, TrainConfig
 
     assert method_schedule(get_method(DEFAULT_METHOD).cls)["wise_ft"] == 0.5
@@ -89,7 +89,7 @@ def test_the_default_recipe_declares_its_weight_and_the_user_overrides_it():
     assert with_method_defaults(TrainConfig(method="ce")).wise_ft is None
     # the multi-label form was not measured with it: no interpolation unless asked for
     assert with_method_defaults(TrainConfig(method=DEFAULT_METHOD, multi_label=True),
-                                MULTILABEL_METHODS[DEFAULT_METHOD]).wise_ft is None
+                                multilabel_methods()[DEFAULT_METHOD]).wise_ft is None
 
 
 def test_label_sets_mix_the_encoder_too(tiny_encoder_dir):

@@ -290,7 +290,7 @@ def _closing(record: Record, rows: Any) -> list[str]:
 
 def _calibration_sentence(calibration: dict[str, Any], subject: str = "the probabilities") -> str:
     """What a temperature-scaling record (``calibrate``) did, in one sentence."""
-    if "temperatures" in calibration:  # a multi-label model: one temperature per label (contrastfit.multilabel.model)
+    if "temperatures" in calibration:  # a multi-label model: one temperature per label (evaluation.calibration.calibrate_per_label)
         return (f"Per-label temperature scaling: {subject} are `sigmoid(logit_j / T_j)` with T = "
                 f"{', '.join(f'{t:.3f}' for t in calibration['temperatures'])}, fitted on "
                 f"{calibration.get('data', 'held-out data')} ({calibration.get('n')} rows): mean binary NLL "

@@ -38,7 +38,7 @@ from .card import write_model_card
 from .data import describe_builtin, load_data
 from .data.loading import (LABEL, SUFFIX_BUILDERS, TEXT, TEXT_PAIR, check_utf8, decode_utf8, file_problem,
                            normalise_columns, read_table)
-from .data.multilabel import describe_multilabel_builtin
+from .data.multilabel import DEFAULT_SEPARATOR, describe_multilabel_builtin, load_multilabel, multilabel_table
 from .data.overlap import MAX_CALIBRATION_OVERLAP, train_overlap
 from .distillation import DistillOptions, distill
 from .distributed import world
@@ -58,7 +58,6 @@ from .inference import SPLITS, InferenceOptions, load_for_inference, prediction_
 from .inputs import check_utf8_texts, model_inputs
 from .methods import available_methods
 from .modeling import CONFIG_NAME
-from .multilabel.cli import calibration_lines, load_eval_split
 from .pretrain import PretrainOptions, pretrain
 from .record import DataSource
 from .serve import ServeOptions, check_settings, make_server, require_serving
@@ -437,26 +436,28 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def _load_eval_split(args: argparse.Namespace, model) -> tuple[object, str]:
-    """A built-in or Hub data set's split, or a local file whole, labelled with the model's labels."""
-    if getattr(model, "multi_label", False):
-        return load_eval_split(args, model)
-
-
+    """A built-in or Hub data set's split, or a local file whole, labelled with the model's labels: one class a
+    text, or label sets (a multi-label model's; split by the separator it was trained with). A local file's
+    columns default to the ones the model was trained on."""
+    source = model.info.data.source or DataSource()
+    label_sets, separator = getattr(model, "multi_label", False), source.label_separator or DEFAULT_SEPARATOR
     path = Path(args.data).expanduser()
     if path.suffix.lower() in SUFFIX_BUILDERS or path.is_file():
-        source = model.info.data.source or DataSource()
-        text_col = args.text_column or source.text_column
-        pair_col = args.text_pair_column or source.text_pair_column
-        label_col = args.label_column or source.label_column
-        ds, _ = normalise_columns(read_table(path), str(path), text_col, pair_col, label_col, model.label_names)
+        columns = (args.text_column or source.text_column, args.text_pair_column or source.text_pair_column,
+                   args.label_column or source.label_column)
+        if label_sets:
+            ds, _ = multilabel_table(read_table(path), str(path), text_column=columns[0], text_pair_column=columns[1],
+                                     label_column=columns[2], separator=separator, label_names=model.label_names)
+        else:
+            ds, _ = normalise_columns(read_table(path), str(path), *columns, model.label_names)
         return ds, f"{path} (all {len(ds)} rows)"
-    data = load_data(args.data, text_column=args.text_column, text_pair_column=args.text_pair_column,
-                     label_column=args.label_column)
-    split = args.split
-    ds = data.split(split)
+    columns = {"text_column": args.text_column, "text_pair_column": args.text_pair_column,
+               "label_column": args.label_column}
+    data = load_multilabel(args.data, label_separator=separator, **columns) if label_sets else load_data(args.data, **columns)
+    ds = data.split(args.split)
     if data.label_names is not None and model.label_names is not None and data.label_names != model.label_names:
         raise DataError(f"data set '{args.data}' has labels {data.label_names}, the model {model.label_names}")
-    return ds, f"{args.data} ({split} split, {len(ds)} rows)"
+    return ds, f"{args.data} ({args.split} split, {len(ds)} rows)"
 
 
 def _add_task_arg(p: argparse.ArgumentParser, verb: str) -> None:
@@ -626,10 +627,12 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     write_json_atomic(os.path.join(args.run, CONFIG_NAME), saved.config_dict())  # the weights are unchanged
     if os.path.isfile(os.path.join(args.run, "results.json")):
         write_model_card(args.run)  # the card states the temperature
-    if "temperatures" in record:  # multi-label: one temperature per label (contrastfit.multilabel.model)
-
+    if "temperatures" in record:  # multi-label: one temperature per label (evaluation.calibration.calibrate_per_label)
         print(f"{args.run}: per-label temperature scaling fitted on {what} (predictions unchanged)")
-        print("\n".join(calibration_lines(record)))
+        print("  per-label temperatures " + ", ".join(f"{t:.3f}" for t in record["temperatures"]))
+        print(f"  mean binary NLL {record['nll_before']:.4f} -> {record['nll_after']:.4f}")
+        if record["not_fitted"]:
+            print(f"  kept at 1 (separated, one-sided or out of range): {', '.join(record['not_fitted'])}")
         return 0
     print(f"{args.run}{f' task {args.task}' if args.task else ''}: temperature {record['temperature']:.3f}, fitted on {what}")
     print(f"  NLL {record['nll_before']:.4f} -> {record['nll_after']:.4f}   "

@@ -41,7 +41,8 @@ from transformers.utils import ModelOutput
 from .atomic import atomic_folder, recover_folder, write_json_atomic
 from .encoders import POOLINGS, TextEncoder, load_backbone
 from .errors import ModelError
-from .evaluation.calibration import temperature_scaling, temperatures
+from .evaluation.calibration import calibrate_per_label, temperature_scaling, temperatures
+from .evaluation.multilabel import thresholds
 from .hub import (
     mark_encoder_without_head,
     push_to_hub,
@@ -51,7 +52,6 @@ from .hub import (
 )
 from .methods import Method, get_method
 from .methods.base import create_multilabel_method
-from .multilabel.model import calibrate_per_label, thresholds
 from .outputs import LABEL_SETS, OutputForm
 from .progress import progress_bars
 from .record import ModelInfo
@@ -148,7 +148,7 @@ class ContrastiveClassifier(nn.Module):
 
     @property
     def multi_label(self) -> bool:
-        """Whether each text carries a set of labels (:mod:`contrastfit.multilabel`)."""
+        """Whether each text carries a set of labels (the output form :data:`~contrastfit.outputs.LABEL_SETS`)."""
         return self.outputs is LABEL_SETS
 
     @property

@@ -27,19 +27,27 @@ strictly above every other, typically rows the model was trained on) the NLL fal
 :math:`T \to 0`, and the "fitted" T is only where the search stopped, which makes every probability
 0 or 1; and a T outside [:data:`MIN_TEMPERATURE`, :data:`MAX_TEMPERATURE`] (near the search's
 bounds) says the rows do not pin the temperature down either.
+
+Label sets (:func:`calibrate_per_label`): one temperature per sigmoid, :math:`T_j` minimising label
+:math:`j`'s binary NLL on held-out texts by the same bounded search. A label whose logits separate the
+held-out rows perfectly, or have no positive or no negative row, or whose :math:`T_j` falls outside
+[:data:`MIN_TEMPERATURE`, :data:`MAX_TEMPERATURE`], keeps :math:`T_j = 1` (listed in the record's
+``not_fitted``). The thresholds move with the temperatures (:math:`t'_j = \sigma(\operatorname{logit}(t_j) / T_j)`),
+so no prediction changes: only the probabilities do.
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+import math
+from typing import Any, Sequence
 
 import numpy as np
 
 from ..errors import DataError
-from ..outputs import log_softmax
+from ..outputs import log_softmax, sigmoid
 
 __all__ = ["DegenerateFitError", "probability_metrics", "log_softmax", "negative_log_likelihood", "expected_calibration_error",
-           "fit_temperature", "temperature_scaling"]
+           "fit_temperature", "temperature_scaling", "calibrate_per_label"]
 
 #: bins of the expected calibration error (Guo et al. use 15)
 ECE_BINS = 15
@@ -136,4 +144,53 @@ def temperature_scaling(logits: np.ndarray, labels: Sequence[int]) -> dict[str, 
         raise DegenerateFitError(
             f"degenerate temperature fit: T {t:.4g} is outside [{MIN_TEMPERATURE:g}, {MAX_TEMPERATURE:g}] on "
             f"{len(labels)} calibration rows ({numbers}); calibrate on more held-out rows")
+    return record
+
+
+def binary_nll(logits: np.ndarray, y: np.ndarray, t: float = 1.0) -> float:
+    """The mean binary NLL of ``sigmoid(logits / t)`` against 0/1 targets ``y``."""
+    z = np.asarray(logits, dtype=np.float64) / t
+    # -[y log s(z) + (1 - y) log(1 - s(z))] = softplus(z) - y z, computed stably
+    return float(np.mean(np.logaddexp(0.0, z) - y * z))
+
+
+def _fit_one(z: np.ndarray, y: np.ndarray) -> float | None:
+    """One label's temperature, or None where the rows do not pin it down (module docstring)."""
+    from scipy.optimize import minimize_scalar
+
+    if y.min() == y.max():
+        return None
+    if z[y > 0.5].min() > z[y < 0.5].max():  # perfectly separated: the NLL falls as T -> 0
+        return None
+    res = minimize_scalar(lambda s: binary_nll(z, y, math.exp(s)), bounds=(-5.0, 5.0), method="bounded")
+    t = float(math.exp(res.x))
+    return t if MIN_TEMPERATURE <= t <= MAX_TEMPERATURE else None
+
+
+def calibrate_per_label(model, logits: np.ndarray, label_sets: Sequence[Sequence[float]]) -> dict[str, Any]:
+    """Fit and keep (in ``model.info.calibration``) one temperature per label of a multi-label ``model``
+    (``label_sets``: one multi-hot row per text), moving its thresholds with them; returns the record."""
+    z = np.asarray(logits, dtype=np.float64)
+    y = (np.asarray(label_sets, dtype=np.float64) > 0.5).astype(np.float64)
+    if y.shape != z.shape:
+        raise ValueError(f"label sets {y.shape} do not match the logits {z.shape}")
+    old_t = temperatures(model)
+    old_thr = np.asarray(model.thresholds, dtype=np.float64)
+    temps, skipped = [], []
+    for j, name in enumerate(model.label_names):
+        t = _fit_one(z[:, j], y[:, j])
+        if t is None:
+            skipped.append(name)
+            t = 1.0
+        temps.append(t)
+    temps_a = np.asarray(temps)
+    before = float(np.mean([binary_nll(z[:, j], y[:, j], old_t[j]) for j in range(z.shape[1])]))
+    after = float(np.mean([binary_nll(z[:, j], y[:, j], temps_a[j]) for j in range(z.shape[1])]))
+    # keep every decision: z / T_old >= logit(thr_old)  <=>  z / T_new >= logit(thr_new)
+    clipped = np.clip(old_thr, 1e-12, 1 - 1e-12)
+    logit_thr = np.log(clipped / (1 - clipped)) * old_t
+    new_thr = sigmoid(logit_thr / temps_a)
+    record = {"kind": "per-label temperature", "temperatures": temps_a.tolist(), "not_fitted": skipped,
+              "n": int(len(z)), "nll_before": before, "nll_after": after}
+    model.info.update(calibration=record, thresholds=new_thr.tolist())
     return record

@@ -60,6 +60,13 @@ def _f1(truth: np.ndarray, pred: np.ndarray) -> float:
     return 0.0 if denom == 0 else 2 * tp / denom
 
 
+def thresholds(model) -> list[float]:
+    """A multi-label model's per-label thresholds: ``info.thresholds`` (chosen on validation at training
+    time, :func:`choose_thresholds`), or :data:`DEFAULT_THRESHOLD` for every label."""
+    got = model.info.thresholds
+    return list(got) if got else [DEFAULT_THRESHOLD] * len(model.label_names)
+
+
 def choose_thresholds(probs: np.ndarray | None, y_true: np.ndarray | None,
                       grid: Sequence[float] = THRESHOLD_GRID) -> tuple[list[float], str]:
     """Per-label thresholds (see the module docstring) and the rule that gave them."""
