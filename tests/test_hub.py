@@ -82,9 +82,10 @@ def test_a_method_with_its_own_embedding_space_gets_no_root_sentence_transformer
     embedded = lacon.embed(TEXTS)  # what SentenceTransformer(folder) would have had to give
     assert embedded.shape != pooled.shape or np.abs(embedded - pooled).max() > 0.05
     from contrastfit.card import _loading
+    from contrastfit.record import ModelConfig
 
     assert any("refuses the folder (no `modules.json` at its root)" in line
-               for line in _loading({"sentence_transformers": record}))
+               for line in _loading(ModelConfig(sentence_transformers=record)))
 
 
 def test_a_pooler_that_is_not_dense_plus_tanh_gets_no_sentence_transformers_files(tmp_path, tiny_encoder_dir):

@@ -31,7 +31,7 @@ from typing import Any, Mapping, Sequence
 from .atomic import write_json_atomic, write_text_atomic
 from .errors import ConfigError, ModelError
 from .folder import CONFIG_NAME as CONFIG_FILE
-from .record import RESULTS_NAME, Record
+from .record import RESULTS_NAME, Calibration, ModelConfig, MultiTaskModelConfig, Record, parse_model_config
 
 __all__ = ["CARD_NAME", "HUB_ID", "card_settings", "model_card", "multitask_card", "public_record",
            "set_card_metadata", "write_model_card"]
@@ -288,20 +288,19 @@ def _closing(record: Record, rows: Any) -> list[str]:
     return out
 
 
-def _calibration_sentence(calibration: dict[str, Any], subject: str = "the probabilities") -> str:
+def _calibration_sentence(calibration: Calibration, subject: str = "the probabilities") -> str:
     """What a temperature-scaling record (``calibrate``) did, in one sentence."""
-    if "temperatures" in calibration:  # a multi-label model: one temperature per label (evaluation.calibration.calibrate_per_label)
+    c, on = calibration, calibration.data or "held-out data"
+    if c.temperatures is not None:  # a multi-label model: one temperature per label (calibration.calibrate_per_label)
         return (f"Per-label temperature scaling: {subject} are `sigmoid(logit_j / T_j)` with T = "
-                f"{', '.join(f'{t:.3f}' for t in calibration['temperatures'])}, fitted on "
-                f"{calibration.get('data', 'held-out data')} ({calibration.get('n')} rows): mean binary NLL "
-                f"{calibration['nll_before']:.4f} -> {calibration['nll_after']:.4f}; the thresholds moved with them.")
-    return (f"Temperature scaling (Guo et al. 2017): {subject} are `softmax(logits / {calibration['temperature']:.4f})`, "
-            f"the temperature fitted on {calibration.get('data', 'held-out data')} ({calibration.get('n')} rows): "
-            f"NLL {calibration['nll_before']:.4f} -> {calibration['nll_after']:.4f}, "
-            f"ECE {calibration['ece_before']:.4f} -> {calibration['ece_after']:.4f} on those rows.")
+                f"{', '.join(f'{t:.3f}' for t in c.temperatures)}, fitted on {on} ({c.n} rows): mean binary NLL "
+                f"{c.nll_before:.4f} -> {c.nll_after:.4f}; the thresholds moved with them.")
+    return (f"Temperature scaling (Guo et al. 2017): {subject} are `softmax(logits / {c.temperature:.4f})`, "
+            f"the temperature fitted on {on} ({c.n} rows): NLL {c.nll_before:.4f} -> {c.nll_after:.4f}, "
+            f"ECE {c.ece_before:.4f} -> {c.ece_after:.4f} on those rows.")
 
 
-def model_card(record: Record | dict[str, Any], config: dict[str, Any]) -> str:
+def model_card(record: Record | dict[str, Any], config: ModelConfig | MultiTaskModelConfig | Mapping[str, Any]) -> str:
     """The card of a model from its run record (``results.json``, a :class:`~contrastfit.record.Record` or
     its dict) and its ``contrastfit.json`` (which holds the calibration, if any, and the card settings
     ``card``: :func:`card_settings`); a multi-task record gets :func:`multitask_card`."""
@@ -309,26 +308,27 @@ def model_card(record: Record | dict[str, Any], config: dict[str, Any]) -> str:
     from .methods import available_methods
 
     record = record if isinstance(record, Record) else Record.from_dict(record)
+    config = _typed(config)
     if record.kind == "multitask":
         return multitask_card(record, config)
-    method = record.method or config.get("method")
+    method = record.method or config.method
     spec = available_methods().get(method)
     data: dict[str, Any] = record.data.to_dict() if record.data else {}
     metrics = record.metrics
-    task = record.task or config.get("task", "classification")
-    labels = record.label_names if record.label_names is not None else config.get("label_names")
+    task = record.task or config.task or "classification"
+    labels = record.label_names if record.label_names is not None else config.label_names
     labels = list(labels) if labels else []
-    multi_label = bool(data.get("multi_label", config.get("multi_label", False)))
+    multi_label = bool(data["multi_label"] if "multi_label" in data else config.multi_label)
     pairs = bool(data.get("text_pair", False))
     names = _REGRESSION if task == "regression" else _MULTILABEL if multi_label else _CLASSIFICATION
-    base = record.base_model or config.get("base_model")
+    base = record.base_model or config.base_model
     shown_base = hub_base_model(base) or (Path(str(base)).name if base else "?")
     title = f"{method} on {data.get('name', '?')}"
 
     tags = ["contrastfit", str(method), task, *(["multi-label"] if multi_label else [])]
     indexed = _MULTILABEL_HEADLINE if multi_label else names  # the model-index's metrics; the front matter's less nll, ece
     front = _card_data(base, tags, _hub_names(data), [m for m in indexed if m not in ("nll", "ece")],
-                       config.get("card", {}), _eval_results(data, metrics, indexed), title, _widget(data))
+                       config.card, _eval_results(data, metrics, indexed), title, _widget(data))
     out = [f"# {title}", ""]
     what = f"`{shown_base}` fine-tuned with contrastfit's `{method}` method"
     if spec is not None:
@@ -359,9 +359,8 @@ def model_card(record: Record | dict[str, Any], config: dict[str, Any]) -> str:
                     "calibration error (15 bins), both before any temperature scaling.", ""]
         if multi_label:
             out += _multilabel_results(metrics, splits, record.training.thresholds or {})
-    calibration = config.get("calibration")
-    if calibration:
-        out += ["## Calibration", "", _calibration_sentence(calibration), ""]
+    if config.calibration:
+        out += ["## Calibration", "", _calibration_sentence(config.calibration), ""]
 
     example = "a fine film" + ("\\tgreat acting" if pairs else "")
     out += ["## Usage", "", "```python", "from contrastfit import ContrastiveClassifier", "",
@@ -392,9 +391,9 @@ def _multilabel_results(metrics: dict[str, Any], splits: list[str], thresholds: 
     return out
 
 
-def _loading(config: dict[str, Any]) -> list[str]:
+def _loading(config: ModelConfig) -> list[str]:
     """How (and how not) to load the folder with other libraries."""
-    st = config.get("sentence_transformers")
+    st = config.sentence_transformers
     out = ["## Loading", "",
            "`ContrastiveClassifier.from_pretrained` takes this folder or its Hub id (`owner/name`). The classifier "
            "is the encoder in `encoder/` plus `head.safetensors`; only contrastfit combines them.", ""]
@@ -420,11 +419,12 @@ def _loading(config: dict[str, Any]) -> list[str]:
     return out
 
 
-def multitask_card(record: Record | dict[str, Any], config: dict[str, Any] | None = None) -> str:
+def multitask_card(record: Record | dict[str, Any],
+                   config: MultiTaskModelConfig | Mapping[str, Any] | None = None) -> str:
     """The card of a multi-task model (one encoder, a head per task) from its ``results.json`` and its
     ``contrastfit.json`` (which holds each calibrated task's temperature)."""
     record = record if isinstance(record, Record) else Record.from_dict(record)
-    config = config if config is not None else {}
+    config = _typed(config if config is not None else {"kind": MultiTaskModelConfig.KIND})
     tasks = record.tasks or {}
     specs = {name: t.spec or {} for name, t in tasks.items()}
     task_data = {name: t.data.to_dict() if t.data else {} for name, t in tasks.items()}
@@ -434,7 +434,7 @@ def multitask_card(record: Record | dict[str, Any], config: dict[str, Any] | Non
     metric_names = sorted({s["metric"] for s in specs.values() if s.get("metric")})
     schedule = record.schedule.name if record.schedule else None
     front = _card_data(base, ["contrastfit", "multi-task", *kinds], _hub_names(*task_data.values()), metric_names,
-                       config.get("card", {}))
+                       config.card)
     out = [f"# Multi-task model: {', '.join(tasks)}", "",
            f"`{shown_base}` fine-tuned by contrastfit on {len(tasks)} tasks at once: one shared encoder, one head per task "
            "(the CS224N report's multi-task setup, Behrman & Christoglou). Each batch holds one task; the "
@@ -463,10 +463,9 @@ def multitask_card(record: Record | dict[str, Any], config: dict[str, Any] | Non
         out += ["## Evaluation", "", *_metric_table("task", rows, (*_CLASSIFICATION, *_REGRESSION), splits), "",
                 "Average of the tasks' selection metrics: "
                 + ", ".join(f"{s} {_fmt(metrics[s].average, metric=True)}" for s in splits) + ".", ""]
-    calibration = config.get("calibration")
-    if calibration:
+    if config.calibration:
         out += ["## Calibration", ""]
-        out += [f"- {_calibration_sentence(c, f'the probabilities of task {name}')}" for name, c in calibration.items()]
+        out += [f"- {_calibration_sentence(c, f'the probabilities of task {name}')}" for name, c in config.calibration.items()]
         out.append("")
     first = next(iter(tasks), "TASK")
     out += ["## Usage", "", "```python", "from contrastfit.multitask import MultiTaskModel", "",
@@ -477,11 +476,17 @@ def multitask_card(record: Record | dict[str, Any], config: dict[str, Any] | Non
     return _render(front, out + _closing(record, rows))
 
 
-def _read_records(folder: Path) -> tuple[Record, dict[str, Any]]:
+def _typed(config: ModelConfig | MultiTaskModelConfig | Mapping[str, Any]) -> ModelConfig | MultiTaskModelConfig:
+    """A ``contrastfit.json`` as its typed config (:func:`~contrastfit.record.parse_model_config`)."""
+    return config if isinstance(config, (ModelConfig, MultiTaskModelConfig)) else parse_model_config(config, CONFIG_FILE)
+
+
+def _read_records(folder: Path) -> tuple[Record, ModelConfig | MultiTaskModelConfig]:
     try:
         record = Record.from_dict(json.loads((folder / RESULTS_NAME).read_text(encoding="utf-8")),
                                   str(folder / RESULTS_NAME))
-        config = json.loads((folder / CONFIG_FILE).read_text(encoding="utf-8"))
+        config = parse_model_config(json.loads((folder / CONFIG_FILE).read_text(encoding="utf-8")),
+                                    str(folder / CONFIG_FILE))
     except FileNotFoundError as exc:
         raise ModelError(f"{folder}: no {Path(exc.filename).name}; a model card is written from a finished run's "
                          "results.json and contrastfit.json") from None
@@ -501,8 +506,8 @@ def write_model_card(folder: str | os.PathLike, *, license: str | None = None,
     settings = card_settings(license, language, datasets)  # checked before anything is read or written
     record, config = _read_records(folder)
     if settings:
-        config["card"] = {**config.get("card", {}), **settings}
-        write_json_atomic(folder / CONFIG_FILE, config)
+        config.card = {**config.card, **settings}
+        write_json_atomic(folder / CONFIG_FILE, config.to_dict())
     return write_text_atomic(folder / CARD_NAME, model_card(record, config))
 
 

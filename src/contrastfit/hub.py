@@ -38,6 +38,7 @@ from .card import CARD_NAME, HUB_ID, card_settings, model_card, public_record, s
 from .errors import ModelError
 from .folder import CONFIG_NAME
 from .progress import progress_bars
+from .record import parse_model_config
 
 __all__ = ["ST_FILES", "mark_encoder_without_head", "push_to_hub", "resolve_model_folder",
            "sentence_transformers_layout", "write_sentence_transformers"]
@@ -208,7 +209,8 @@ def push_to_hub(folder: str | os.PathLike, repo_id: str, *, private: bool = Fals
     if not (folder / CONFIG_NAME).is_file():
         raise ModelError(f"{folder} is not a contrastfit output folder (no {CONFIG_NAME})")
     try:
-        config = json.loads((folder / CONFIG_NAME).read_text(encoding="utf-8"))
+        config = parse_model_config(json.loads((folder / CONFIG_NAME).read_text(encoding="utf-8")),
+                                    str(folder / CONFIG_NAME))
         record = json.loads((folder / "results.json").read_text(encoding="utf-8")) \
             if (folder / "results.json").is_file() else None
     except json.JSONDecodeError as exc:
@@ -221,12 +223,12 @@ def push_to_hub(folder: str | os.PathLike, repo_id: str, *, private: bool = Fals
         staging = Path(tmp) / folder.name  # a copy (hard links where possible) whose records are made public
         shutil.copytree(folder, staging, ignore=shutil.ignore_patterns("checkpoints", ".*"), copy_function=_link_or_copy)
         if settings:
-            config["card"] = {**config.get("card", {}), **settings}
-        write_json_atomic(staging / CONFIG_NAME, public_record(config))
+            config.card = {**config.card, **settings}
+        write_json_atomic(staging / CONFIG_NAME, public_record(config.to_dict()))
         if record is not None:
             write_json_atomic(staging / "results.json", public_record(record))
         if not (staging / CARD_NAME).is_file():
-            write_text_atomic(staging / CARD_NAME, model_card(record if record is not None else config, config))
+            write_text_atomic(staging / CARD_NAME, model_card(record if record is not None else config.to_dict(), config))
         elif settings:  # the folder's own card (perhaps edited): only these fields change
             set_card_metadata(staging / CARD_NAME, settings)  # a new file: the hard-linked original stays
         api = HfApi(token=token)

@@ -54,13 +54,9 @@ from .methods import Method, get_method
 from .methods.base import create_multilabel_method
 from .outputs import LABEL_SETS, OutputForm
 from .progress import progress_bars
-from .record import ModelInfo
+from .record import ModelConfig, ModelInfo, MultiTaskModelConfig, parse_model_config
 
 from .folder import CONFIG_NAME, ENCODER_DIR, FORMAT_VERSION, HEAD_NAME  # noqa: F401  (the folder's names)
-
-#: The entries of a single-task model's ``contrastfit.json`` that are not its info (:class:`ModelInfo`).
-_FOLDER_ENTRIES = ("format_version", "method", "hparams", "task", "label_names", "pooling", "max_length",
-                   "sentence_transformers")
 
 
 @dataclass
@@ -322,15 +318,14 @@ class ContrastiveClassifier(nn.Module):
         be a Hugging Face Hub id (``owner/name``) when no such local folder exists, downloaded at
         ``revision`` (a branch, tag or commit; default the main branch) with ``token`` (default: the
         saved login or ``HF_TOKEN``). ``progress=False``: no progress bar (download, weight loading)."""
-        def build(cfg: dict[str, Any], encoder: TextEncoder, tokenizer) -> tuple["ContrastiveClassifier", str]:
-            label_names = cfg["label_names"]
-            num_labels = 1 if label_names is None else len(label_names)
-            if cfg.get("multi_label"):
-                method = create_multilabel_method(cfg["method"], num_labels, encoder.hidden_size, **cfg["hparams"])
+        def build(cfg: ModelConfig, encoder: TextEncoder, tokenizer) -> tuple["ContrastiveClassifier", str]:
+            num_labels = 1 if cfg.label_names is None else len(cfg.label_names)
+            if cfg.multi_label:
+                method = create_multilabel_method(cfg.method, num_labels, encoder.hidden_size, **cfg.hparams)
             else:
-                method = get_method(cfg["method"]).create(num_labels, encoder.hidden_size, cfg["task"], **cfg["hparams"])
-            info = ModelInfo.read({k: v for k, v in cfg.items() if k not in _FOLDER_ENTRIES}, f"{directory}: {CONFIG_NAME}")
-            return cls(encoder, tokenizer, method, label_names, cfg["max_length"], info=info), f"method '{cfg['method']}'"
+                method = get_method(cfg.method).create(num_labels, encoder.hidden_size, cfg.task, **cfg.hparams)
+            model = cls(encoder, tokenizer, method, cfg.label_names, cfg.max_length, info=cfg.info())
+            return model, f"method '{cfg.method}'"
 
         return load_model_folder(directory, HEAD_NAME, None, build, device, revision=revision, token=token,
                                  progress=progress)
@@ -375,12 +370,13 @@ def save_model_folder(directory: str | os.PathLike, model: nn.Module, weights_na
     return directory
 
 
-def read_model_config(directory: str | os.PathLike, weights_name: str, kind: str | None) -> dict[str, Any]:
-    """The ``contrastfit.json`` of a model folder written by :func:`save_model_folder`, after putting back
-    the previous model of a save killed between its renames. ``kind`` is the folder's ``"kind"`` the
-    caller loads (None: a single-task model, ``"multitask"``); another kind, a missing or unreadable
-    config, or a missing ``weights_name`` / ``encoder/`` is a one-line :class:`ModelError` that says
-    which class loads the folder."""
+def read_model_config(directory: str | os.PathLike, weights_name: str,
+                      kind: str | None) -> ModelConfig | MultiTaskModelConfig:
+    """The ``contrastfit.json`` of a model folder written by :func:`save_model_folder`, typed
+    (:func:`~contrastfit.record.parse_model_config`), after putting back the previous model of a save killed
+    between its renames. ``kind`` is the folder's ``"kind"`` the caller loads (None: a single-task model,
+    ``"multitask"``); another kind, a missing or unreadable config, an entry of the wrong type, or a missing
+    ``weights_name`` / ``encoder/`` is a one-line :class:`ModelError` that says which class loads the folder."""
     directory = Path(directory)
     cfg_path = directory / CONFIG_NAME
     if not cfg_path.is_file():
@@ -388,12 +384,12 @@ def read_model_config(directory: str | os.PathLike, weights_name: str, kind: str
     if not cfg_path.is_file():
         raise ModelError(f"{directory} is not a contrastfit output folder (no {CONFIG_NAME})")
     try:
-        cfg = json.loads(cfg_path.read_text(encoding="utf-8"))
+        cfg = parse_model_config(json.loads(cfg_path.read_text(encoding="utf-8")), str(cfg_path))
     except json.JSONDecodeError as exc:
         raise ModelError(f"{cfg_path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
-    if cfg.get("kind") != kind:
-        if cfg.get("kind") == "multitask":
-            raise ModelError(f"{directory} holds a multi-task model (tasks: {', '.join(t['name'] for t in cfg['tasks'])}); "
+    if cfg.KIND != kind:
+        if cfg.KIND == "multitask":
+            raise ModelError(f"{directory} holds a multi-task model (tasks: {', '.join(t['name'] for t in cfg.tasks)}); "
                              "load it with contrastfit.multitask.MultiTaskModel.from_pretrained and predict with task=NAME")
         raise ModelError(f"{directory} holds a single-task model; load it with ContrastiveClassifier.from_pretrained")
     if not (directory / weights_name).is_file() or not (directory / ENCODER_DIR / "config.json").is_file():
@@ -416,14 +412,14 @@ def check_safetensors(path: str | os.PathLike) -> None:
 
 
 def _check_shapes(state: dict[str, torch.Tensor], model: nn.Module, path: Path, cfg_path: Path,
-                  cfg: dict[str, Any], what: str) -> None:
+                  cfg: ModelConfig | MultiTaskModelConfig, what: str) -> None:
     """Refuse, in one line naming ``path`` and the tensor, weights whose shape is not the one the model
     ``cfg_path`` describes has (e.g. a ``contrastfit.json`` naming 3 labels for a head of 2 rows)."""
     expected = model.state_dict()
     for key, tensor in state.items():
         if key in expected and tuple(tensor.shape) != tuple(expected[key].shape):
             got, want = list(tensor.shape), list(expected[key].shape)
-            labels = cfg.get("label_names")
+            labels = getattr(cfg, "label_names", None)  # a multi-task config's are its tasks'
             hint = ""
             if isinstance(labels, list) and got and want and want[0] == len(labels) != got[0]:
                 hint = f": {cfg_path.name} names {len(labels)} labels, the head has {got[0]} rows"
@@ -449,13 +445,13 @@ def _load_model_folder(directory: str | os.PathLike, weights_name: str, kind: st
                        device: str | torch.device | None, revision: str | None, token: str | bool | None) -> Any:
     directory = resolve_model_folder(directory, revision=revision, token=token)
     cfg = read_model_config(directory, weights_name, kind)
-    if cfg.get("pooling") not in POOLINGS:  # before any weights load
-        raise ModelError(f"{directory / CONFIG_NAME}: unknown pooling {cfg.get('pooling')!r} "
+    if cfg.pooling not in POOLINGS:  # before any weights load
+        raise ModelError(f"{directory / CONFIG_NAME}: unknown pooling {cfg.pooling!r} "
                          f"(allowed: {', '.join(POOLINGS)})")
     for weights in [directory / weights_name, *sorted((directory / ENCODER_DIR).glob("*.safetensors"))]:
         check_safetensors(weights)
     backbone, tokenizer = load_backbone(str(directory / ENCODER_DIR))
-    model, what = build(cfg, TextEncoder(backbone, cfg["pooling"]), tokenizer)
+    model, what = build(cfg, TextEncoder(backbone, cfg.pooling), tokenizer)
     path = directory / weights_name
     state = load_file(str(path))
     _check_shapes(state, model, path, directory / CONFIG_NAME, cfg, what)

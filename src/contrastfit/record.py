@@ -37,7 +37,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Union
+from typing import Any, ClassVar, Union
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -46,8 +46,8 @@ from .errors import ContrastfitError, ModelError
 from .identity import record_identity
 
 __all__ = ["KINDS", "RECORD_VERSION", "RESULTS_NAME", "Calibration", "Corpus", "DataSource", "Identity", "ModelData",
-           "Interrupted", "Metrics", "ModelInfo", "MultiTaskModelInfo", "MultiTaskTraining", "PretrainTraining", "Record", "RunData",
-           "Sampling", "Schedule", "SplitMetrics", "TaskEntry", "Training", "read_record"]
+           "Interrupted", "Metrics", "ModelConfig", "ModelInfo", "MultiTaskModelConfig", "MultiTaskModelInfo", "MultiTaskTraining", "PretrainTraining", "Record", "RunData",
+           "Sampling", "Schedule", "SplitMetrics", "TaskEntry", "Training", "parse_model_config", "read_record"]
 
 #: The record of a run of ``train`` or ``train_multitask``, in its output folder.
 RESULTS_NAME = "results.json"
@@ -367,6 +367,8 @@ class ModelInfo(Entry):
     #: label sets: each label's threshold (in label order), and the rule that chose them
     thresholds: list[Number] | None = None
     threshold_rule: str | None = None
+    #: the model card's metadata set by ``contrastfit push`` / ``write_model_card`` (license, language, data sets)
+    card: dict[str, Any] = {}
 
     @classmethod
     def read(cls, raw: Mapping[str, Any] | ModelInfo | None, where: str = "the model's info") -> ModelInfo:
@@ -392,6 +394,62 @@ class MultiTaskModelInfo(ModelInfo):
     training: MultiTaskTraining | None = None  # type: ignore[assignment]
     schedule: Schedule | None = None
     calibration: dict[str, Calibration] = {}  # type: ignore[assignment]
+
+
+class _Folder(Entry):
+    """What every model folder's ``contrastfit.json`` says beside the model's info, to build the model."""
+
+    format_version: int | None = None
+    pooling: str | None = None
+    max_length: int | None = None
+
+
+class ModelConfig(_Folder, ModelInfo):
+    """A single-task model folder's ``contrastfit.json``, typed: what builds the model (its method and
+    hyper-parameters, task, labels, pooling, length; the sentence-transformers files written beside it)
+    and, in the same object, its info (:class:`ModelInfo`'s entries; :meth:`info` gives them alone)."""
+
+    KIND: ClassVar[str | None] = None
+    #: what is not the model's info (what :meth:`info` leaves out)
+    BUILDS: ClassVar[tuple[str, ...]] = ("format_version", "method", "hparams", "task", "label_names", "pooling",
+                                         "max_length", "sentence_transformers")
+    INFO: ClassVar[type[ModelInfo]] = ModelInfo
+
+    method: str | None = None
+    hparams: dict[str, Any] = {}
+    task: str | None = None
+    label_names: list[str] | None = None
+    #: the sentence-transformers files written at the folder's root (None: they could not be written faithfully)
+    sentence_transformers: dict[str, Any] | None = None
+
+    def info(self) -> ModelInfo:
+        """The model's info: every entry but what builds the model."""
+        return self.INFO.model_validate({k: v for k, v in self.to_dict().items() if k not in self.BUILDS})
+
+
+class MultiTaskModelConfig(_Folder, MultiTaskModelInfo):
+    """A multi-task model folder's ``contrastfit.json`` (``"kind": "multitask"``): its tasks (each with its
+    labels and head), pooling and length, and its info (:class:`MultiTaskModelInfo`)."""
+
+    KIND: ClassVar[str | None] = "multitask"
+    BUILDS: ClassVar[tuple[str, ...]] = ("format_version", "kind", "tasks", "pooling", "max_length")
+    INFO: ClassVar[type[ModelInfo]] = MultiTaskModelInfo
+
+    kind: str | None = None
+    tasks: list[dict[str, Any]] = []
+
+    info = ModelConfig.info
+
+
+def parse_model_config(raw: Mapping[str, Any], where: str) -> ModelConfig | MultiTaskModelConfig:
+    """A ``contrastfit.json``'s entries as the config of its kind (``"kind": "multitask"``, else a
+    single-task model's); an entry of the wrong type is a one-line :class:`~contrastfit.errors.ModelError`
+    naming ``where``."""
+    cls = MultiTaskModelConfig if raw.get("kind") == MultiTaskModelConfig.KIND else ModelConfig
+    try:
+        return cls.model_validate(dict(raw))
+    except ValidationError as exc:
+        raise ModelError(f"{where}: {_first_error(exc)}") from None
 
 
 def _first_error(exc: ValidationError) -> str:

@@ -36,14 +36,12 @@ from ..evaluation.calibration import temperature_scaling
 from ..heads import HEAD_DROPOUT, CosineRegressionHead, LinearHead, MLPHead, PairConcatHead
 from ..losses import supcon
 from ..modeling import CONFIG_NAME, ClassifierOutput, load_model_folder, model_max_length, save_model_folder
-from ..record import Calibration, ModelData, ModelInfo, MultiTaskModelInfo
+from ..record import Calibration, ModelData, ModelInfo, MultiTaskModelConfig, MultiTaskModelInfo
 from ..outputs import OutputForm, for_task
 from .tasks import TaskSpec
 
 HEADS_NAME = "heads.safetensors"
-KIND = "multitask"
-#: The entries of a multi-task model's ``contrastfit.json`` that are not its info (:class:`MultiTaskModelInfo`).
-_FOLDER_ENTRIES = ("format_version", "kind", "tasks", "pooling", "max_length")
+KIND = MultiTaskModelConfig.KIND
 FORMAT_VERSION = 1
 
 
@@ -326,11 +324,9 @@ class MultiTaskModel(nn.Module):
         """The model saved in ``directory`` (:func:`contrastfit.modeling.load_model_folder`), in eval mode;
         a Hub id (``owner/name``) is downloaded at ``revision`` with ``token``, as
         :meth:`contrastfit.ContrastiveClassifier.from_pretrained` does. ``progress=False``: no progress bar."""
-        def build(cfg: dict[str, Any], encoder: TextEncoder, tokenizer) -> tuple["MultiTaskModel", str]:
-            tasks = [TaskSpec.from_dict(t) for t in cfg["tasks"]]
-            info = MultiTaskModelInfo.read({k: v for k, v in cfg.items() if k not in _FOLDER_ENTRIES},
-                                           f"{directory}: {CONFIG_NAME}")
-            return cls(encoder, tokenizer, tasks, cfg["max_length"], info=info), f"the tasks in {CONFIG_NAME}"
+        def build(cfg: MultiTaskModelConfig, encoder: TextEncoder, tokenizer) -> tuple["MultiTaskModel", str]:
+            tasks = [TaskSpec.from_dict(t) for t in cfg.tasks]
+            return cls(encoder, tokenizer, tasks, cfg.max_length, info=cfg.info()), f"the tasks in {CONFIG_NAME}"
 
         return load_model_folder(directory, HEADS_NAME, KIND, build, device, revision=revision, token=token,
                                  progress=progress)
