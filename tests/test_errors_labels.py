@@ -109,13 +109,14 @@ def test_labels_equal_after_nfc_normalisation_are_refused_naming_both_spellings(
 
 def test_the_unicode_form_check_holds_for_label_sets_and_textdata_too():
     from contrastfit.data import TextData
-    from contrastfit.data.multilabel import load_multilabel
+    from contrastfit.data import load_data
+    from contrastfit.data.multilabel import LabelSetReader
     from contrastfit.data.types import check_label_names
 
     with pytest.raises(DataError, match="two Unicode forms"):
         check_label_names([NFC, NFD], "where")
     with pytest.raises(DataError, match=r"data \(texts and labels, 4 rows\).*two Unicode forms"):
-        load_multilabel((_texts(4), [[NFC], [NFD, "tea"], ["tea"], [NFC]]), validation_split=0)
+        load_data((_texts(4), [[NFC], [NFD, "tea"], ["tea"], [NFC]]), validation_split=0, labels=LabelSetReader())
     import datasets
 
     ds = datasets.Dataset.from_dict({"text": ["a"], "label": [0]})
@@ -134,11 +135,12 @@ def test_label_sets_joined_by_another_separator_are_refused_naming_it(tiny_encod
     _refused(_train(tiny_encoder_dir, tmp_path, "--multi-label", "--data", _semicolons(tmp_path)), capsys,
              "sets.csv", "column 'label'", "no label holds the separator '|'", "6 hold ';'", "'food;service'",
              "--label-separator ';'", tmp_path=tmp_path)
-    from contrastfit.data.multilabel import load_multilabel  # giving the separator splits them or keeps them whole
+    from contrastfit.data import load_data
+    from contrastfit.data.multilabel import LabelSetReader  # giving the separator splits them or keeps them whole
 
     path = _semicolons(tmp_path)
-    assert load_multilabel(path, label_separator=";", validation_split=0).label_names == ["food", "price", "service"]
-    assert load_multilabel(path, label_separator="|", validation_split=0).label_names == ["food", "food;service", "price"]
+    assert load_data(path, labels=LabelSetReader(";"), validation_split=0).label_names == ["food", "price", "service"]
+    assert load_data(path, labels=LabelSetReader("|"), validation_split=0).label_names == ["food", "food;service", "price"]
 
 
 @pytest.mark.parametrize("bad, blank, fragments", [

@@ -198,15 +198,16 @@ def test_protocol_models_declare_their_functions_keyword_arguments():
 
 def test_data_options_are_load_datas_keyword_arguments():
     """``data_options`` is load_data's keyword arguments (same defaults), and ``multi_label`` with the
-    ``label_separator`` of load_multilabel: TrainConfig's declarations of those settings."""
+    ``label_separator`` of a LabelSetReader: TrainConfig's declarations of those settings."""
     from contrastfit.data import load_data
-    from contrastfit.data.multilabel import load_multilabel
+    from contrastfit.data.multilabel import LabelSetReader
     from contrastfit.training import TrainConfig
 
     params = {n: p.default for n, p in inspect.signature(load_data).parameters.items() if p.kind == p.KEYWORD_ONLY}
+    del params["labels"]  # the reader the two below make: label sets, or one label a row
     declared = {n: f.default for n, f in schema.DataOptions.model_fields.items()}
     assert declared == {**params, "multi_label": False, "label_separator": None}
-    assert "label_separator" in inspect.signature(load_multilabel).parameters
+    assert "separator" in inspect.signature(LabelSetReader).parameters
     assert {n: TrainConfig.__dataclass_fields__[n].default for n in declared} == declared
     assert not set(declared) & set(schema.TRAINING_KEYS)  # one place each: data_options, not training
 

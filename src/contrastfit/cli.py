@@ -38,7 +38,7 @@ from .card import write_model_card
 from .data import describe_builtin, load_data
 from .data.loading import (LABEL, SUFFIX_BUILDERS, TEXT, TEXT_PAIR, check_utf8, decode_utf8, file_problem,
                            normalise_columns, read_table)
-from .data.multilabel import DEFAULT_SEPARATOR, describe_multilabel_builtin, load_multilabel, multilabel_table
+from .data.multilabel import DEFAULT_SEPARATOR, LabelSetReader, describe_multilabel_builtin, multilabel_table
 from .data.overlap import MAX_CALIBRATION_OVERLAP, train_overlap
 from .distillation import DistillOptions, distill
 from .distributed import world
@@ -453,7 +453,7 @@ def _load_eval_split(args: argparse.Namespace, model) -> tuple[object, str]:
         return ds, f"{path} (all {len(ds)} rows)"
     columns = {"text_column": args.text_column, "text_pair_column": args.text_pair_column,
                "label_column": args.label_column}
-    data = load_multilabel(args.data, label_separator=separator, **columns) if label_sets else load_data(args.data, **columns)
+    data = load_data(args.data, labels=LabelSetReader(separator) if label_sets else None, **columns)
     ds = data.split(args.split)
     if data.label_names is not None and model.label_names is not None and data.label_names != model.label_names:
         raise DataError(f"data set '{args.data}' has labels {data.label_names}, the model {model.label_names}")

@@ -215,16 +215,12 @@ def _model_data(model: Any, run: str) -> tuple[list[str], list[str] | None, dict
         options = {"text_column": source.text_column, "text_pair_column": source.text_pair_column,
                    "label_column": source.label_column, "validation_data": files["validation"],
                    "test_data": files["test"]}
-        if multi_label:
-            # lazy: data.multilabel imports datasets and torch, this module imports without torch
-            from .data.multilabel import load_multilabel
+        # lazy: data imports datasets and torch, this module imports without torch
+        from .data import load_data
+        from .data.multilabel import LabelSetReader
 
-            loaded = load_multilabel(path, label_separator=source.label_separator, **options)
-        else:
-            # lazy: data imports datasets and torch, this module imports without torch
-            from .data import load_data
-
-            loaded = load_data(path, validation_split=source.validation_split, task=data.task, **options)
+        labels = LabelSetReader(source.label_separator) if multi_label else None
+        loaded = load_data(path, validation_split=source.validation_split, task=data.task, labels=labels, **options)
         origin = str(path)
     elif kind == "memory":
         raise _NoCheckData(f"{run} was trained on in-memory data, which cannot be read again")

@@ -27,7 +27,7 @@ from .builtin import BUILTIN_DATASETS, MULTILABEL_BUILTIN_NAMES, load_builtin
 from .types import (LABEL, TEXT, TEXT_PAIR, TextData, check_label_names, label_list_problem, label_name,
                     mixed_labels_problem)
 
-__all__ = ["LABEL", "SUFFIX_BUILDERS", "TEXT", "TEXT_PAIR", "TextData", "check_training_classes", "check_utf8",
+__all__ = ["LABEL", "SUFFIX_BUILDERS", "TEXT", "TEXT_PAIR", "LabelReader", "TextData", "check_training_classes", "check_utf8",
            "data_hash", "decode_utf8", "in_memory", "load_data", "load_hub", "load_local", "load_memory", "memory_table",
            "normalise_columns", "parse_hub_name", "read_table",
            "sniff_delimiter", "stratified_split"]
@@ -444,6 +444,58 @@ def _check_column_names(path: Path, builder: str, delimiter: str) -> None:
                             f"{exc.colno})") from None
 
 
+class LabelReader:
+    """How a table's label column is read: one class (or a value, for a regression target) a row, as
+    :func:`normalise_columns` reads it. A task shape that reads labels otherwise hands the loaders its own
+    reader (label sets: :class:`contrastfit.data.multilabel.LabelSetReader`); the loaders' sequence --
+    built-in sets, files, in-memory data, Hub data sets, the given splits and the hold-outs -- is one."""
+
+    #: what messages call such a data set
+    noun = "data set"
+
+    def __init__(self, task: str | None = None):
+        self.task = task
+
+    def table(self, raw: datasets.Dataset, where: str, columns: tuple[str | None, str | None, str | None],
+              names: list[str] | None | str = "infer", strict_text: bool = False) -> tuple[datasets.Dataset, Any]:
+        """``raw`` as text / [text_pair] / label (``columns``: text, pair and label column), and the label
+        names: inferred where ``names`` is ``"infer"``, else ``names``' ids."""
+        return normalise_columns(raw, where, *columns, names, task=self.task, strict_text=strict_text)
+
+    def check(self, train: datasets.Dataset, names: Any, where: str, label_column: str | None) -> None:
+        """Refuse training rows a model cannot learn from (:func:`check_training_classes`)."""
+        check_training_classes(train, names, where, label_column or LABEL)
+
+    def hold_out(self, ds: datasets.Dataset, fraction: float, seed: int, names: Any):
+        """``(rest, held out)``: ``fraction`` of the rows, stratified by class (:func:`stratified_split`)."""
+        return stratified_split(ds, fraction, seed, names is not None)
+
+    def unlabelled(self, raw: datasets.Dataset, label_column: str | None) -> bool:
+        """Whether a Hub split has no labels (GLUE's test splits are all -1): it is dropped."""
+        lc = label_column or LABEL
+        return lc in raw.column_names and all((v is None or (isinstance(v, (int, float)) and v < 0)) for v in raw[lc])
+
+    def label_type(self, raw: datasets.Dataset, label_column: str | None, names: Any) -> str | None:
+        return label_type_of(raw, label_column, names)
+
+    def builtins(self) -> Sequence[str]:
+        """The built-in sets this reader loads by name."""
+        return tuple(BUILTIN_DATASETS)
+
+    def builtin(self, name: str) -> TextData | None:
+        """The built-in set ``name``, a one-line error for a set of another kind, else None."""
+        if name in BUILTIN_DATASETS:
+            return load_builtin(name)
+        if name in MULTILABEL_BUILTIN_NAMES:
+            raise DataError(f"'{name}' is a multi-label data set (several labels per text); train with "
+                            "--multi-label (train(..., multi_label=True)); see the docs' Multi-label page")
+        return None
+
+    def source(self) -> dict[str, Any]:
+        """What the data's ``source`` records of how its labels were read."""
+        return {}
+
+
 def load_local(
     path: str | Path,
     *,
@@ -455,55 +507,62 @@ def load_local(
     validation_split: float = 0.1,
     task: str | None = None,
     split_seed: int = 13,
+    labels: LabelReader | None = None,
 ) -> TextData:
     """A local file as training data; validation and test from their own files (or in-memory data,
-    :func:`memory_table`) if given.
+    :func:`memory_table`) if given. ``labels``: how the label column is read (default: one class a row,
+    of ``task``).
 
-    Without a validation file, a stratified ``validation_split`` fraction of the file (fixed seed
+    Without a validation file, ``validation_split`` of the file (stratified by class; fixed seed
     ``split_seed``) is held out for validation; ``validation_split=0`` keeps every row for training.
     """
+    labels = labels or LabelReader(task)
     raw = read_table(path)
-    train, names = normalise_columns(raw, str(path), text_column, text_pair_column, label_column, task=task)
-    check_training_classes(train, names, str(path), label_column or LABEL)
+    columns = (text_column, text_pair_column, label_column)
+    train, names = labels.table(raw, str(path), columns)
+    labels.check(train, names, str(path), label_column)
     return _table_data(Path(path).stem, raw, train, names, {"kind": "local", "path": str(Path(path).resolve())},
-                       text_column=text_column, text_pair_column=text_pair_column, label_column=label_column,
-                       validation_data=validation_data, test_data=test_data, validation_split=validation_split,
-                       split_seed=split_seed)
+                       labels, columns, validation_data=validation_data, test_data=test_data,
+                       validation_split=validation_split, split_seed=split_seed)
 
 
-def _table_data(name: str, raw, train, names: list[str] | None, source: dict[str, Any], *, text_column: str | None,
-                text_pair_column: str | None, label_column: str | None, validation_data: Any, test_data: Any,
+def _table_data(name: str, raw, train, names: Any, source: dict[str, Any], labels: LabelReader,
+                columns: tuple[str | None, str | None, str | None], *, validation_data: Any, test_data: Any,
                 validation_split: float, split_seed: int) -> TextData:
     """A file's or an in-memory table's :class:`TextData`: ``train`` (its rows read from ``raw``), the given
-    validation and test data (else a stratified ``validation_split`` of ``train`` held out for validation,
-    seed ``split_seed``), and ``source`` completed with how the splits and columns were read."""
-    splits, sources = _given_splits(validation_data, test_data, names, text_column, text_pair_column, label_column)
+    validation and test data (else ``validation_split`` of ``train`` held out for validation, seed
+    ``split_seed``), and ``source`` completed with how the splits, columns and labels were read."""
+    splits, sources = _given_splits(validation_data, test_data, names, *columns, labels=labels)
     if splits["validation"] is None and validation_split > 0 and len(train) >= 20:
-        train, splits["validation"] = stratified_split(train, validation_split, split_seed, names is not None)
+        train, splits["validation"] = labels.hold_out(train, validation_split, split_seed, names)
     return TextData(
         name=name,
         train=train,
         validation=splits["validation"],
         test=splits["test"],
         label_names=names,
-        label_type=label_type_of(raw, label_column, names),
+        label_type=labels.label_type(raw, columns[2], names),
         source={
             **source,
             "validation_data": sources["validation"],
             "test_data": sources["test"],
             "validation_split": validation_split if validation_data is None else None,
-            "text_column": text_column,
-            "text_pair_column": text_pair_column,
-            "label_column": label_column,
+            "text_column": columns[0],
+            "text_pair_column": columns[1],
+            "label_column": columns[2],
+            **labels.source(),
         },
     )
 
 
-def _given_splits(validation_data: Any, test_data: Any, names: list[str] | None, text_column: str | None,
-                  text_pair_column: str | None, label_column: str | None):
+def _given_splits(validation_data: Any, test_data: Any, names: Any, text_column: str | None,
+                  text_pair_column: str | None, label_column: str | None, labels: LabelReader | None = None):
     """The validation and test splits given as files or in memory (:func:`in_memory`), labelled with the
-    training data's ``names``, and what each was for the record: a file as given, in-memory data as
-    ``{"kind": "memory", "form", "rows", "hash"}``, None when not given."""
+    training data's ``names`` (read by ``labels``, default one class a row), and what each was for the
+    record: a file as given, in-memory data as ``{"kind": "memory", "form", "rows", "hash"}``, None when
+    not given."""
+    labels = labels or LabelReader()
+    columns = (text_column, text_pair_column, label_column)
     splits: dict[str, datasets.Dataset | None] = {"validation": None, "test": None}
     sources: dict[str, Any] = {"validation": None, "test": None}
     for split, given in (("validation", validation_data), ("test", test_data)):
@@ -511,12 +570,11 @@ def _given_splits(validation_data: Any, test_data: Any, names: list[str] | None,
             continue
         if in_memory(given):
             raw, form = memory_table(given, f"{split}_data", label_column)
-            splits[split], _ = normalise_columns(raw, f"{split}_data ({form}, {len(raw)} rows)", text_column,
-                                                 text_pair_column, label_column, names, strict_text=True)
+            splits[split], _ = labels.table(raw, f"{split}_data ({form}, {len(raw)} rows)", columns, names,
+                                            strict_text=True)
             sources[split] = {"kind": "memory", "form": form, "rows": len(raw), "hash": data_hash(splits[split])}
         else:
-            splits[split], _ = normalise_columns(read_table(given), str(given), text_column, text_pair_column,
-                                                 label_column, names)
+            splits[split], _ = labels.table(read_table(given), str(given), columns, names)
             sources[split] = str(given)
     return splits, sources
 
@@ -651,6 +709,7 @@ def load_memory(
     validation_split: float = 0.1,
     task: str | None = None,
     split_seed: int = 13,
+    labels: LabelReader | None = None,
 ) -> TextData:
     """In-memory data (:func:`memory_table`'s forms) as training data, with the same checks, label rule
     and validation hold-out as a local file (:func:`load_local`): texts must be strings and not empty;
@@ -658,14 +717,14 @@ def load_memory(
     whole make a regression target); ``validation_data`` / ``test_data`` may be files or in memory.
     The source records ``{"kind": "memory", "form", "rows", "hash"}`` (the hash of every row, before
     the hold-out: :func:`data_hash`); nothing there is a path."""
+    labels = labels or LabelReader(task)
     raw, form = memory_table(data, "data", label_column)
     where = f"data ({form}, {len(raw)} rows)"
-    train, names = normalise_columns(raw, where, text_column, text_pair_column, label_column, task=task,
-                                     strict_text=True)
-    check_training_classes(train, names, where, label_column or LABEL)
+    columns = (text_column, text_pair_column, label_column)
+    train, names = labels.table(raw, where, columns, strict_text=True)
+    labels.check(train, names, where, label_column)
     source = {"kind": "memory", "form": form, "rows": len(train), "hash": data_hash(train)}
-    return _table_data("in-memory data", raw, train, names, source, text_column=text_column,
-                       text_pair_column=text_pair_column, label_column=label_column, validation_data=validation_data,
+    return _table_data("in-memory data", raw, train, names, source, labels, columns, validation_data=validation_data,
                        test_data=test_data, validation_split=validation_split, split_seed=split_seed)
 
 
@@ -737,6 +796,7 @@ def load_hub(
     label_column: str | None = None,
     split_seed: int = 13,
     revision: str | None = None,
+    labels: LabelReader | None = None,
 ) -> TextData:
     """A data set through ``datasets.load_dataset`` (a Hub name, or a local folder laid out like one).
 
@@ -744,6 +804,7 @@ def load_hub(
     the validation split (stratified, fixed seed) becomes the test split. Without a validation split,
     10% of the training split is held out.
     """
+    labels = labels or LabelReader()
     repo, config = parse_hub_name(name)
     try:
         dd = datasets.load_dataset(repo, config, revision=revision)
@@ -752,42 +813,40 @@ def load_hub(
         if Path(repo).expanduser().is_dir():
             raise DataError(
                 f"{name} is a folder that datasets.load_dataset cannot read as a data set; give a data file "
-                f"({', '.join(SUFFIX_BUILDERS)}), a built-in name ({', '.join(BUILTIN_DATASETS)}) or a Hugging Face "
+                f"({', '.join(SUFFIX_BUILDERS)}), a built-in name ({', '.join(labels.builtins())}) or a Hugging Face "
                 "data set name (e.g. glue/sst2)"
             ) from None
         raise DataError(
-            f"data set '{name}' is not built in ({', '.join(BUILTIN_DATASETS)}), not a local file, "
+            f"{labels.noun} '{name}' is not built in ({', '.join(labels.builtins())}), not a local file, "
             f"and could not be loaded from the Hugging Face Hub: {first}"
         ) from None
     if not isinstance(dd, datasets.DatasetDict) or "train" not in dd:
         raise DataError(f"data set '{name}' has no 'train' split (splits: {', '.join(dd.keys())})")
     where = f"data set '{name}'"
-    train, names = normalise_columns(dd["train"], f"{where} (train)", text_column, text_pair_column, label_column)
-    check_training_classes(train, names, f"{where} (train)", label_column or LABEL)
+    columns = (text_column, text_pair_column, label_column)
+    train, names = labels.table(dd["train"], f"{where} (train)", columns)
+    labels.check(train, names, f"{where} (train)", label_column)
     parts: dict[str, datasets.Dataset | None] = {}
     for split in ("validation", "test"):
         raw = dd.get(split) if split in dd else (dd.get("dev") if split == "validation" and "dev" in dd else None)
-        if raw is None:
-            parts[split] = None
+        if raw is None or labels.unlabelled(raw, label_column):
+            parts[split] = None  # none, or an unlabelled test split (GLUE style)
             continue
-        lc = label_column or LABEL
-        if lc in raw.column_names and all((v is None or (isinstance(v, (int, float)) and v < 0)) for v in raw[lc]):
-            parts[split] = None  # unlabelled test split (GLUE style)
-            continue
-        parts[split], _ = normalise_columns(raw, f"{where} ({split})", text_column, text_pair_column, label_column, names)
+        parts[split], _ = labels.table(raw, f"{where} ({split})", columns, names)
     validation, test = parts["validation"], parts["test"]
     if validation is None:
-        train, validation = stratified_split(train, 0.1, split_seed, names is not None)
+        train, validation = labels.hold_out(train, 0.1, split_seed, names)
     if test is None:
-        validation, test = stratified_split(validation, 0.5, split_seed, names is not None)
+        validation, test = labels.hold_out(validation, 0.5, split_seed, names)
     return TextData(
         name=name,
         train=train,
         validation=validation,
         test=test,
         label_names=names,
-        source={"kind": "hub", "name": repo, "config": config, "revision": revision},
-        label_type=label_type_of(dd["train"], label_column, names),
+        source={"kind": "hub", "name": repo, "config": config, "revision": revision, "label_column": label_column,
+                **labels.source()},
+        label_type=labels.label_type(dd["train"], label_column, names),
     )
 
 
@@ -801,40 +860,37 @@ def load_data(
     test_data: Any = None,
     validation_split: float | None = None,
     task: str | None = None,
+    labels: LabelReader | None = None,
 ) -> TextData:
     """Load a built-in data set by name, a local file by path, a Hub data set by name (or a local
     folder laid out like one, see :func:`load_hub`), or in-memory data (:func:`load_memory`).
     ``validation_split``: the share of a local or in-memory table held out for validation where no
-    ``validation_data`` is given (None: :data:`VALIDATION_SPLIT`)."""
+    ``validation_data`` is given (None: :data:`VALIDATION_SPLIT`). ``labels``: how the label column is
+    read (default: one class a row, or a value for ``task="regression"``; label sets:
+    :class:`contrastfit.data.multilabel.LabelSetReader`)."""
+    labels = labels or LabelReader(task)
     if validation_split is None:
         validation_split = VALIDATION_SPLIT
+    options = {"text_column": text_column, "text_pair_column": text_pair_column, "label_column": label_column,
+               "validation_data": validation_data, "test_data": test_data, "validation_split": validation_split,
+               "labels": labels}
     if in_memory(name_or_path):
-        return load_memory(name_or_path, text_column=text_column, text_pair_column=text_pair_column,
-                           label_column=label_column, validation_data=validation_data, test_data=test_data,
-                           validation_split=validation_split, task=task)
+        return load_memory(name_or_path, **options)
     name_or_path = os.fspath(name_or_path)
     path = Path(name_or_path).expanduser()
-    local = name_or_path not in BUILTIN_DATASETS and (path.suffix.lower() in SUFFIX_BUILDERS or path.is_file())
+    builtin = name_or_path in labels.builtins()
+    # a path that names a file (by its suffix, or a link) is read as one, so that a missing file, a folder or a
+    # symlink loop is said as such (read_table), not as a Hub data set that could not be loaded
+    local = not builtin and (path.suffix.lower() in SUFFIX_BUILDERS or path.is_file() or path.is_symlink())
     for split, given in (("validation_data", validation_data), ("test_data", test_data)):
         if in_memory(given) and not local:
             raise DataError(f"{split} in memory goes with training data in memory or a local file, not with "
                             f"'{name_or_path}', which has its own splits")
-    if name_or_path in BUILTIN_DATASETS:
-        return load_builtin(name_or_path)
-    if name_or_path in MULTILABEL_BUILTIN_NAMES:
-        raise DataError(f"'{name_or_path}' is a multi-label data set (several labels per text); train with "
-                        "--multi-label (train(..., multi_label=True)); see the docs' Multi-label page")
+    if (data := labels.builtin(name_or_path)) is not None:
+        return data
     if local:
-        return load_local(
-            path,
-            text_column=text_column,
-            text_pair_column=text_pair_column,
-            label_column=label_column,
-            validation_data=validation_data,
-            test_data=test_data,
-            validation_split=validation_split,
-            task=task,
-        )
+        return load_local(path, **options)
     if name_or_path.startswith((".", "/", "~")) and not path.exists():
         raise DataError(f"data file {path}: {file_problem(path) or 'no such file'}")
-    return load_hub(name_or_path, text_column=text_column, text_pair_column=text_pair_column, label_column=label_column)
+    return load_hub(name_or_path, text_column=text_column, text_pair_column=text_pair_column, label_column=label_column,
+                    labels=labels)

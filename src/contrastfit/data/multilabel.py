@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
@@ -38,20 +37,11 @@ import numpy as np
 from torch.utils.data import Sampler
 
 from ..errors import DataError
-from .builtin import _package_root
-from .loading import (
-    SUFFIX_BUILDERS,
-    file_problem,
-    in_memory,
-    memory_table,
-    normalise_columns,
-    parse_hub_name,
-    read_table,
-)
+from .builtin import BUILTIN_DATASETS, _package_root
+from .loading import LabelReader, normalise_columns
 from .types import LABEL, TEXT, TextData, check_label_names, label_list_problem, label_name
 
 DEFAULT_SEPARATOR = "|"
-SPLIT_SEED = 13
 
 
 def label_feature(n_labels: int) -> datasets.Sequence:
@@ -328,82 +318,53 @@ def load_multilabel_builtin(name: str) -> TextData:
                                                "description": description})
 
 
-def load_multilabel(
-    name_or_path: Any,
-    *,
-    text_column: str | None = None,
-    text_pair_column: str | None = None,
-    label_column: str | None = None,
-    label_separator: str | None = None,
-    validation_data: Any = None,
-    test_data: Any = None,
-    validation_split: float = 0.1,
-) -> TextData:
-    """Multi-label data from a built-in name (:data:`MULTILABEL_BUILTINS`), a local file, in-memory data
-    (the forms of :func:`contrastfit.data.loading.memory_table`; ``(texts, label_sets)``) or a Hugging
-    Face data set (its train / validation / test splits; without a validation split 10% of train is held
-    out, without a test split half of validation becomes the test split, as for single-label data)."""
-    sep = label_separator or DEFAULT_SEPARATOR
-    kw = dict(text_column=text_column, text_pair_column=text_pair_column, label_column=label_column, separator=sep,
-              guess_separator=label_separator is None)
+class LabelSetReader(LabelReader):
+    """Label sets as the loaders read them (:func:`contrastfit.data.loading.load_data` with
+    ``labels=LabelSetReader(separator)``): a built-in name of :data:`MULTILABEL_BUILTINS`, a local file,
+    in-memory data (``(texts, label_sets)``, ...) or a Hugging Face data set, each row's set read by
+    :func:`multilabel_table`; the hold-outs are random (a label-stratified split of label sets is not well
+    defined), at the loaders' seed. ``separator``: what joins a cell's labels (None: ``|``, and cells joined
+    by another likely separator are refused)."""
 
-    def table(given: Any, where: str) -> tuple[datasets.Dataset, str, bool]:
-        if in_memory(given):
-            raw, form = memory_table(given, where, label_column)
-            return raw, f"{where} ({form}, {len(raw)} rows)", True
-        return read_table(given), str(given), False
+    noun = "multi-label data set"
 
-    if isinstance(name_or_path, (str, os.PathLike)) and os.fspath(name_or_path) in MULTILABEL_BUILTINS:
-        return load_multilabel_builtin(os.fspath(name_or_path))
-    path = None if in_memory(name_or_path) else Path(os.fspath(name_or_path)).expanduser()
-    # a path that names a file (by its suffix, or a link) is read as one, so that a missing file, a folder or
-    # a symlink loop is said as such (read_table), not as a Hub data set that could not be loaded
-    local = path is None or path.is_file() or path.is_symlink() or path.suffix.lower() in SUFFIX_BUILDERS
-    if path is not None and not local and os.fspath(name_or_path).startswith((".", "/", "~")) and not path.exists():
-        raise DataError(f"data file {path}: {file_problem(path) or 'no such file'}")
-    if local:
-        raw, where, strict = table(name_or_path, "data")
-        train, names = multilabel_table(raw, where, strict_text=strict, **kw)
-        splits = {}
-        for split, given in (("validation", validation_data), ("test", test_data)):
-            if given is not None:
-                raw_s, where_s, strict_s = table(given, f"{split}_data")
-                splits[split], _ = multilabel_table(raw_s, where_s, label_names=names, strict_text=strict_s, **kw)
-        if "validation" not in splits and validation_split > 0 and len(train) >= 20:
-            keep, held = _split_rows(len(train), validation_split, SPLIT_SEED)
-            train, splits["validation"] = train.select(keep), train.select(held)
-        source = {"kind": "memory" if in_memory(name_or_path) else "local", "multi_label": True,
-                  "label_column": label_column, "label_separator": sep}
-        if not in_memory(name_or_path):
-            source["path"] = str(Path(os.fspath(name_or_path)).resolve())
-        return TextData(name="in-memory data" if in_memory(name_or_path) else Path(os.fspath(name_or_path)).stem,
-                        train=train, validation=splits.get("validation"), test=splits.get("test"),
-                        label_names=names, source=source)
-    name = os.fspath(name_or_path)
-    repo, config = parse_hub_name(name)
-    try:
-        dd = datasets.load_dataset(repo, config)
-    except Exception as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise DataError(f"multi-label data set '{name}' is not built in ({', '.join(MULTILABEL_BUILTINS)}), not a "
-                        f"local file, and could not be loaded from the Hugging Face Hub: {first}") from None
-    if "train" not in dd:
-        raise DataError(f"data set '{name}' has no 'train' split (splits: {', '.join(dd.keys())})")
-    train, names = multilabel_table(dd["train"], f"data set '{name}' (train)", **kw)
-    parts = {}
-    for split in ("validation", "test"):
-        raw = dd[split] if split in dd else (dd["dev"] if split == "validation" and "dev" in dd else None)
-        if raw is not None:
-            parts[split], _ = multilabel_table(raw, f"data set '{name}' ({split})", label_names=names, **kw)
-    if "validation" not in parts:
-        keep, held = _split_rows(len(train), 0.1, SPLIT_SEED)
-        train, parts["validation"] = train.select(keep), train.select(held)
-    if "test" not in parts:
-        keep, held = _split_rows(len(parts["validation"]), 0.5, SPLIT_SEED)
-        parts["validation"], parts["test"] = parts["validation"].select(keep), parts["validation"].select(held)
-    return TextData(name=name, train=train, validation=parts["validation"], test=parts["test"], label_names=names,
-                    source={"kind": "hub", "name": repo, "config": config, "multi_label": True,
-                            "label_column": label_column, "label_separator": sep})
+    def __init__(self, separator: str | None = None):
+        super().__init__()
+        self.separator, self.guess = separator or DEFAULT_SEPARATOR, separator is None
+
+    def table(self, raw: datasets.Dataset, where: str, columns: tuple[str | None, str | None, str | None],
+              names: list[str] | None | str = "infer", strict_text: bool = False) -> tuple[datasets.Dataset, Any]:
+        return multilabel_table(raw, where, text_column=columns[0], text_pair_column=columns[1],
+                                label_column=columns[2], separator=self.separator,
+                                label_names=None if names == "infer" else names, strict_text=strict_text,
+                                guess_separator=self.guess)
+
+    def check(self, train: datasets.Dataset, names: Any, where: str, label_column: str | None) -> None:
+        pass  # (multilabel_table refuses fewer than two labels; a label with no row is only ever a negative)
+
+    def hold_out(self, ds: datasets.Dataset, fraction: float, seed: int, names: Any):
+        keep, held = _split_rows(len(ds), fraction, seed)
+        return ds.select(keep), ds.select(held)
+
+    def unlabelled(self, raw: datasets.Dataset, label_column: str | None) -> bool:
+        return False
+
+    def label_type(self, raw: datasets.Dataset, label_column: str | None, names: Any) -> str | None:
+        return None
+
+    def builtins(self) -> Sequence[str]:
+        return tuple(MULTILABEL_BUILTINS)
+
+    def builtin(self, name: str) -> TextData | None:
+        if name in MULTILABEL_BUILTINS:
+            return load_multilabel_builtin(name)
+        if name in BUILTIN_DATASETS:
+            raise DataError(f"'{name}' is a single-label data set (one label per text); train it without "
+                            "--multi-label")
+        return None
+
+    def source(self) -> dict[str, Any]:
+        return {"multi_label": True, "label_separator": self.separator}
 
 
 # ---------------------------------------------------------------------------------------------

@@ -166,7 +166,7 @@ DataOptions = declared_model(
     base=_DataOptionsBase, name="DataOptions",
     doc="``data_options:``: how to read a local file or Hub data set, TrainConfig's declarations of "
         ":data:`DATA_OPTIONS` (``load_data``'s keyword arguments; ``multi_label``: label sets, read by "
-        "``load_multilabel``, with ``label_separator``), checked by ``TrainConfig.validate``.")
+        "``load_data`` with a ``LabelSetReader`` of ``label_separator``), checked by ``TrainConfig.validate``.")
 
 
 class Attributions(Schema):

@@ -31,7 +31,8 @@ from typing import Any
 import datasets
 import numpy as np
 
-from ..data.multilabel import (MultiLabelBatchSampler, is_multilabel, label_counts, load_multilabel, random_subset,
+from ..data import load_data
+from ..data.multilabel import (LabelSetReader, MultiLabelBatchSampler, is_multilabel, label_counts, random_subset,
                               sample_per_label)
 from ..data.sampling import derive_seed
 from ..data.types import LABEL, TEXT, TEXT_PAIR, TextData
@@ -104,18 +105,17 @@ class LabelSets(TaskShape):
         return True  # the thresholds
 
     def load(self, config: Any, memory: dict[str, Any]) -> TextData:
-        return load_multilabel(memory.get("data", config.data), text_column=config.text_column,
-                               text_pair_column=config.text_pair_column, label_column=config.label_column,
-                               label_separator=config.label_separator,
-                               validation_data=memory.get("validation_data", config.validation_data),
-                               test_data=memory.get("test_data", config.test_data),
-                               validation_split=self.validation_split(config))
+        return load_data(memory.get("data", config.data), text_column=config.text_column,
+                         text_pair_column=config.text_pair_column, label_column=config.label_column,
+                         validation_data=memory.get("validation_data", config.validation_data),
+                         test_data=memory.get("test_data", config.test_data),
+                         validation_split=self.validation_split(config), labels=LabelSetReader(config.label_separator))
 
     def sample(self, config: Any, data: TextData) -> PreparedData:
         """The seed's training sample (``--shots``: at least K per label; ``--train-size``) and validation subset."""
         if not is_multilabel(data):
             raise DataError(f"data set '{data.name}' is not multi-label data (load it with "
-                            "contrastfit.data.multilabel.load_multilabel)")
+                            "load_data(..., labels=contrastfit.data.multilabel.LabelSetReader()))")
         seed = config.seed if config.sample_seed is None else config.sample_seed
         train_seed = derive_seed(seed, "train", config.sample_index)
         train = data.train
