@@ -31,7 +31,7 @@ from typing import Any, Mapping, Sequence
 from .atomic import write_json_atomic, write_text_atomic
 from .errors import ConfigError, ModelError
 from .folder import CONFIG_NAME as CONFIG_FILE
-from .record import RESULTS_NAME, Calibration, ModelConfig, MultiTaskModelConfig, Record, parse_model_config
+from .record import RESULTS_NAME, Calibration, ModelConfig, MultiTaskModelConfig, Record, RunData, parse_model_config
 
 __all__ = ["CARD_NAME", "HUB_ID", "card_settings", "model_card", "multitask_card", "public_record",
            "set_card_metadata", "write_model_card"]
@@ -187,17 +187,16 @@ def _render(card_data, body: list[str]) -> str:
     return str(card)
 
 
-def _dataset_of(data: Mapping[str, Any]) -> tuple[str, str, str | None, str | None]:
+def _dataset_of(data: RunData) -> tuple[str, str, str | None, str | None]:
     """``(name, type, config, revision)`` of the data a model-index result is on: the Hub id as the type
     for Hub data, else the data's name."""
-    name = str(data.get("name", "?"))
-    source = data.get("source")
-    if isinstance(source, Mapping) and source.get("kind") == "hub":
-        return name, str(source.get("name", name)), source.get("config"), source.get("revision")
+    name, source = str(data.name or "?"), data.source
+    if source is not None and source.kind == "hub":
+        return name, str(source.name or name), source.config, source.revision
     return name, name, None, None
 
 
-def _eval_results(data: Mapping[str, Any], metrics: Mapping[str, Any], names: Sequence[str]) -> list[Any]:
+def _eval_results(data: RunData, metrics: Mapping[str, Any], names: Sequence[str]) -> list[Any]:
     """The Hub's ``model-index`` as ``huggingface_hub.EvalResult`` s: one per evaluated split and metric of
     ``names`` the record holds, with the split named (validation, test); nothing for a split not evaluated."""
     from huggingface_hub import EvalResult
@@ -216,23 +215,17 @@ def _eval_results(data: Mapping[str, Any], metrics: Mapping[str, Any], names: Se
     return out
 
 
-def _hub_names(*data: Mapping[str, Any]) -> list[str]:
+def _hub_names(*data: RunData) -> list[str]:
     """The Hub data sets among ``data`` records (built-in, local and in-memory data are not on the Hub)."""
-    out = []
-    for d in data:
-        source = d.get("source")
-        if isinstance(source, Mapping) and source.get("kind") == "hub":
-            out.append(str(source.get("name", d.get("name"))))
-    return list(dict.fromkeys(out))
+    return list(dict.fromkeys(str(d.source.name or d.name) for d in data if d.source is not None and d.source.kind == "hub"))
 
 
-def _widget(data: Mapping[str, Any]) -> list[dict[str, str]]:
+def _widget(data: RunData) -> list[dict[str, str]]:
     """The Hub widget's examples: the record's training text of each label (``data.examples``)."""
-    examples = data.get("examples")
-    if not isinstance(examples, list) or data.get("text_pair"):
+    if not data.examples or data.text_pair:
         return []
-    return [{"text": str(e["text"]), "example_title": str(e["label"])} for e in examples
-            if isinstance(e, Mapping) and "text" in e and "label" in e]
+    return [{"text": str(e["text"]), "example_title": str(e["label"])} for e in data.examples
+            if "text" in e and "label" in e]
 
 
 def label_examples(train, label_names: Sequence[str] | None) -> list[dict[str, str]]:
@@ -251,11 +244,14 @@ def label_examples(train, label_names: Sequence[str] | None) -> list[dict[str, s
     return [{"label": str(name), "text": chosen[i]} for i, name in enumerate(label_names) if i in chosen]
 
 
-def _data_rows(data: dict[str, Any], prefix: str = "") -> list[str]:
-    sampling = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in data.get("sampling", {}).items() if v is not None)
-    splits = [split for split in ("train", "validation", "test") if data.get(f"{split}_size") is not None]
-    return [f"| {prefix}{split} | {data[f'{split}_size']} | `{data.get(f'{split}_hash', '-')}` | "
-            f"{(sampling or '-') if i == 0 else ''} |" for i, split in enumerate(splits)]
+def _data_rows(data: RunData, prefix: str = "") -> list[str]:
+    """The card's rows of the training data table: each split's size and hash, the sampling beside the first."""
+    sampling = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in (data.sampling or {}).items() if v is not None)
+    sizes = {split: (getattr(data, f"{split}_size"), getattr(data, f"{split}_hash") or "-")
+             for split in ("train", "validation", "test")}
+    shown = [(split, size, digest) for split, (size, digest) in sizes.items() if size is not None]
+    return [f"| {prefix}{split} | {size} | `{digest}` | {(sampling or '-') if i == 0 else ''} |"
+            for i, (split, size, digest) in enumerate(shown)]
 
 
 def _settings(record: Record, hparams: dict[str, Any]) -> list[str]:
@@ -313,17 +309,17 @@ def model_card(record: Record | dict[str, Any], config: ModelConfig | MultiTaskM
         return multitask_card(record, config)
     method = record.method or config.method
     spec = available_methods().get(method)
-    data: dict[str, Any] = record.data.to_dict() if record.data else {}
+    data = record.data if isinstance(record.data, RunData) else RunData()
     metrics = record.metrics
     task = record.task or config.task or "classification"
     labels = record.label_names if record.label_names is not None else config.label_names
     labels = list(labels) if labels else []
-    multi_label = bool(data["multi_label"] if "multi_label" in data else config.multi_label)
-    pairs = bool(data.get("text_pair", False))
+    multi_label = bool(data.multi_label if data.multi_label is not None else config.multi_label)
+    pairs = bool(data.text_pair)
     names = _REGRESSION if task == "regression" else _MULTILABEL if multi_label else _CLASSIFICATION
     base = record.base_model or config.base_model
     shown_base = hub_base_model(base) or (Path(str(base)).name if base else "?")
-    title = f"{method} on {data.get('name', '?')}"
+    title = f"{method} on {data.name or '?'}"
 
     tags = ["contrastfit", str(method), task, *(["multi-label"] if multi_label else [])]
     indexed = _MULTILABEL_HEADLINE if multi_label else names  # the model-index's metrics; the front matter's less nll, ece
@@ -343,12 +339,12 @@ def model_card(record: Record | dict[str, Any], config: ModelConfig | MultiTaskM
         what += f". It classifies {'text pairs' if pairs else 'texts'} into {len(labels)} labels: " \
                 + ", ".join(f"`{n}`" for n in labels) + "."
     out += [what, "", "## Training data", "", "| split | rows | hash | sampling |", "|---|---|---|---|",
-            *_data_rows(data), "", f"Source: `{json.dumps(public_record(data.get('source', {})), sort_keys=True)}`.", ""]
+            *_data_rows(data), "", f"Source: `{json.dumps(public_record(data.source.to_dict() if data.source is not None else {}), sort_keys=True)}`.", ""]
     out += _settings(record, record.hparams or {})
     selection = record.training.selection
     if selection:
-        out += ["", f"The kept step is {selection.get('best_step')}, the best validation {selection.get('metric')} "
-                    f"({_fmt(selection.get('best_value'), metric=True)}) of {len(selection.get('evaluations', []))} evaluations."]
+        out += ["", f"The kept step is {selection.best_step}, the best validation {selection.metric} "
+                    f"({_fmt(selection.best_value, metric=True)}) of {len(selection.evaluations or [])} evaluations."]
     out.append("")
 
     splits = [s for s in _SPLITS if s in metrics]
@@ -369,7 +365,7 @@ def model_card(record: Record | dict[str, Any], config: ModelConfig | MultiTaskM
             + (', ["great acting"]' if pairs else "") + ")", "```", "",
             f"or `echo -e \"{example}\" | contrastfit predict path/to/this/folder`.", ""]
     out += _loading(config)
-    return _render(front, out + _closing(record, data.get("train_size", "?")))
+    return _render(front, out + _closing(record, "?" if data.train_size is None else data.train_size))
 
 
 def _multilabel_results(metrics: dict[str, Any], splits: list[str], thresholds: dict[str, Any]) -> list[str]:
@@ -427,7 +423,7 @@ def multitask_card(record: Record | dict[str, Any],
     config = _typed(config if config is not None else {"kind": MultiTaskModelConfig.KIND})
     tasks = record.tasks or {}
     specs = {name: t.spec or {} for name, t in tasks.items()}
-    task_data = {name: t.data.to_dict() if t.data else {} for name, t in tasks.items()}
+    task_data = {name: t.data or RunData() for name, t in tasks.items()}
     base = record.base_model
     shown_base = hub_base_model(base) or (Path(str(base)).name if base else "?")
     kinds = sorted({s.get("type", "?") for s in specs.values()})
@@ -451,8 +447,8 @@ def multitask_card(record: Record | dict[str, Any],
     out.append("")
     out += _settings(record, {})
     selection = record.training.selection
-    if selection and selection.get("best_step") is not None:
-        out += ["", f"The kept step is {selection['best_step']}, the best validation "
+    if selection and selection.best_step is not None:
+        out += ["", f"The kept step is {selection.best_step}, the best validation "
                     + ("average of the tasks' selection metrics." if record.select_on == "average"
                        else f"selection metric of task {record.select_on}.")]
     out.append("")
@@ -472,7 +468,7 @@ def multitask_card(record: Record | dict[str, Any],
             'model = MultiTaskModel.from_pretrained("path/to/this/folder")',
             f'model.predict(["a fine film"], task="{first}")', "```", "",
             f"or `contrastfit predict path/to/this/folder --task {first} \"a fine film\"`.", ""]
-    rows = ", ".join(f"{data.get('train_size', '?')} ({name})" for name, data in task_data.items())
+    rows = ", ".join(f"{'?' if data.train_size is None else data.train_size} ({name})" for name, data in task_data.items())
     return _render(front, out + _closing(record, rows))
 
 

@@ -47,7 +47,7 @@ from .identity import record_identity
 
 __all__ = ["KINDS", "RECORD_VERSION", "RESULTS_NAME", "Calibration", "Corpus", "DataSource", "Identity", "ModelData",
            "Interrupted", "Metrics", "ModelConfig", "ModelInfo", "MultiTaskModelConfig", "MultiTaskModelInfo", "MultiTaskTraining", "PretrainTraining", "Record", "RunData",
-           "Sampling", "Schedule", "SplitMetrics", "TaskEntry", "Training", "parse_model_config", "read_record"]
+           "Sampling", "Schedule", "Selection", "SplitMetrics", "TaskEntry", "Training", "parse_model_config", "read_record"]
 
 #: The record of a run of ``train`` or ``train_multitask``, in its output folder.
 RESULTS_NAME = "results.json"
@@ -175,6 +175,22 @@ class Corpus(Entry):
     max_texts: int | None = None
 
 
+class Selection(Entry):
+    """What validation selection did in a run: the metric, the kept step and its value, every evaluation,
+    whether patience stopped it, the rule (a multi-task run: what it selected on, the kept average and
+    each task's best)."""
+
+    metric: str | None = None
+    best_step: int | None = None
+    best_value: Number | None = None
+    evaluations: list[dict[str, Any]] | None = None
+    stopped_early: bool | None = None
+    rule: str | None = None
+    select_on: str | None = None
+    best_average: Number | None = None
+    per_task_best: dict[str, dict[str, Any]] | None = None
+
+
 class Training(Entry):
     """What a training run (kind ``train``) was set to do and did."""
 
@@ -194,7 +210,7 @@ class Training(Entry):
     epochs: Number | None = None
     steps: int | None = None
     #: validation selection: the metric, the kept step and its value, the evaluations, the rule
-    selection: dict[str, Any] | None = None
+    selection: Selection | None = None
     pooling: str | None = None
     train_loss: Number | None = None
     resumed_from: str | None = None
@@ -227,7 +243,7 @@ class MultiTaskTraining(Entry):
     fp16: bool | None = None
     bf16: bool | None = None
     train_loss: Number | None = None
-    selection: dict[str, Any] | None = None
+    selection: Selection | None = None
     resumed_from: str | None = None
 
 
