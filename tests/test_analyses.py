@@ -19,7 +19,7 @@ from contrastfit.experiments import analyses as registry
 from contrastfit.experiments.analyses import Analysis, AnalysisResult, Skip, available_analyses, register_analysis
 from contrastfit.experiments.analyses import base as analyses_base
 from contrastfit.experiments.page import Table
-from contrastfit.experiments.records import AnalysisArrays, RunRecord, load_records
+from contrastfit.experiments.records import AnalysisArrays, ExperimentRun, load_records
 from contrastfit.experiments.report import write_report
 from contrastfit.schema import Schema
 from test_report import SHOTS, VARIANTS, build_experiment
@@ -273,7 +273,7 @@ def test_run_record_reads_a_result_once_into_typed_fields(tmp_path):
     (tmp_path / "runs" / "r1").mkdir(parents=True)
     np.savez(tmp_path / "runs" / "r1" / "analysis.npz", embeddings=np.eye(4, 3), labels=np.array([0, 1, 0, 1]),
              predictions=np.array([0, 1, 1, 1]))
-    r = RunRecord.from_result(_result(), tmp_path)
+    r = ExperimentRun.from_result(_result(), tmp_path)
     assert (r.run_id, r.method, r.variant, r.setting, r.sample, r.seed, r.task) == (
         "r1", "ce-scl", "ce-scl[temperature=0.1]", "shots=4", 3, 2, "classification")
     assert r.key == (3, 2) and r.params == {"shots": 4} and r.hparams == {"temperature": 0.1}
@@ -290,23 +290,23 @@ def test_run_record_reads_a_result_once_into_typed_fields(tmp_path):
 
 
 def test_run_record_defaults_and_errors(tmp_path):
-    bare = RunRecord.from_result({"method": "ce", "seed": 0, "metrics": {"test": {"pearson": 0.8, "mse": 0.2}}})
+    bare = ExperimentRun.from_result({"method": "ce", "seed": 0, "metrics": {"test": {"pearson": 0.8, "mse": 0.2}}})
     assert (bare.variant, bare.setting, bare.sample, bare.run_id, bare.task) == ("ce", "full", 0, None, "regression")
     assert bare.label_names is None and bare.analysis_path is None and not bare.has_losses and bare.arrays() is None
     # a run id that is not a plain folder name never points outside runs/
-    assert RunRecord.from_result(_result(tags={"run_id": "../r1"}), tmp_path).analysis_path is None
+    assert ExperimentRun.from_result(_result(tags={"run_id": "../r1"}), tmp_path).analysis_path is None
     with pytest.raises(ContrastfitError, match=r"^run r1: metrics is not a mapping"):
-        RunRecord.from_result(_result(metrics=[0.8]))
+        ExperimentRun.from_result(_result(metrics=[0.8]))
     with pytest.raises(ContrastfitError, match=r"^run r1: metrics.test is not a mapping"):
-        RunRecord.from_result(_result(metrics={"test": 0.8}))
+        ExperimentRun.from_result(_result(metrics={"test": 0.8}))
     with pytest.raises(ContrastfitError, match=r"^run r1: tags.sample is not an integer \(got 'x'\)"):
-        RunRecord.from_result(_result(tags={"run_id": "r1", "sample": "x"}))
+        ExperimentRun.from_result(_result(tags={"run_id": "r1", "sample": "x"}))
     with pytest.raises(ContrastfitError, match=r"^run r1: log_history is not a list"):
-        RunRecord.from_result(_result(log_history="loss=1"))
+        ExperimentRun.from_result(_result(log_history="loss=1"))
     # an unreadable analysis.npz is no arrays, not an error
     (tmp_path / "runs" / "r1").mkdir(parents=True)
     (tmp_path / "runs" / "r1" / "analysis.npz").write_bytes(b"not a zip")
-    assert RunRecord.from_result(_result(), tmp_path).arrays() is None
+    assert ExperimentRun.from_result(_result(), tmp_path).arrays() is None
 
 
 def test_load_records_reads_the_store(tmp_path):

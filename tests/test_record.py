@@ -13,7 +13,7 @@ from contrastfit import ContrastiveClassifier
 from contrastfit.card import model_card
 from contrastfit.errors import ContrastfitError, ModelError
 from contrastfit.identity import record_identity
-from contrastfit.experiments.records import RunRecord
+from contrastfit.experiments.records import ExperimentRun
 from contrastfit.record import RECORD_VERSION, RESULTS_NAME, Calibration, ModelInfo, Record, read_record
 from contrastfit.training import train
 
@@ -44,7 +44,7 @@ def test_version_0_records_load_and_round_trip(kind):
 
 def test_version_0_records_feed_the_readers():
     train_v0 = _v0("train")
-    run = RunRecord.from_result(train_v0)
+    run = ExperimentRun.from_result(train_v0)
     assert run.method == "ce-scl" and run.task == "classification" and run.identity is None
     assert run.metrics["validation"]["accuracy"] == train_v0["metrics"]["validation"]["accuracy"]
     assert "# ce-scl on toy" in model_card(train_v0, {})

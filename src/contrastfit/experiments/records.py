@@ -15,8 +15,8 @@ A run's result dict (``results.json``) carries ``method``, ``hparams``, ``seed``
 (``validation`` / ``test``), ``timings``, ``training``, ``log_history``, ``data`` (``task``,
 ``label_names``, ``test_hash``) and ``tags`` (``variant`` -- the method label with its grid point,
 prefixed ``MODEL/`` when the experiment compares encoders --, ``setting``, ``sample``, ``params``,
-``run_id``, and ``model``, the encoder's label, when it compares encoders). :meth:`RunRecord.from_result` reads it once
-into a :class:`RunRecord`; everything downstream (summary tables, analyses) uses the record's typed
+``run_id``, and ``model``, the encoder's label, when it compares encoders). :meth:`ExperimentRun.from_result` reads it once
+into a :class:`ExperimentRun`; everything downstream (summary tables, analyses) uses the record's typed
 fields. Conventions: an untagged run is in setting ``"full"``, sample 0, its variant is its method;
 the pairing key of two runs of one setting is ``(sample, seed)``; a run's task is ``data.task``,
 else ``"regression"`` when its test metrics hold Pearson's or Spearman's r.
@@ -47,7 +47,7 @@ from .store import STORE_NAME, ResultsStore
 
 __all__ = [
     "ANALYSIS_FILE", "ATTRIBUTIONS_FILE", "EXPERIMENT_FILE", "PLAN_FILE", "RUNS_DIR", "AnalysisArrays", "ExperimentRuns",
-    "RunRecord", "as_records", "load_experiment", "load_records", "load_runs", "natural_key",
+    "ExperimentRun", "as_records", "load_experiment", "load_records", "load_runs", "natural_key",
 ]
 
 EXPERIMENT_FILE = "experiment.json"
@@ -132,7 +132,7 @@ class AnalysisArrays:
 # --------------------------------------------------------------------------------------------------
 
 @dataclass(eq=False)
-class RunRecord:
+class ExperimentRun:
     """One finished run of an experiment as the summary and the analyses see it: its
     :class:`~contrastfit.record.Record` (read once from its result dict, :meth:`from_result`) with the
     experiment's labels (variant, setting, sample) and the files of its run folder.
@@ -171,7 +171,7 @@ class RunRecord:
     _arrays_read: bool = field(default=False, init=False, repr=False)
 
     @classmethod
-    def from_result(cls, result: Mapping[str, Any], folder: str | os.PathLike | None = None) -> RunRecord:
+    def from_result(cls, result: Mapping[str, Any], folder: str | os.PathLike | None = None) -> ExperimentRun:
         """Read a result dict; ``folder`` is the experiment folder (for the run's files).
 
         Raises :class:`~contrastfit.errors.ContrastfitError` naming the run when a field has the
@@ -296,9 +296,9 @@ class RunRecord:
         return [dict(e) for e in examples if isinstance(e, Mapping) and {"index", "words", "values"} <= set(e)]
 
 
-def as_records(runs: Iterable[RunRecord | Mapping[str, Any]], folder: str | os.PathLike | None = None) -> list[RunRecord]:
-    """``runs`` as records: result dicts are read with :meth:`RunRecord.from_result`, records kept."""
-    return [r if isinstance(r, RunRecord) else RunRecord.from_result(r, folder) for r in runs]
+def as_records(runs: Iterable[ExperimentRun | Mapping[str, Any]], folder: str | os.PathLike | None = None) -> list[ExperimentRun]:
+    """``runs`` as records: result dicts are read with :meth:`ExperimentRun.from_result`, records kept."""
+    return [r if isinstance(r, ExperimentRun) else ExperimentRun.from_result(r, folder) for r in runs]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -365,8 +365,8 @@ def _run_id(raw: dict[str, Any]) -> Any:
     return tags.get("run_id") if isinstance(tags, Mapping) else None
 
 
-def load_records(folder: str | os.PathLike) -> list[RunRecord]:
-    """The finished runs of ``folder`` as :class:`RunRecord` objects (see :func:`load_runs`)."""
+def load_records(folder: str | os.PathLike) -> list[ExperimentRun]:
+    """The finished runs of ``folder`` as :class:`ExperimentRun` objects (see :func:`load_runs`)."""
     return as_records(load_runs(folder), folder)
 
 
@@ -388,12 +388,12 @@ def load_experiment(folder: str | os.PathLike) -> dict[str, Any]:
 # The runs of one experiment, as analyses see them
 # --------------------------------------------------------------------------------------------------
 
-def settings_of(records: Sequence[RunRecord]) -> list[str]:
+def settings_of(records: Sequence[ExperimentRun]) -> list[str]:
     """The settings of ``records`` in natural order."""
     return sorted(ordered_unique(r.setting for r in records), key=natural_key)
 
 
-def variants_of(records: Sequence[RunRecord], baseline: str | None = None) -> list[str]:
+def variants_of(records: Sequence[ExperimentRun], baseline: str | None = None) -> list[str]:
     """Variants in order of first appearance, the baseline's (label or method) first; when the runs
     compare encoders (``model_label``), the variants of one encoder together, the baseline's encoder
     first."""
@@ -407,9 +407,9 @@ def variants_of(records: Sequence[RunRecord], baseline: str | None = None) -> li
     return sorted(variants, key=lambda v: encoders.index(model_of[v]))  # stable: the order above within each
 
 
-def group_records(records: Sequence[RunRecord]) -> dict[tuple[str, str], list[RunRecord]]:
+def group_records(records: Sequence[ExperimentRun]) -> dict[tuple[str, str], list[ExperimentRun]]:
     """``{(setting, variant): runs}``, each list in (sample, seed) order."""
-    out: dict[tuple[str, str], list[RunRecord]] = {}
+    out: dict[tuple[str, str], list[ExperimentRun]] = {}
     for r in records:
         out.setdefault((r.setting, r.variant), []).append(r)
     return {k: sorted(v, key=lambda r: r.sort_key) for k, v in out.items()}
@@ -424,7 +424,7 @@ class ExperimentRuns:
     headline first); ``top_k`` the experiment's top-k (or None).
     """
 
-    records: list[RunRecord]
+    records: list[ExperimentRun]
     rows: list[dict[str, Any]]
     metrics: list[str]
     top_k: int | None = None
@@ -452,23 +452,23 @@ class ExperimentRuns:
         """Whether the runs are of label sets (``data.multi_label`` of their records)."""
         return bool(self.records) and self.records[0].multi_label
 
-    def of(self, setting: str, variant: str) -> list[RunRecord]:
+    def of(self, setting: str, variant: str) -> list[ExperimentRun]:
         """The runs of one cell, in (sample, seed) order."""
         return list(self._groups.get((setting, variant), []))
 
-    def arrays(self, record: RunRecord) -> AnalysisArrays | None:
+    def arrays(self, record: ExperimentRun) -> AnalysisArrays | None:
         """``record``'s ``analysis.npz``; a run without a readable one is remembered in ``missing_arrays``."""
         arrays = record.arrays()
         if arrays is None:
             self.missing_arrays.add(record.run_id or "?")
         return arrays
 
-    def paired_arrays(self, setting: str, with_texts: bool = False) -> dict[str, dict[tuple, tuple[RunRecord, AnalysisArrays]]]:
+    def paired_arrays(self, setting: str, with_texts: bool = False) -> dict[str, dict[tuple, tuple[ExperimentRun, AnalysisArrays]]]:
         """``{variant: {(sample, seed): (run, arrays)}}`` of the runs of ``setting`` that have an
         ``analysis.npz`` (with ``texts`` when ``with_texts``); the first run of each key is kept."""
-        out: dict[str, dict[tuple, tuple[RunRecord, AnalysisArrays]]] = {}
+        out: dict[str, dict[tuple, tuple[ExperimentRun, AnalysisArrays]]] = {}
         for v in self.variants:
-            per: dict[tuple, tuple[RunRecord, AnalysisArrays]] = {}
+            per: dict[tuple, tuple[ExperimentRun, AnalysisArrays]] = {}
             for r in self.of(setting, v):
                 a = self.arrays(r)
                 if a is not None:
@@ -478,7 +478,7 @@ class ExperimentRuns:
         return out
 
     @staticmethod
-    def same_test_set(pairs: Sequence[tuple[RunRecord, AnalysisArrays]]) -> bool:
+    def same_test_set(pairs: Sequence[tuple[ExperimentRun, AnalysisArrays]]) -> bool:
         """Whether the runs were scored on one test set: equal ``test_hash`` (or, for runs recorded
         without one, equal labels and texts) and equal sizes."""
         hashes = {r.test_hash for r, _ in pairs}

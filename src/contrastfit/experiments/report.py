@@ -4,7 +4,7 @@ summary the runner prints (``summary.json`` / ``summary.md``).
 How a report is made:
 
 1. :func:`~contrastfit.experiments.records.load_records` reads every finished run once into a
-   :class:`~contrastfit.experiments.records.RunRecord` (the folder layout is described there).
+   :class:`~contrastfit.experiments.records.ExperimentRun` (the folder layout is described there).
 2. :func:`report_options` reads the report's options from ``experiment.json`` (``metrics``,
    ``top_k``, ``baseline``, ``analyses``; schema :class:`ReportOptions`) and each analysis' own
    options (passed to :func:`write_report`; schema: the analysis' ``Options``).
@@ -50,7 +50,7 @@ from .records import (
     EXPERIMENT_FILE,
     RUNS_DIR,
     ExperimentRuns,
-    RunRecord,
+    ExperimentRun,
     load_experiment,
     load_records,
     load_runs,
@@ -129,7 +129,7 @@ def _default_baseline(raw: Mapping[str, Any]) -> str | None:
     return "ce" if "ce" in names else (names[0] if names else None)
 
 
-def report_options(folder: str | os.PathLike, records: Sequence[RunRecord],
+def report_options(folder: str | os.PathLike, records: Sequence[ExperimentRun],
                    analysis_options: Mapping[str, Mapping[str, Any]] | None = None) -> ResolvedOptions:
     """The report's options: ``experiment.json``'s ``metrics`` / ``top_k`` / ``baseline`` /
     ``analyses`` (checked against :class:`ReportOptions`) with their defaults, and every analysis'

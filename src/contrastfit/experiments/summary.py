@@ -25,7 +25,7 @@ from ..evaluation.metrics import HEADLINE, REGRESSION_HEADLINE, headline_names
 from ..evaluation.statistics import best_by_validation, compare_to_baseline, summarize
 from ..evaluation.statistics import top_k as select_top_k
 from .page import Section, Table, Text
-from .records import RunRecord, as_records, group_records, natural_key, ordered_unique, settings_of, variants_of
+from .records import ExperimentRun, as_records, group_records, natural_key, ordered_unique, settings_of, variants_of
 
 __all__ = [
     "DEFAULT_METRICS", "REGRESSION_METRICS", "SIGNIFICANCE", "best_variants", "format_p", "format_stat",
@@ -46,7 +46,7 @@ def is_percent(metric: str) -> bool:
     return metric not in NOT_PERCENT
 
 
-def ranking_metric(records: Sequence[RunRecord]) -> str:
+def ranking_metric(records: Sequence[ExperimentRun]) -> str:
     """The validation metric that ranks runs: the first headline metric of their kind (accuracy;
     Pearson's r for regression; micro-F1 for label sets)."""
     if not records:
@@ -63,17 +63,17 @@ def value_stat(values: Iterable[float]) -> dict[str, Any]:
     return {**summarize(values), "values": values}
 
 
-def _scores(runs: Sequence[RunRecord], split: str, metric: str) -> list[float]:
+def _scores(runs: Sequence[ExperimentRun], split: str, metric: str) -> list[float]:
     return [v for r in runs if (v := r.score(split, metric)) is not None]
 
 
-def _default_baseline(records: Sequence[RunRecord], variants: Sequence[str]) -> str | None:
+def _default_baseline(records: Sequence[ExperimentRun], variants: Sequence[str]) -> str | None:
     if "ce" in {r.method for r in records} or "ce" in variants:
         return "ce"
     return variants[0] if variants else None
 
 
-def _ranked(runs: Sequence[RunRecord], split: str, metric: str) -> list[dict[str, Any]]:
+def _ranked(runs: Sequence[ExperimentRun], split: str, metric: str) -> list[dict[str, Any]]:
     """What the selection functions of :mod:`~contrastfit.evaluation.statistics` read: the score,
     the seed and the run id (their tie-breakers) of each run that has the score."""
     return [{"score": s, "seed": r.seed, "run_id": r.run_id, "record": r}
@@ -81,7 +81,7 @@ def _ranked(runs: Sequence[RunRecord], split: str, metric: str) -> list[dict[str
 
 
 def _resolve_baseline(baseline: str | None, setting: str, variants: Sequence[str],
-                      groups: Mapping[tuple[str, str], Sequence[RunRecord]], selection: str) -> str | None:
+                      groups: Mapping[tuple[str, str], Sequence[ExperimentRun]], selection: str) -> str | None:
     """The baseline *variant* of a setting: the variant labelled ``baseline``, else the single variant of
     the method ``baseline``, else (a grid) that method's variant with the best mean validation score."""
     present = [v for v in variants if (setting, v) in groups]
@@ -99,7 +99,7 @@ def _resolve_baseline(baseline: str | None, setting: str, variants: Sequence[str
     return next(iter(of_method), None)
 
 
-def _p_values(method_runs: Sequence[RunRecord], base_runs: Sequence[RunRecord], split: str,
+def _p_values(method_runs: Sequence[ExperimentRun], base_runs: Sequence[ExperimentRun], split: str,
               metric: str) -> dict[str, Any]:
     mx = [(r.key, v) for r in method_runs if (v := r.score(split, metric)) is not None]
     bx = [(r.key, v) for r in base_runs if (v := r.score(split, metric)) is not None]
@@ -109,11 +109,11 @@ def _p_values(method_runs: Sequence[RunRecord], base_runs: Sequence[RunRecord], 
     return compare_to_baseline(m_scores, b_scores, paired_keys=(m_keys, b_keys) if unique else None)
 
 
-def summary_table(runs: Sequence[RunRecord | Mapping[str, Any]], metrics: Sequence[str], split: str = "test",
+def summary_table(runs: Sequence[ExperimentRun | Mapping[str, Any]], metrics: Sequence[str], split: str = "test",
                   top_k: int | None = None, baseline: str | None = None) -> list[dict[str, Any]]:
     """One row per (setting, variant), settings in natural order, the baseline's variants first.
 
-    ``runs`` are :class:`~contrastfit.experiments.records.RunRecord` objects or result dicts. Each row::
+    ``runs`` are :class:`~contrastfit.experiments.records.ExperimentRun` objects or result dicts. Each row::
 
         {"setting", "variant", "method", "model", "hparams", "params", "n", "run_ids", "keys" [(sample, seed)],
          "metrics": {metric: {"mean", "std", "n", "values"}},          # summarize(): std with ddof=1
@@ -168,7 +168,7 @@ def summary_table(runs: Sequence[RunRecord | Mapping[str, Any]], metrics: Sequen
     return rows
 
 
-def best_variants(runs: Sequence[RunRecord | Mapping[str, Any]], key: str | None = None,
+def best_variants(runs: Sequence[ExperimentRun | Mapping[str, Any]], key: str | None = None,
                   top_k: int | None = None) -> list[dict[str, Any]]:
     """For every (setting, method) with several grid points: the variant with the best mean
     validation score (:func:`~contrastfit.evaluation.statistics.best_by_validation`; test scores
@@ -188,7 +188,7 @@ def best_variants(runs: Sequence[RunRecord | Mapping[str, Any]], key: str | None
         if len(parts) != 3 or parts[0] != "metrics":
             raise ConfigError(f"best_variants: key must be 'metrics.SPLIT.METRIC', got {key!r}")
         split, metric = parts[1], parts[2]
-    by_method: dict[tuple[str, str], dict[str, list[RunRecord]]] = {}
+    by_method: dict[tuple[str, str], dict[str, list[ExperimentRun]]] = {}
     for (setting, variant), group in group_records(records).items():
         by_method.setdefault((setting, group[0].method), {})[variant] = group
     out = []
