@@ -40,7 +40,8 @@ def test_a_cell_that_meets_every_goal(fewshot):
     assert cells[10] == "met"
 
 
-def test_each_missed_goal_is_named_with_its_number(fewshot):
+def test_each_missed_goal_is_named_with_its_number(fewshot, monkeypatch):
+    monkeypatch.setattr(fewshot, "class_count", lambda data: None)  # a set whose classes the bench cannot read
     recs = _records("mr", 4, {"linear-probe": [0.60, 0.60, 0.60], "setfit-lib": [0.60, 0.61, 0.62],
                               "default": [0.58, 0.62, 0.66]},
                     {"linear-probe": 1, "setfit-lib": 6, "default": 9})
@@ -55,6 +56,20 @@ def test_each_missed_goal_is_named_with_its_number(fewshot):
     near = _records("mr", 4, {"linear-probe": [0.60, 0.60, 0.60], "setfit-lib": [0.70, 0.71, 0.72],
                               "default": [0.695, 0.705, 0.715]}, {"linear-probe": 1, "setfit-lib": 6, "default": 1})
     assert _row(fewshot.goal_markdown(fewshot.summarise(near)), "mr", 4)[10] == "met"  # 0.5 below: within the floor
+
+
+def test_setfit_records_without_a_step_count_get_their_defaults_steps(fewshot, monkeypatch):
+    """Older SetFit records kept no step count: its defaults' count on K examples a class stands in (2 classes:
+    3 steps at K = 4, 34 at K = 16; 6 classes at K = 8: 120), so the time goal applies only past 30 of them."""
+    monkeypatch.setattr(fewshot, "class_count", {"boolq": 2, "trec": 6}.get)
+    assert [fewshot.setfit_default_steps("boolq", k) for k in (4, 8, 16)] == [3, 9, 34]
+    assert fewshot.setfit_default_steps("trec", 8) == 120 and fewshot.setfit_default_steps("other", 8) is None
+    times = {"linear-probe": 1, "setfit-lib": 10, "default": 9}
+    recs = [r for data, k in (("boolq", 8), ("trec", 8)) for r in _records(
+        data, k, {"linear-probe": [0.6] * 3, "setfit-lib": [0.6, 0.61, 0.62], "default": [0.7, 0.71, 0.72]}, times)]
+    table = fewshot.goal_markdown(fewshot.summarise(recs))
+    assert _row(table, "boolq", 8)[10] == "met"  # SetFit's 9 steps: no time goal
+    assert _row(table, "trec", 8)[10] == "time 0.90x"  # its 120 steps: at most half its time
 
 
 def test_the_time_goal_holds_only_where_setfit_trains_more_than_30_steps(fewshot):
