@@ -17,6 +17,7 @@ from contrastfit.errors import ConfigError
 from contrastfit.losses import supcon
 from contrastfit.memory import CrossBatchMemory, attach_memory, check_memory, detach_memory, memory_methods
 from contrastfit.methods import available_methods
+from contrastfit.modeling import non_encoder_state
 from contrastfit.training import TrainConfig
 
 TEXTS = ["good great film", "bad awful plot", "superb fun story", "dull weak movie", "fine good actor",
@@ -271,7 +272,7 @@ def test_resume_restores_the_memory_and_the_saved_model_does_not_carry_it(tmp_pa
     # the saved model: no memory, the same tensors as a model of the method without one, reloads
     head = load_file(str(tmp_path / "full" / "head.safetensors"))
     assert not [k for k in head if "memory" in k]
-    assert set(head) == set(full.model.head_state_dict())
+    assert set(head) == set(non_encoder_state(full.model))
     assert full.model.method.memory is None
     again = ContrastiveClassifier.from_pretrained(tmp_path / "full")
     np.testing.assert_allclose(again.predict_logits(texts), full.model.predict_logits(texts), atol=1e-6)

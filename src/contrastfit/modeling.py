@@ -286,9 +286,6 @@ class ContrastiveClassifier(nn.Module):
             **self.info.to_dict(),
         }
 
-    def head_state_dict(self) -> dict[str, torch.Tensor]:
-        return non_encoder_state(self)
-
     def save_pretrained(self, directory: str | os.PathLike, *, progress: bool = True) -> Path:
         """Write the model to ``directory`` (created if needed) atomically: the encoder, head and
         config are written to a temporary folder next to it and swapped in with renames; if anything

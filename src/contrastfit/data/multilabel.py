@@ -52,11 +52,6 @@ def is_multilabel(data: TextData) -> bool:
     return bool(data.source.get("multi_label"))
 
 
-def looks_multilabel(values: Sequence[Any]) -> bool:
-    """Whether raw label values are label sets (lists, tuples, arrays) rather than one label per row."""
-    return any(isinstance(v, (list, tuple, set, np.ndarray)) for v in values[:1000])
-
-
 # ---------------------------------------------------------------------------------------------
 # Parsing label sets
 # ---------------------------------------------------------------------------------------------
