@@ -194,14 +194,19 @@ def _model_data(model: Any, run: str) -> tuple[list[str], list[str] | None, dict
     source = data.source
     if source is None or not source.kind:
         raise _NoCheckData(f"{run} records no data it was trained on")
-    kind, multi_label = source.kind, bool(source.multi_label or getattr(model, "multi_label", False))
-    if kind == "builtin":
-        # lazy: data.builtin and data.multilabel import datasets and torch, this module imports without torch
-        from .data.builtin import load_builtin
-        from .data.multilabel import load_multilabel_builtin
+    # lazy: data imports datasets and torch, this module imports without torch
+    from .data import load_data
+    from .data.loading import LabelReader
+    from .data.multilabel import LabelSetReader
 
+    kind = source.kind
+    multi_label = bool(source.multi_label or getattr(model, "multi_label", False))
+    labels = LabelSetReader(source.label_separator) if multi_label else LabelReader(data.task)
+    if kind == "builtin":
         name = str(source.name)
-        loaded, origin = (load_multilabel_builtin(name) if multi_label else load_builtin(name)), name
+        loaded, origin = labels.builtin(name), name
+        if loaded is None:
+            raise _NoCheckData(f"{run} was trained on the built-in data set '{name}', which this version does not have")
     elif kind == "local":
         path = Path(source.path or "")
         if not source.path or not path.is_file():
@@ -215,12 +220,7 @@ def _model_data(model: Any, run: str) -> tuple[list[str], list[str] | None, dict
         options = {"text_column": source.text_column, "text_pair_column": source.text_pair_column,
                    "label_column": source.label_column, "validation_data": files["validation"],
                    "test_data": files["test"]}
-        # lazy: data imports datasets and torch, this module imports without torch
-        from .data import load_data
-        from .data.multilabel import LabelSetReader
-
-        labels = LabelSetReader(source.label_separator) if multi_label else None
-        loaded = load_data(path, validation_split=source.validation_split, task=data.task, labels=labels, **options)
+        loaded = load_data(path, validation_split=source.validation_split, labels=labels, **options)
         origin = str(path)
     elif kind == "memory":
         raise _NoCheckData(f"{run} was trained on in-memory data, which cannot be read again")
