@@ -47,6 +47,7 @@ import json
 import os
 import re
 from pathlib import Path
+from collections.abc import Mapping
 from typing import Any, Sequence
 
 import numpy as np
@@ -59,7 +60,7 @@ from ..errors import ContrastfitError
 from ..multitask.tasks import TaskSpec
 from ..multitask.shape import selection_value
 from ..pretrain import read_pretrain_record
-from ..record import RESULTS_NAME, metric_of
+from ..record import RESULTS_NAME, Entry, Number, TaskEntry, metric_of
 from ..versions import library_versions
 from .config import MultiTaskExperimentConfig, multitask_settings
 from .page import REPORT_HTML, REPORT_MD, Page, Section, Table, Text, render_fragment, render_page
@@ -69,7 +70,7 @@ from ..identity import IDENTITY_TAG, make_identity, path_digest, text_data_diges
 from .store import STORE_NAME, Unit, file_lock, read_written
 from .summary import format_stat, value_stat
 
-__all__ = ["ENCODERS_DIR", "is_multitask_experiment", "main_table_text", "multitask_summary", "stage1_encoder",
+__all__ = ["ENCODERS_DIR", "VARIANT_KIND", "VariantRecord", "is_multitask_experiment", "main_table_text", "multitask_summary", "stage1_encoder",
            "summarise_folder", "summary_tables", "task_corpus", "variant_identity", "variant_run_id", "variant_units",
            "write_multitask_report"]
 
@@ -152,6 +153,32 @@ def stage1_encoder(config: MultiTaskExperimentConfig, name: str, seed: int, out:
 # One variant
 # -----------------------------------------------------------------------------------------------
 
+#: the ``kind`` of a multi-task experiment's record of one (variant, seed)
+VARIANT_KIND = "multitask-variant"
+
+
+class VariantRecord(Entry):
+    """One (variant, seed) of a multi-task experiment as the results store keeps it (``kind``
+    :data:`VARIANT_KIND`; see the module docstring): typed where it is read, kept as JSON in the store."""
+
+    kind: str = VARIANT_KIND
+    experiment: str | None = None
+    variant: str
+    mode: str
+    seed: int
+    model: str | None = None
+    base_model: str | None = None
+    stage1: dict[str, Any] | None = None
+    steps_per_task: int | None = None
+    runs: dict[str, dict[str, Any]] = {}
+    tasks: dict[str, TaskEntry] = {}
+    #: per split: ``average`` and each task's headline metrics
+    metrics: dict[str, dict[str, Any]] = {}
+    timings: dict[str, Number] = {}
+    versions: dict[str, str] | None = None
+    tags: dict[str, Any] = {}
+
+
 def _average(tasks: dict[str, dict[str, Any]], split: str) -> float | None:
     """The mean of the tasks' selection values on ``split`` (as model selection averages them)."""
     scored = [selection_value(TaskSpec.from_dict(t["spec"]), t["metrics"][split])
@@ -173,8 +200,8 @@ def _variant_record(config: MultiTaskExperimentConfig, variant: MultiTaskVariant
             kinds = {n: "regression" if t["spec"]["type"] == "regression" else "classification" for n, t in tasks.items()}
             metrics[split] = {"average": average, **{n: {k: t["metrics"][split].get(k) for k in HEADLINE[kinds[n]]}
                                                      for n, t in tasks.items()}}
-    return {
-        "kind": "multitask-variant", "experiment": config.name, "variant": variant.name, "mode": variant.mode,
+    return VariantRecord.model_validate({
+        "kind": VARIANT_KIND, "experiment": config.name, "variant": variant.name, "mode": variant.mode,
         "seed": seed, "model": model, "base_model": config.model, "stage1": stage1,
         "steps_per_task": config.steps_per_task,
         "runs": {key: {"folder": folder, "schedule": rec["schedule"], "training": rec["training"],
@@ -185,7 +212,7 @@ def _variant_record(config: MultiTaskExperimentConfig, variant: MultiTaskVariant
         "versions": library_versions(),
         "tags": {"experiment": config.name, "variant": variant.name, "seed": seed, "run_id": run_id,
                  **({IDENTITY_TAG: identity} if identity is not None else {})},
-    }
+    }).to_dict()
 
 
 def _run_variant(config: MultiTaskExperimentConfig, variant: MultiTaskVariant, seed: int, out: Path,
@@ -283,36 +310,37 @@ def multitask_summary(records: Sequence[dict[str, Any]], tasks: Sequence[str] | 
     (undefined values, e.g. Pearson's r of constant predictions, left out); ``metric`` is the task's
     selection metric (accuracy, Pearson's r). Returns ``{"tasks", "metrics", "rows", "stage1"}``
     (``metrics``: each task's selection metric; ``stage1``: one entry per stage-1 encoder)."""
-    records = [r for r in records if isinstance(r, dict) and r.get("kind") == "multitask-variant"]
+    records = [VariantRecord.model_validate(r) for r in records
+               if isinstance(r, Mapping) and r.get("kind") == VARIANT_KIND]  # the store's rows, as written
     if not records:
         raise ContrastfitError("no finished multi-task variant runs")
-    tasks = list(tasks or ordered_unique(n for r in records for n in r["tasks"]))
-    order = list(variants or []) + [v for v in ordered_unique(r["variant"] for r in records) if v not in (variants or [])]
-    metric = {n: next(r["tasks"][n]["spec"]["metric"] for r in records if n in r["tasks"]) for n in tasks}
+    tasks = list(tasks or ordered_unique(n for r in records for n in r.tasks))
+    order = list(variants or []) + [v for v in ordered_unique(r.variant for r in records) if v not in (variants or [])]
+    metric = {n: next(r.tasks[n].spec["metric"] for r in records if n in r.tasks) for n in tasks}
     rows = []
     for name in order:
-        mine = sorted((r for r in records if r["variant"] == name), key=lambda r: r["seed"])
+        mine = sorted((r for r in records if r.variant == name), key=lambda r: r.seed)
         if not mine:
             continue
 
         def stat(split: str, task: str, key: str) -> dict[str, Any]:
-            return value_stat(_finite([metric_of(r["metrics"], split, task, key) for r in mine]))
+            return value_stat(_finite([metric_of(r.metrics, split, task, key) for r in mine]))
 
-        kinds = {n: mine[0]["tasks"][n]["spec"]["type"] for n in tasks}
+        kinds = {n: mine[0].tasks[n].spec["type"] for n in tasks}
         rows.append({
-            "variant": name, "mode": mine[0]["mode"], "n": len(mine), "seeds": [r["seed"] for r in mine],
-            "run_ids": [r["tags"]["run_id"] for r in mine],
+            "variant": name, "mode": mine[0].mode, "n": len(mine), "seeds": [r.seed for r in mine],
+            "run_ids": [r.tags["run_id"] for r in mine],
             "tasks": {n: {"metric": metric[n], "test": stat("test", n, metric[n]),
                           "validation": stat("validation", n, metric[n]),
                           "headline": {k: stat("test", n, k)
                                        for k in HEADLINE["regression" if kinds[n] == "regression" else "classification"]}}
                       for n in tasks},
-            "average": {split: value_stat(_finite([metric_of(r["metrics"], split, "average") for r in mine]))
+            "average": {split: value_stat(_finite([metric_of(r.metrics, split, "average") for r in mine]))
                         for split in ("test", "validation")},
-            "train_s": value_stat(r["timings"]["train_s"] for r in mine),
-            "stage1_s": value_stat(r["timings"]["stage1_s"] for r in mine),
+            "train_s": value_stat(r.timings["train_s"] for r in mine),
+            "stage1_s": value_stat(r.timings["stage1_s"] for r in mine),
         })
-    stage1 = {s["folder"]: s for r in records if (s := r.get("stage1"))}
+    stage1 = {s["folder"]: s for r in records if (s := r.stage1)}
     return {"tasks": tasks, "metrics": metric, "rows": rows, "stage1": list(stage1.values())}
 
 
