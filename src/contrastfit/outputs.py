@@ -20,6 +20,7 @@ without PyTorch. A method declares its form (``Method.outputs``; a label-set for
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from typing import Any, Sequence
 
 import numpy as np
@@ -42,26 +43,29 @@ def _rounded(names: Sequence[str], scores: np.ndarray) -> dict[str, float]:
     return {n: round(float(p), 6) for n, p in zip(names, scores)}
 
 
-class OutputForm:
-    """What every form gives (the defaults: no near ties, an export records only the form's name)."""
+class OutputForm(ABC):
+    """What every form gives: its probabilities, decisions, predictions and ``predict``'s rows (each form
+    states them), and by default no near ties and an export that records only the form's name."""
 
     name = ""
     #: the activation a Hugging Face ``config.json`` names for these outputs (None: none)
     activation: str | None = None
 
+    @abstractmethod
     def probabilities(self, model: Any, logits: np.ndarray) -> np.ndarray:
-        raise NotImplementedError
+        """What ``predict_proba`` gives for ``logits``."""
 
+    @abstractmethod
     def decisions(self, model: Any, logits: np.ndarray) -> np.ndarray:
         """What a prediction is decided by (what the export's check compares)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def predictions(self, model: Any, logits: np.ndarray) -> list:
-        raise NotImplementedError
+        """What ``predict`` gives for ``logits``."""
 
+    @abstractmethod
     def rows(self, model: Any, scores: np.ndarray) -> list[dict[str, Any]]:
         """``predict``'s rows of ``scores`` (:meth:`probabilities`)."""
-        raise NotImplementedError
 
     def near_ties(self, model: Any, logits: np.ndarray, band: float) -> np.ndarray:
         """The texts whose prediction a change of ``band`` in a probability could change."""
