@@ -174,8 +174,9 @@ class MultiTaskModel(nn.Module):
             ce = F.cross_entropy(logits.float(), labels.long())
             if spec.objective == "ce":
                 return ce, {"ce": ce}
-            lam = spec.hparams["lambda"]
-            scl = supcon(features, labels.long(), spec.hparams["temperature"])
+            hp = spec.hp
+            scl = supcon(features, labels.long(), hp.temperature)
+            lam = hp.lambda_
             return (1 - lam) * ce + lam * scl, {"ce": ce, "scl": scl}
         if spec.objective == "mse":
             mse = F.mse_loss(logits.squeeze(-1).float(), labels.float())

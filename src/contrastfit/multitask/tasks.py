@@ -181,6 +181,11 @@ class TaskSpec:
     def contrastive(self) -> bool:
         return self.objective == "ce-scl"
 
+    @property
+    def hp(self) -> Hparams:
+        """The objective's hyper-parameters as their declared model (``spec.hp.temperature``)."""
+        return OBJECTIVE_HPARAMS[self.objective].model_validate(self.hparams)
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
