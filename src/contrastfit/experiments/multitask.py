@@ -57,9 +57,10 @@ from ..data import load_data
 from ..data.loading import TEXT, TEXT_PAIR
 from ..encoders import DEFAULT_MODEL
 from ..errors import ContrastfitError
+from .. import pretrain as stage_one
+from ..multitask import training as multitask_training
 from ..multitask.tasks import TaskSpec
 from ..multitask.shape import selection_value
-from ..pretrain import read_pretrain_record
 from ..record import RESULTS_NAME, Entry, Number, TaskEntry, metric_of
 from ..versions import library_versions
 from .config import MultiTaskExperimentConfig, multitask_settings
@@ -122,15 +123,12 @@ def stage1_encoder(config: MultiTaskExperimentConfig, name: str, seed: int, out:
     already (under a file lock, so two runners never train it at once). Returns what a variant's record
     keeps of it: ``name``, ``encoder`` (the folder), ``method``, ``steps``, ``train_loss``, ``train_s``,
     ``corpus`` (kind, number of texts, hash of the rows)."""
-    # lazy: late-bound, tests patch contrastfit.pretrain.pretrain
-    from ..pretrain import pretrain
-
     entry = config.pretrain[name]
     spec = {**entry.model_dump(), "model": entry.model or config.model, "seed": seed}
     key = hashlib.sha256(json.dumps(spec, sort_keys=True, default=str).encode()).hexdigest()[:8]
     folder = out / ENCODERS_DIR / f"{_slug(name)}-{key}-seed{seed}"
     with file_lock(folder.parent / f"{folder.name}.lock"):
-        record = read_pretrain_record(folder)
+        record = stage_one.read_pretrain_record(folder)
         if record is None:
             opts = {k: v for k, v in spec.items() if k not in ("method", "corpus", "model", "seed")}
             corpus = entry.corpus
@@ -140,8 +138,8 @@ def stage1_encoder(config: MultiTaskExperimentConfig, name: str, seed: int, out:
                 corpus, opts["max_texts"] = str(path), None
             if progress:
                 print(f"stage 1: {entry.method} '{name}' (seed {seed}) -> {folder}", flush=True)
-            record = pretrain(entry.method, corpus, str(folder), model=spec["model"], seed=seed,
-                              progress=progress, **opts).record
+            record = stage_one.pretrain(entry.method, corpus, str(folder), model=spec["model"], seed=seed,
+                                        progress=progress, **opts).record
     return {"name": name, "encoder": str(folder), "folder": f"{ENCODERS_DIR}/{folder.name}", "method": record.method,
             "hparams": record.hparams, "base_model": record.base_model,
             "steps": record.training.steps, "train_loss": record.training.train_loss,
@@ -217,9 +215,6 @@ def _variant_record(config: MultiTaskExperimentConfig, variant: MultiTaskVariant
 
 def _run_variant(config: MultiTaskExperimentConfig, variant: MultiTaskVariant, seed: int, out: Path,
                  progress: bool, run_id: str | None = None, identity: dict[str, Any] | None = None) -> dict[str, Any]:
-    # lazy: late-bound, tests patch contrastfit.multitask.training.train_multitask
-    from ..multitask.training import train_multitask
-
     run_id = run_id or variant_run_id(variant.name, seed)
     stage1 = stage1_encoder(config, variant.pretrain, seed, out, progress) if variant.pretrain else None
     model = stage1["encoder"] if stage1 else (variant.model or config.model)
@@ -239,7 +234,7 @@ def _run_variant(config: MultiTaskExperimentConfig, variant: MultiTaskVariant, s
         written = out / folder / RESULTS_NAME
         if written.is_file():  # a finished task run: reused when readable and of this identity, else trained again
             read_written(written, identity)
-        record = train_multitask(tasks=run_tasks, output=str(out / folder), max_steps=max_steps,
+        record = multitask_training.train_multitask(tasks=run_tasks, output=str(out / folder), max_steps=max_steps,
                                  tags={**tags, "run": key}, **common)
         runs[key] = (folder, record.to_dict())
     return _variant_record(config, variant, seed, run_id, model, stage1, runs, identity)

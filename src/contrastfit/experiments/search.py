@@ -42,6 +42,7 @@ from ..errors import ConfigError, ContrastfitError
 from ..evaluation.metrics import headline_names
 from ..methods import get_method
 from ..methods.base import resolve_hparams
+from .. import training
 from ..progress import progress_bars
 from ..training import (
     DEFAULT_METHOD,
@@ -99,12 +100,9 @@ def mean_validation_score(runs: Iterable[tuple[Any, Any]], metric: str | None) -
     with ``text_data``) and return the mean of their validation ``metric`` (None: the headline metric of
     the first run's validation metrics: accuracy, Pearson's r, micro-F1 on label sets) and the metric's
     name. Never a test metric; runs without validation metrics are a one-line :class:`ConfigError`."""
-    # lazy: late-bound, tests patch contrastfit.training.train
-    from ..training import train
-
     scores = []
     for config, text_data in runs:
-        validation = train(config, text_data=text_data).metrics.get("validation")
+        validation = training.train(config, text_data=text_data).metrics.get("validation")
         if validation is None:
             raise ConfigError("search: no validation metrics (the data need a validation split)")
         metric = metric or headline_names(validation)[0]
