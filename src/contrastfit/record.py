@@ -14,8 +14,8 @@ through :meth:`Record.from_dict` and its attributes. The JSON is the dict of :me
      "tags", "identity", "log_history"}              # the user's tags; the run identity; the Trainer's log
 
 Every nested entry is a typed model (:class:`RunData` and its :class:`Sampling`, :class:`Corpus`,
-:class:`Training`, :class:`MultiTaskTraining`, :class:`PretrainTraining`, :class:`Schedule`,
-:class:`TaskEntry`, :class:`Identity`, each split's :class:`SplitMetrics`): readers ask
+:class:`Training` (one for every kind), :class:`Schedule`, :class:`TaskEntry`, :class:`Identity`, each
+split's :class:`SplitMetrics`): readers ask
 ``record.training.steps`` or ``record.metrics["test"].accuracy``, never a dict. An entry
 that another version wrote and this one does not declare is kept as written, so a record reads and
 writes back unchanged; an entry of the wrong type is a one-line error.
@@ -46,7 +46,7 @@ from .errors import ContrastfitError, ModelError
 from .identity import record_identity
 
 __all__ = ["KINDS", "RECORD_VERSION", "RESULTS_NAME", "Calibration", "Corpus", "DataSource", "Identity", "ModelData",
-           "Interrupted", "Metrics", "ModelConfig", "ModelInfo", "MultiTaskModelConfig", "MultiTaskModelInfo", "MultiTaskTraining", "PretrainTraining", "Record", "RunData",
+           "Interrupted", "Metrics", "ModelConfig", "ModelInfo", "MultiTaskModelConfig", "MultiTaskModelInfo", "Record", "RunData",
            "Sampling", "Schedule", "Selection", "SplitMetrics", "TaskEntry", "Training", "parse_model_config", "read_record"]
 
 #: The record of a run of ``train`` or ``train_multitask``, in its output folder.
@@ -192,10 +192,14 @@ class Selection(Entry):
 
 
 class Training(Entry):
-    """What a training run (kind ``train``) was set to do and did."""
+    """What a training run was set to do and did, whatever its kind: a run of one task (``train``), of
+    several (``multitask``: also ``max_steps``, ``steps_per_epoch``, ``head_learning_rate``), or stage 1
+    alone (``pretrain``: also ``max_steps``, ``base_model_path``). A record holds the entries its job wrote."""
 
     batch_size: int | None = None
     learning_rate: Number | None = None
+    #: multi-task: the heads' learning rate
+    head_learning_rate: Number | None = None
     weight_decay: Number | None = None
     warmup_ratio: Number | None = None
     gradient_accumulation_steps: int | None = None
@@ -208,7 +212,10 @@ class Training(Entry):
     gradient_cache_chunk: int | None = None
     memory_size: int | None = None
     epochs: Number | None = None
+    max_steps: int | None = None
     steps: int | None = None
+    #: multi-task: the steps of one pass of the task schedule
+    steps_per_epoch: int | None = None
     #: validation selection: the metric, the kept step and its value, the evaluations, the rule
     selection: Selection | None = None
     pooling: str | None = None
@@ -224,43 +231,7 @@ class Training(Entry):
     #: label sets: each label's threshold, and the rule that chose them
     thresholds: dict[str, float] | None = None
     threshold_rule: str | None = None
-
-
-class MultiTaskTraining(Entry):
-    """What a multi-task run was set to do and did."""
-
-    steps: int | None = None
-    max_steps: int | None = None
-    steps_per_epoch: int | None = None
-    batch_size: int | None = None
-    learning_rate: Number | None = None
-    head_learning_rate: Number | None = None
-    weight_decay: Number | None = None
-    warmup_ratio: Number | None = None
-    gradient_accumulation_steps: int | None = None
-    max_length: int | None = None
-    pooling: str | None = None
-    fp16: bool | None = None
-    bf16: bool | None = None
-    train_loss: Number | None = None
-    selection: Selection | None = None
-    resumed_from: str | None = None
-
-
-class PretrainTraining(Entry):
-    """What stage-1 pre-training was set to do and did."""
-
-    batch_size: int | None = None
-    learning_rate: Number | None = None
-    weight_decay: Number | None = None
-    warmup_ratio: Number | None = None
-    epochs: Number | None = None
-    max_steps: int | None = None
-    steps: int | None = None
-    sampler: str | None = None
-    train_loss: Number | None = None
-    pooling: str | None = None
-    max_length: int | None = None
+    #: stage 1: the local folder of the encoder it started from
     base_model_path: str | None = None
 
 
@@ -404,10 +375,9 @@ class ModelInfo(Entry):
 
 
 class MultiTaskModelInfo(ModelInfo):
-    """A multi-task model's info: ``data``, ``calibration`` per task, its ``training`` and ``schedule``."""
+    """A multi-task model's info: ``data`` and ``calibration`` per task, and its ``schedule``."""
 
     data: dict[str, ModelData] = {}  # type: ignore[assignment]
-    training: MultiTaskTraining | None = None  # type: ignore[assignment]
     schedule: Schedule | None = None
     calibration: dict[str, Calibration] = {}  # type: ignore[assignment]
 
@@ -484,10 +454,6 @@ def metric_of(metrics: Mapping[str, Any], split: str, *names: str) -> Any:
     return value
 
 
-#: The training entry of each kind of record.
-_TRAINING = {"train": Training, "multitask": MultiTaskTraining, "pretrain": PretrainTraining}
-
-
 @dataclass
 class Record(Mapping):
     """One run's record (see the module docstring). Entries a kind has not (``data`` of a multi-task run,
@@ -508,8 +474,7 @@ class Record(Mapping):
     tasks: dict[str, TaskEntry] | None = None
     schedule: Schedule | None = None
     select_on: str | None = None
-    #: :class:`Training`, :class:`MultiTaskTraining` or :class:`PretrainTraining`, by ``kind``
-    training: Training | MultiTaskTraining | PretrainTraining = field(default_factory=dict)  # type: ignore[assignment]
+    training: Training = field(default_factory=dict)  # type: ignore[assignment]
     #: ``{split: SplitMetrics}`` (multitask: ``{split: {"average", task: headline metrics}}``)
     metrics: Metrics = field(default_factory=dict)
     #: seconds of the run's phases (``setup_s``, ``train_s``, ``eval_s``)
@@ -526,7 +491,7 @@ class Record(Mapping):
     def __post_init__(self) -> None:
         """Each nested entry as its typed model (a writer may hand in plain dicts)."""
         self.data = _typed(Corpus if self.kind == "pretrain" else RunData, self.data)
-        self.training = _typed(_TRAINING[self.kind], self.training)
+        self.training = _typed(Training, self.training)
         self.identity = _typed(Identity, self.identity)
         self.schedule = _typed(Schedule, self.schedule)
         self.interrupted = _typed(Interrupted, self.interrupted)
