@@ -38,7 +38,7 @@ import conftest  # noqa: E402  (tests/: the tiny encoder and the toy data)
 import test_multilabel  # noqa: E402  (tests/: the toy label-set data)
 
 from contrastfit import train  # noqa: E402
-from contrastfit.multitask import train_multitask  # noqa: E402
+from contrastfit import train_multitask  # noqa: E402
 from contrastfit.pretrain import pretrain  # noqa: E402
 
 

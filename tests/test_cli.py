@@ -112,7 +112,7 @@ def multitask_run(tmp_path_factory, tiny_encoder_dir):
     import random
 
     from conftest import WORDS, write_sentiment_csv
-    from contrastfit.multitask import train_multitask
+    from contrastfit import train_multitask
 
     folder = tmp_path_factory.mktemp("cli-multitask")
     write_sentiment_csv(folder / "sent.csv")

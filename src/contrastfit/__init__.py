@@ -16,7 +16,7 @@ _EXPORTS = {
     "SupConLoss": "losses", "supcon": "losses",
     "available_methods": "methods", "get_method": "methods",
     "ContrastiveClassifier": "modeling",
-    "MultiTaskConfig": "multitask", "MultiTaskModel": "multitask", "Task": "multitask", "train_multitask": "multitask",
+    "MultiTaskConfig": "multitask", "MultiTaskModel": "multitask", "Task": "multitask", "train_multitask": "training",
     "TrainConfig": "training", "train": "training",
     "distill": "distillation",
     "SearchResult": "experiments.search", "hyperparameter_search": "experiments.search",

@@ -35,6 +35,7 @@ from tqdm.auto import tqdm
 from . import __version__
 from .atomic import atomic_open, check_output, write_json_atomic, write_text_atomic
 from .card import write_model_card
+from .config import OPTION_GROUPS, TrainConfig
 from .data import describe_builtin, load_data
 from .data.loading import (LABEL, SUFFIX_BUILDERS, TEXT, TEXT_PAIR, check_utf8, decode_utf8, file_problem,
                            normalise_columns, read_table)
@@ -64,7 +65,7 @@ from .serve import ServeOptions, check_settings, make_server, require_serving
 from .setfit_format import SETFIT_CONFIG, export_setfit
 from .settings import check_fields
 from .trainer import method_schedule
-from .training import OPTION_GROUPS, TrainConfig, train
+from .training import train
 
 #: The ``TrainConfig`` settings that ``evaluate`` shares with ``train``.
 _DATA_OPTIONS = ("data", "text_column", "text_pair_column", "label_column")

@@ -53,6 +53,7 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
+from .config import SEED_MAX, TrainConfig, validation_split_for
 from .data import TextData
 from .data.loading import (
     LABEL,
@@ -75,10 +76,11 @@ from .methods.distill_base import TeacherTargets, teacher_targets
 from .modeling import ContrastiveClassifier
 from .outputs import CLASSES, LABEL_SETS
 from .pipeline import TrainResult, open_output
+from .progress import progress_bars
 from .shapes.pretraining import file_sha256, load_corpus
 from .record import read_record
 from .settings import check_fields, same_as, setting
-from .training import SEED_MAX, TrainConfig, progress_bars, train, validation_split_for
+from .training import train
 
 DISTILL_METHODS = ("distill-cosine", "distill-kl")
 DEFAULT_DISTILL_METHOD = "distill-cosine"

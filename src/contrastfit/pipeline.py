@@ -1,6 +1,6 @@
 """The steps of the one training job (:func:`contrastfit.training.train`'s, whatever its task shape:
 one label per text, label sets, stage 1 alone (:func:`contrastfit.pretrain.pretrain`), several tasks
-(:func:`contrastfit.multitask.train_multitask`)): prepare -> fit -> evaluate -> write.
+(:func:`contrastfit.training.train_multitask`)): prepare -> fit -> evaluate -> write.
 
 1. **prepare** (the shape's): :func:`open_output` refuses an output folder that holds another run (or
    returns the finished run's record to a resumed job); the job loads and samples its data, builds its

@@ -42,13 +42,14 @@ from pathlib import Path
 from typing import Any
 
 from .atomic import atomic_folder, check_output
+from .config import SEED_MAX, TrainConfig
 from .encoders import DEFAULT_MODEL
 from .errors import ConfigError
 from .record import Record, read_record
 from .settings import check_fields, same_as, setting
 from .shapes.pretraining import (POOLING_CONFIG, RECORD_NAME, PretrainResult, Pretraining,  # noqa: F401
                                  load_corpus, read_text_lines)
-from .training import SEED_MAX, TrainConfig, _train
+from .training import _train
 
 PRETRAIN_METHODS = ("simcse-unsup", "simcse-sup", "diffcse")
 #: The report's stage-1 settings (Sec. 5.3.2 batch size, 5.3.3 learning rate and weight decay, 5.3.4 length).

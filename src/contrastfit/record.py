@@ -1,7 +1,7 @@
 """The run record: what one training job made and everything that made it, written and read by one class.
 
 Every job of the pipeline (:mod:`contrastfit.pipeline`) ends with a :class:`Record`: :func:`contrastfit.train`
-and :func:`contrastfit.multitask.train_multitask` write it as ``results.json``,
+and :func:`contrastfit.training.train_multitask` write it as ``results.json``,
 :func:`contrastfit.pretrain.pretrain` as ``contrastfit_pretrain.json``; everything that reads a run back
 (:mod:`contrastfit.experiments.records`, the model card, the experiment runner, the command line) reads it
 through :meth:`Record.from_dict` and its attributes. The JSON is the dict of :meth:`Record.to_dict`::

@@ -59,8 +59,8 @@ from ..data.loading import VALIDATION_SPLIT, file_problem
 from ..errors import ConfigError
 from ..methods.base import resolve_hparams
 from ..shapes import check_multilabel_config
-from ..multitask.training import MultiTaskConfig
-from ..training import TrainConfig, load_config_data
+from ..multitask.config import MultiTaskConfig
+from ..config import TrainConfig, load_config_data
 from ..yamlfile import DuplicateKeyError, UniqueKeyLoader, load_yaml
 from .schema import (TRAINING_KEYS, Experiment, MultiTaskExperiment, MultiTaskVariant, as_list, model_label,
                      parse_experiment)

@@ -12,7 +12,7 @@ runs every seed and variant (:func:`variant_units`):
    experiment's model (or the entry's ``model``), with the seed, into ``OUTPUT/encoders/NAME-KEY-seedS/``
    (``KEY`` hashes the entry's settings, so an edited entry trains a new encoder); it is trained once
    and shared by every variant that names it;
-2. ``mode: multitask`` trains one :func:`~contrastfit.multitask.train_multitask` run on every task in
+2. ``mode: multitask`` trains one :func:`~contrastfit.training.train_multitask` run on every task in
    ``OUTPUT/runs/RUN_ID/``; ``mode: single`` one run per task in ``OUTPUT/runs/RUN_ID/TASK/``. With
    ``steps_per_task``, a single-task run takes that many steps and a multi-task run that many times the
    number of tasks, so every task gets as many batches in every variant (round-robin);
@@ -58,7 +58,7 @@ from ..data.loading import TEXT, TEXT_PAIR
 from ..encoders import DEFAULT_MODEL
 from ..errors import ContrastfitError
 from .. import pretrain as stage_one
-from ..multitask import training as multitask_training
+from .. import training
 from ..multitask.tasks import TaskSpec
 from ..multitask.shape import selection_value
 from ..record import RESULTS_NAME, Entry, Number, TaskEntry, metric_of
@@ -234,7 +234,7 @@ def _run_variant(config: MultiTaskExperimentConfig, variant: MultiTaskVariant, s
         written = out / folder / RESULTS_NAME
         if written.is_file():  # a finished task run: reused when readable and of this identity, else trained again
             read_written(written, identity)
-        record = multitask_training.train_multitask(tasks=run_tasks, output=str(out / folder), max_steps=max_steps,
+        record = training.train_multitask(tasks=run_tasks, output=str(out / folder), max_steps=max_steps,
                                  tags={**tags, "run": key}, **common)
         runs[key] = (folder, record.to_dict())
     return _variant_record(config, variant, seed, run_id, model, stage1, runs, identity)

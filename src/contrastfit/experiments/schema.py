@@ -59,11 +59,11 @@ from ..evaluation.attributions import BASELINES, EXPLAIN
 from ..methods.base import check_multilabel_method
 from ..multitask.schedule import SCHEDULES
 from ..multitask.tasks import Task
-from ..multitask.training import MultiTaskConfig
+from ..multitask.config import MultiTaskConfig
 from ..pretrain import PRETRAIN_METHODS, PretrainOptions
 from ..schema import Schema, describe_error
 from ..settings import declared_model, declared_type
-from ..training import TrainConfig
+from ..config import TrainConfig
 from .analyses import available_analyses
 from .executors import ExecutorChoice, RayOptions, SlurmOptions
 from .fields import (Number, PositiveNumber, as_list, asked, explained, hparams_of, invalid, method_name,

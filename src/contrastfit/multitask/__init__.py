@@ -9,8 +9,10 @@ Behrman & Christoglou, Sec. 4.2 and 5.3.5).
 * :mod:`.shape`: :class:`~.shape.MultiTask`, the task shape the one training job runs with (every task's
   data, the task schedule's batches on the one Trainer, per-task evaluation,
   the ``multitask`` record);
-* :mod:`.training`: :class:`MultiTaskConfig` and :func:`train_multitask`, which hands the job that shape
-  (interrupted runs resume, as ``train``'s).
+* :mod:`.config`: :class:`MultiTaskConfig`, a run's settings.
+
+:func:`contrastfit.train_multitask` (in :mod:`contrastfit.training`, beside ``train``) runs the one job
+with that shape; interrupted runs resume, as ``train``'s.
 
 The report-shaped comparison (single-task, multi-task, multi-task after a SimCSE / DiffCSE stage 1) is a
 multi-task experiment: :mod:`contrastfit.experiments.multitask`, ``contrastfit experiment CONFIG``.
@@ -20,9 +22,9 @@ from .model import MultiTaskModel, is_multitask_folder
 from .schedule import SCHEDULES, TaskBatchSampler
 from .tasks import Task, TaskSpec
 from .shape import MultiTask, MultiTaskResult, evaluate_task
-from .training import MultiTaskConfig, train_multitask
+from .config import MultiTaskConfig
 
 __all__ = [
     "MultiTask", "MultiTaskConfig", "MultiTaskModel", "MultiTaskResult", "SCHEDULES", "Task",
-    "TaskBatchSampler", "TaskSpec", "evaluate_task", "is_multitask_folder", "train_multitask",
+    "TaskBatchSampler", "TaskSpec", "evaluate_task", "is_multitask_folder",
 ]

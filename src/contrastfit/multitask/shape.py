@@ -1,5 +1,5 @@
 """The multi-task task shape, :class:`MultiTask`: one encoder, one head per task, trained together on the
-one job (:func:`contrastfit.training.train`'s steps; :func:`contrastfit.multitask.train_multitask` gives
+one job (:func:`contrastfit.training.train`'s steps; :func:`contrastfit.training.train_multitask` gives
 the job this shape). What it changes:
 
 * **data**: every task's data, loaded and sampled as a single-task run's with the task's options
@@ -37,6 +37,7 @@ import torch
 from torch.utils.data import Dataset
 from transformers import DataCollatorWithPadding, TrainerCallback
 
+from ..config import TrainConfig, load_config_data
 from ..data import TextData
 from ..data.loading import LABEL, TEXT, TEXT_PAIR, VALIDATION_SPLIT
 from ..data.overlap import row_sketch
@@ -51,7 +52,6 @@ from ..record import Record
 from ..shapes import SINGLE_LABEL, PreparedData, Run, TaskShape
 from ..methods.base import ParamGroup
 from ..trainer import ContrastfitTrainer
-from ..training import TrainConfig, load_config_data
 from ..versions import library_versions
 from .model import MultiTaskModel
 from .schedule import TaskBatchSampler
@@ -213,7 +213,7 @@ class MultiTaskResult(TrainResult):
 class MultiTask(TaskShape):
     """Several tasks on one encoder, a head each (the module docstring). ``tasks``: the run's checked
     :class:`~contrastfit.multitask.tasks.Task` list; the run's settings are a
-    :class:`~contrastfit.multitask.training.MultiTaskConfig`."""
+    :class:`~contrastfit.multitask.config.MultiTaskConfig`."""
 
     def __init__(self, tasks: Sequence[Task]):
         self.tasks = list(tasks)

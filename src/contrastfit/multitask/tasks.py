@@ -47,12 +47,12 @@ import re
 from dataclasses import MISSING, asdict, dataclass, fields
 from typing import Any
 
+from ..config import TrainConfig
 from ..errors import ConfigError
 from ..methods import Hparams, get_method
 from ..methods.base import validate_hparams
 from ..schema import parse
 from ..settings import check_fields, same_as, setting, values_model
-from ..training import TrainConfig
 
 TASK_TYPES = ("classification", "pair-classification", "regression")
 #: heads that read the two sentences of a pair encoded separately (u, v)

@@ -13,7 +13,7 @@ what the record says of the data. One file a shape:
 * :mod:`.pretraining`: :class:`Pretraining`, stage-1 pre-training of the encoder alone on a corpus
   (:func:`contrastfit.pretrain.pretrain` gives it to the job);
 * :mod:`contrastfit.multitask.shape`: :class:`~contrastfit.multitask.shape.MultiTask`, several tasks on one
-  encoder, a head each (beside its model, in the ``multitask`` package; :func:`contrastfit.multitask.train_multitask`
+  encoder, a head each (beside its model, in the ``multitask`` package; :func:`contrastfit.training.train_multitask`
   gives it to the job).
 
 The job takes the steps in this order: ``check``, ``load``, ``sample``, ``configure``, ``setup`` (model,

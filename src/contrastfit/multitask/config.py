@@ -1,27 +1,19 @@
-"""Multi-task training: one encoder, one head per task, trained together, on the one job.
-
-:class:`MultiTaskConfig` declares a run's settings (each shared one ``same_as`` ``train``'s);
-:func:`train_multitask` checks them and hands the one job (:func:`contrastfit.training.train`'s steps) the
-:class:`~contrastfit.multitask.shape.MultiTask` task shape, which loads and samples every task's data as
-``train`` would with the task's options, builds the model (a head per task), batches by the task
-schedule, scores every task, and writes the ``multitask`` record. Interrupted runs resume as ``train``'s.
+"""The settings of a multi-task run: :class:`MultiTaskConfig`, each shared setting declared ``same_as``
+``train``'s (:class:`contrastfit.config.TrainConfig`), and the checks that span its tasks.
+:func:`contrastfit.train_multitask` hands the one job a run of it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
-from transformers import TrainerCallback
-
+from ..config import TrainConfig, check_precision
 from ..encoders import DEFAULT_MODEL
 from ..errors import ConfigError
-from ..pipeline import input_paths, open_output
 from ..settings import check_fields, same_as, setting
-from ..training import DEFAULT_LEARNING_RATE, DEFAULT_MIN_STEPS, TrainConfig, _train, check_precision
+from ..trainer import DEFAULT_LEARNING_RATE, DEFAULT_MIN_STEPS
 from .schedule import DEFAULT_TEMPERATURE, SCHEDULES
-from .shape import MultiTask, MultiTaskResult
 from .tasks import Task
 
 #: The CS224N report's learning rate for the task heads (Sec. 5.3.3: heads 1e-3, BERT 1e-6).
@@ -105,27 +97,3 @@ class MultiTaskConfig:
             raise ConfigError(f"select_on must be 'average' or a task name ({', '.join(t.name for t in tasks)}), "
                               f"got {self.select_on!r}")
         return tasks
-
-
-def train_multitask(config: MultiTaskConfig | None = None, *, callbacks: list[TrainerCallback] | None = None,
-                    **overrides: Any) -> "MultiTaskResult":
-    """Train one encoder with one head per task; save the model and ``results.json`` in ``output``.
-
-    ``callbacks``: ``transformers.TrainerCallback`` objects added to the Trainer's. Returns the record
-    (the contents of ``results.json``) with the trained model as ``.model``.
-
-    Interruption and resuming work as for :func:`contrastfit.training.train`: a callback that stops
-    training before the planned steps (early stopping aside) leaves the run unfinished (checkpoints
-    kept, no model, no ``results.json``) and returns a record with only ``interrupted`` (``.at_step``,
-    ``.checkpoint``); ``resume=True`` continues from the last checkpoint (every ``torch.load`` weights-only) and
-    gives the model an uninterrupted run gives (the schedule's batches depend only on the seed and
-    the epoch); on a finished run it returns the record in ``results.json``.
-    """
-    config = MultiTaskConfig(**{**({f.name: getattr(config, f.name) for f in fields(config)} if config else {}),
-                                **overrides})
-    tasks = config.validate()
-    finished = open_output(Path(config.output), config.resume, MultiTaskResult, option="output",
-                           resume_option="resume=True", inputs=input_paths(config))
-    if finished is not None:
-        return finished
-    return _train(config, None, callbacks, keep=True, shape=MultiTask(tasks))
