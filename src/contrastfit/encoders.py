@@ -297,6 +297,18 @@ def dropout_probabilities(model: nn.Module) -> list[float]:
 
 
 @contextlib.contextmanager
+def eval_mode(model: nn.Module) -> Iterator[nn.Module]:
+    """Within the block, ``model`` is in eval mode (no dropout); on exit it is back in the mode it had,
+    even after an exception."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield model
+    finally:
+        model.train(was_training)
+
+
+@contextlib.contextmanager
 def set_dropout(model: nn.Module, p: float | None) -> Iterator[nn.Module]:
     """Within the block, every dropout of ``model`` has probability ``p``; the exact previous
     values (which may differ from site to site) are restored on exit, even after an exception.

@@ -30,16 +30,17 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
+from tqdm.auto import tqdm
 from transformers.utils import ModelOutput
 
 from .atomic import atomic_folder, recover_folder, write_json_atomic
-from .encoders import POOLINGS, TextEncoder, load_backbone
+from .encoders import POOLINGS, TextEncoder, eval_mode, load_backbone
 from .errors import ModelError
 from .evaluation.calibration import calibrate_per_label, temperature_scaling, temperatures
 from .evaluation.multilabel import thresholds
@@ -88,6 +89,33 @@ def model_max_length(tokenizer, encoder: TextEncoder, requested: int) -> int:
         offset = getattr(encoder.backbone.config, "pad_token_id", 0) + 1 if "roberta" in type(encoder.backbone).__name__.lower() else 0
         limits.append(positions - offset)
     return min(limits)
+
+
+@torch.no_grad()
+def length_sorted_logits(model: nn.Module, texts: Sequence[str], pairs: Sequence[str] | None, batch_size: int,
+                         encode: Callable[..., Any], num_outputs: int, *, extra: dict[str, Any] | None = None,
+                         desc: str = "predict", progress: bool = False) -> np.ndarray:
+    """``model``'s logits for ``texts`` (and ``pairs``), in eval mode, in batches of texts of similar
+    length (longest first, so padding is short), returned in the given order. ``encode(texts, pairs,
+    padding=True)`` tokenises a batch; ``extra``: more inputs of every batch, one value per row (a
+    multi-task model's task id)."""
+    texts, pairs = list(texts), list(pairs) if pairs is not None else None
+    order = np.argsort([-len(t) for t in texts], kind="stable")
+    out = []
+    with eval_mode(model):
+        for start in tqdm(range(0, len(texts), batch_size), desc=desc, disable=not progress, leave=False):
+            idx = order[start:start + batch_size]
+            enc = encode([texts[i] for i in idx], [pairs[i] for i in idx] if pairs is not None else None, padding=True)
+            batch = {k: torch.as_tensor(v, device=model.device) for k, v in enc.items()}
+            batch.update({k: torch.full((len(idx),), v, dtype=torch.long, device=model.device)
+                          for k, v in (extra or {}).items()})
+            out.append(model(**batch).logits.float().cpu())
+    if not out:
+        return np.zeros((0, num_outputs), dtype=np.float32)
+    logits = torch.cat(out).numpy()
+    result = np.empty_like(logits)
+    result[order] = logits
+    return result
 
 
 class ContrastiveClassifier(nn.Module):
@@ -186,32 +214,11 @@ class ContrastiveClassifier(nn.Module):
             truncation=True, max_length=self.max_length, padding=padding,
         )
 
-    @torch.no_grad()
     def predict_logits(self, texts: Sequence[str], pairs: Sequence[str] | None = None, batch_size: int = 64,
                        progress: bool = False) -> np.ndarray:
         """Logits for ``texts`` (and ``pairs``), shape (n, num_labels), or (n, 1) for regression."""
-        from tqdm.auto import tqdm
-
-        was_training = self.training
-        self.eval()
-        out = []
-        order = np.argsort([-len(t) for t in texts], kind="stable")  # similar lengths batch together
-        try:
-            steps = range(0, len(texts), batch_size)
-            for start in tqdm(steps, desc="predict", disable=not progress, leave=False):
-                idx = order[start:start + batch_size]
-                enc = self.tokenize([texts[i] for i in idx], [pairs[i] for i in idx] if pairs is not None else None,
-                                    padding=True)
-                batch = {k: torch.as_tensor(v, device=self.device) for k, v in enc.items()}
-                out.append(self(**batch).logits.float().cpu())
-        finally:
-            self.train(was_training)
-        if not out:
-            return np.zeros((0, self.method.num_outputs), dtype=np.float32)
-        logits = torch.cat(out).numpy()
-        result = np.empty_like(logits)
-        result[order] = logits
-        return result
+        return length_sorted_logits(self, texts, pairs, batch_size, self.tokenize, self.method.num_outputs,
+                                    progress=progress)
 
     @property
     def temperature(self) -> float:
@@ -259,18 +266,14 @@ class ContrastiveClassifier(nn.Module):
               normalize: bool = True) -> np.ndarray:
         """Sentence embeddings in the space the method compares in (the pooled embedding, or e.g.
         LaCon's projection), L2-normalised by default (for analyses and retrieval)."""
-        was_training = self.training
-        self.eval()
         chunks = []
-        try:
+        with eval_mode(self):
             for start in range(0, len(texts), batch_size):
                 enc = self.tokenize(texts[start:start + batch_size],
                                     pairs[start:start + batch_size] if pairs is not None else None, padding=True)
                 batch = {k: torch.as_tensor(v, device=self.device) for k, v in enc.items()}
                 emb = self.method.embedding(self, batch).float()
                 chunks.append(nn.functional.normalize(emb, dim=-1) if normalize else emb)
-        finally:
-            self.train(was_training)
         return torch.cat(chunks).cpu().numpy() if chunks else np.zeros((0, self.encoder.hidden_size), np.float32)
 
     # -- save / load ---------------------------------------------------------------------------

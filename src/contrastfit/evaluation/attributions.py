@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..encoders import eval_mode
 from ..settings import setting
 from .calibration import temperatures
 
@@ -249,21 +250,16 @@ def token_attributions(model, text: str, text_pair: str | None = None, target: i
     names = list(model.label_names or [])
     target_idx = _target_index(target, names, regression)
     forward = _probability_forward(model, batch, split, regression)
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.no_grad():
-            full = forward(batch["input_ids"], batch["attention_mask"])[0]
-            if target_idx < 0:
-                target_idx = int(full.argmax())
-            present = features >= 0
-            base_ids, base_att = _baseline_inputs(model, batch, present, baseline)
-            base = forward(base_ids, base_att)[0]
-            values = _shapley_values(ShapleyValues if exact else ShapleyValueSampling, forward, batch, base_ids,
-                                     base_att, features, present, len(words), target_idx, exact=exact,
-                                     n_samples=n_samples, seed=seed, batch_size=batch_size)
-    finally:
-        model.train(was_training)
+    with eval_mode(model), torch.no_grad():
+        full = forward(batch["input_ids"], batch["attention_mask"])[0]
+        if target_idx < 0:
+            target_idx = int(full.argmax())
+        present = features >= 0
+        base_ids, base_att = _baseline_inputs(model, batch, present, baseline)
+        base = forward(base_ids, base_att)[0]
+        values = _shapley_values(ShapleyValues if exact else ShapleyValueSampling, forward, batch, base_ids,
+                                 base_att, features, present, len(words), target_idx, exact=exact,
+                                 n_samples=n_samples, seed=seed, batch_size=batch_size)
     return TokenAttribution(
         words=words, values=values, target=target_idx,
         target_name=(names[target_idx] if names and not regression else "output"),

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import torch
 
+from ..encoders import eval_mode
 from ..errors import ConfigError
 from .base import Hparams, LossOutput, NormalizedFeaturesMethod, hparam, register_method
 
@@ -40,13 +41,10 @@ class ZeroShot(NormalizedFeaturesMethod):
         super().prepare(model, train_dataset)
         if self.label_inputs is None:
             raise ConfigError(f"zero-shot needs label names that describe the classes: {self.anchor_note}")
-        was_training = model.training
-        model.eval()
-        with torch.no_grad():
+        with eval_mode(model), torch.no_grad():
             anchors = self.label_features(model)
             model.head.linear.weight.copy_(self.hp.scale * anchors.to(model.head.linear.weight.dtype))
             model.head.linear.bias.zero_()
-        model.train(was_training)
 
     def training_loss(self, model, inputs, labels) -> LossOutput:
         raise ConfigError("zero-shot does not train")

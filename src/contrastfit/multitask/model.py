@@ -20,6 +20,7 @@ rebuilds it offline without unpickling anything.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from pathlib import Path
@@ -30,12 +31,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..encoders import TextEncoder, load_backbone
+from ..encoders import TextEncoder, eval_mode, load_backbone
 from ..errors import DataError, ModelError
 from ..evaluation.calibration import temperature_scaling
 from ..heads import HEAD_DROPOUT, CosineRegressionHead, LinearHead, MLPHead, PairConcatHead
 from ..losses import supcon
-from ..modeling import CONFIG_NAME, ClassifierOutput, load_model_folder, model_max_length, save_model_folder
+from ..modeling import (CONFIG_NAME, ClassifierOutput, length_sorted_logits, load_model_folder, model_max_length,
+                        save_model_folder)
 from ..record import Calibration, ModelData, ModelInfo, MultiTaskModelConfig, MultiTaskModelInfo
 from ..outputs import OutputForm, for_task
 from .tasks import TaskSpec
@@ -223,36 +225,13 @@ class MultiTaskModel(nn.Module):
             return enc
         return dict(self.tokenizer(list(texts), list(pairs) if pairs is not None else None, **kw))
 
-    @torch.no_grad()
     def predict_logits(self, texts: Sequence[str], pairs: Sequence[str] | None = None, *, task: str,
                        batch_size: int = 64, progress: bool = False) -> np.ndarray:
         """Logits of ``task`` (n, classes), or its predicted value (n, 1) for a regression task."""
-        from tqdm.auto import tqdm
-
         spec = self.task(task)
-        tid = self.task_index[task]
-        texts = list(texts)
-        pairs = list(pairs) if pairs is not None else None
-        was_training = self.training
-        self.eval()
-        out = []
-        order = np.argsort([-len(t) for t in texts], kind="stable")  # similar lengths batch together
-        try:
-            for start in tqdm(range(0, len(texts), batch_size), desc=f"predict {task}", disable=not progress, leave=False):
-                idx = order[start:start + batch_size]
-                enc = self.encode_inputs(spec, [texts[i] for i in idx], [pairs[i] for i in idx] if pairs is not None else None,
-                                         padding=True)
-                batch = {k: torch.as_tensor(v, device=self.device) for k, v in enc.items()}
-                batch["task_ids"] = torch.full((len(idx),), tid, dtype=torch.long, device=self.device)
-                out.append(self(**batch).logits.float().cpu())
-        finally:
-            self.train(was_training)
-        if not out:
-            return np.zeros((0, spec.num_outputs), dtype=np.float32)
-        logits = torch.cat(out).numpy()
-        result = np.empty_like(logits)
-        result[order] = logits
-        return result
+        return length_sorted_logits(self, texts, pairs, batch_size, functools.partial(self.encode_inputs, spec),
+                                    spec.num_outputs, extra={"task_ids": self.task_index[task]},
+                                    desc=f"predict {task}", progress=progress)
 
     def task_temperature(self, task: str) -> float:
         """The temperature :meth:`predict_proba` divides ``task``'s logits by: 1, or the one
@@ -288,17 +267,13 @@ class MultiTaskModel(nn.Module):
     @torch.no_grad()
     def embed(self, texts: Sequence[str], batch_size: int = 64, normalize: bool = True) -> np.ndarray:
         """The shared encoder's pooled sentence embeddings (L2-normalised by default)."""
-        was_training = self.training
-        self.eval()
         chunks = []
-        try:
+        with eval_mode(self):
             for start in range(0, len(texts), batch_size):
                 enc = self.tokenizer(list(texts[start:start + batch_size]), truncation=True, max_length=self.max_length,
                                      padding=True)
                 emb = self.encoder(**{k: torch.as_tensor(v, device=self.device) for k, v in enc.items()}).pooled.float()
                 chunks.append(F.normalize(emb, dim=-1) if normalize else emb)
-        finally:
-            self.train(was_training)
         return torch.cat(chunks).cpu().numpy() if chunks else np.zeros((0, self.encoder.hidden_size), np.float32)
 
     def for_task(self, name: str) -> "TaskModel":
