@@ -82,7 +82,8 @@ from contrastfit.evaluation.metrics import classification_metrics  # noqa: E402
 from contrastfit.experiments.protocols.few_shot import few_shot  # noqa: E402
 from contrastfit.methods import available_methods  # noqa: E402
 from contrastfit.pipeline import WeightInterpolation  # noqa: E402
-from contrastfit.training import TrainConfig, train  # noqa: E402
+from contrastfit.config import TrainConfig  # noqa: E402
+from contrastfit.training import train  # noqa: E402
 from contrastfit.versions import library_versions  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -182,7 +183,7 @@ def recipe(spec: str, train_size: int, model: str, max_length: int) -> dict[str,
     SetFit library and FastFit, whose records name their library's version instead)."""
     from contrastfit.encoders import default_pooling
     from contrastfit.methods import get_method
-    from contrastfit.training import DEFAULT_METHOD
+    from contrastfit.shapes import DEFAULT_METHOD
     from contrastfit.trainer import with_method_defaults
 
     if spec in (REFERENCE, CROSSFIT) or spec in FASTFIT:

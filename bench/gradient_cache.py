@@ -5,7 +5,7 @@ batch holds the smaller ones) and each mode (no caching; caching in chunks of ea
 sentences), a **fresh Python process** builds the model (``ce-scl`` on MiniLM, ``minilm-l6``),
 runs ``--warmup`` untimed steps on its first 8 sentences (one-time costs, AdamW's state) and
 ``--steps`` timed training steps on the whole batch (forward, backward, AdamW step,
-exactly what :class:`contrastfit.training.ContrastfitTrainer` does per batch; the cached step is
+exactly what :class:`contrastfit.trainer.ContrastfitTrainer` does per batch; the cached step is
 :func:`contrastfit.gradcache.cached_backward`, the mechanism the Trainer's ``training_step`` uses)
 and reports
 

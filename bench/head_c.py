@@ -36,7 +36,9 @@ from contrastfit.atomic import write_json_atomic, write_text_atomic  # noqa: E40
 from contrastfit.data import data_hash, load_data  # noqa: E402
 from contrastfit.experiments.protocols.few_shot import few_shot  # noqa: E402
 from contrastfit.head_stage import train_head  # noqa: E402
-from contrastfit.training import TrainConfig, tokenize_dataset, train  # noqa: E402
+from contrastfit.config import TrainConfig  # noqa: E402
+from contrastfit.trainer import tokenize_dataset  # noqa: E402
+from contrastfit.training import train  # noqa: E402
 from contrastfit.versions import library_versions  # noqa: E402
 
 HERE = Path(__file__).resolve().parent

@@ -28,7 +28,7 @@ from contrastfit.data import load_data, sample_stratified  # noqa: E402
 from contrastfit.encoders import default_pooling  # noqa: E402
 from contrastfit.atomic import write_json_atomic  # noqa: E402
 from contrastfit.head_stage import train_head  # noqa: E402
-from contrastfit.training import tokenize_dataset  # noqa: E402
+from contrastfit.trainer import tokenize_dataset  # noqa: E402
 from contrastfit.versions import library_versions  # noqa: E402
 
 

@@ -147,7 +147,7 @@ def recipe(system: str, model: str, train_size: int) -> dict[str, Any] | None:
     from contrastfit.methods import get_method
     from contrastfit.methods.base import check_multilabel_method, label_name_hparams
     from contrastfit.trainer import with_method_defaults
-    from contrastfit.training import TrainConfig
+    from contrastfit.config import TrainConfig
 
     method, hparams, settings = parsed
     name = check_multilabel_method(method)

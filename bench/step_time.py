@@ -32,7 +32,7 @@ from contrastfit import ContrastiveClassifier  # noqa: E402
 from contrastfit.data import load_data, sample_per_class  # noqa: E402
 from contrastfit.encoders import default_pooling, resolve_model  # noqa: E402
 from contrastfit.atomic import write_json_atomic  # noqa: E402
-from contrastfit.training import tokenize_dataset  # noqa: E402
+from contrastfit.trainer import tokenize_dataset  # noqa: E402
 from contrastfit.versions import library_versions  # noqa: E402
 
 PLAIN = "transformers-ce"

@@ -86,7 +86,7 @@ def test_texts_and_labels_train_without_an_output_folder_and_save_later(tiny_enc
 
 def test_validation_is_held_out_only_where_the_run_chooses_something_on_it(tiny_encoder_dir):
     from contrastfit.methods import available_methods
-    from contrastfit.training import TrainConfig, validation_split_for
+    from contrastfit.config import TrainConfig, validation_split_for
 
     texts, labels = _rows()  # 24 rows
     fast = dict(model=str(tiny_encoder_dir), batch_size=8, progress=False)

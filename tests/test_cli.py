@@ -428,7 +428,7 @@ def _docs_train_options() -> dict[str, list[str]]:
 
 def test_train_options_and_their_defaults_are_trainconfig_s(capsys):
     from contrastfit.cli import build_parser
-    from contrastfit.training import OPTION_GROUPS
+    from contrastfit.config import OPTION_GROUPS
 
     args = build_parser().parse_args(["train", "--data", "d.csv", "--output", "out"])
     fields = _train_fields()
@@ -467,7 +467,7 @@ def _value_for(f):
     import typing
 
     from contrastfit.cli import _option_type
-    from contrastfit.training import TrainConfig
+    from contrastfit.config import TrainConfig
 
     kind = _option_type(typing.get_type_hints(TrainConfig)[f.name], f.name)
     meta = f.metadata

@@ -11,7 +11,7 @@ import yaml
 from conftest import sentiment_rows, write_rows_csv
 from contrastfit.errors import ConfigError
 from contrastfit.experiments import load_config, parse_config, run_experiment
-from contrastfit.training import DEFAULT_METHOD
+from contrastfit.shapes import DEFAULT_METHOD
 
 QUICKSTART = Path(__file__).resolve().parents[1] / "examples" / "quickstart.yaml"
 

@@ -398,7 +398,7 @@ def test_torchrun_two_processes_train_save_once_and_reload(request, tmp_path, ti
     from contrastfit import ContrastiveClassifier
     from contrastfit.evaluation import evaluate_model
     from contrastfit.data import data_hash
-    from contrastfit.training import TrainConfig, prepare_data
+    from contrastfit.config import TrainConfig, prepare_data
 
     if case == "trained":
         out, returncode, stdout, stderr = request.getfixturevalue("one_node_run")

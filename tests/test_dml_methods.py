@@ -160,7 +160,8 @@ def test_centres_and_encoder_get_gradient_and_softtriple_alone_moves_the_encoder
 
 def test_centres_have_their_own_learning_rate_in_the_trainer(tmp_path, tiny_encoder_dir, sentiment_csv):
     from contrastfit.data import load_data
-    from contrastfit.training import TrainConfig, build_trainer, tokenize_dataset
+    from contrastfit.config import TrainConfig
+    from contrastfit.trainer import build_trainer, tokenize_dataset
 
     model, _ = _model(tiny_encoder_dir, "ce-softtriple", centers_learning_rate=0.05, **SMALL)
     [own] = model.method.param_groups(model)  # the centres themselves, not a name that points at them
@@ -181,7 +182,8 @@ def test_centres_have_their_own_learning_rate_in_the_trainer(tmp_path, tiny_enco
 
 def test_a_parameter_group_holds_trainable_parameters_of_the_model_once(tmp_path, tiny_encoder_dir, monkeypatch):
     from contrastfit.methods import ParamGroup
-    from contrastfit.training import TrainConfig, build_trainer
+    from contrastfit.config import TrainConfig
+    from contrastfit.trainer import build_trainer
 
     model, _ = _model(tiny_encoder_dir, "ce-softtriple", **SMALL)
     config = TrainConfig(method="ce-softtriple", output=str(tmp_path / "t"), progress=False)

@@ -15,7 +15,7 @@ from contrastfit.data import TextData
 from contrastfit.errors import ConfigError
 from contrastfit.experiments import parse_config
 from contrastfit.experiments import schema
-from contrastfit.training import TrainConfig
+from contrastfit.config import TrainConfig
 
 BASE = {"data": "mr", "methods": ["ce", {"name": "ce-scl", "temperature": [0.1, 0.3]}], "output": "runs/x",
         "protocol": {"kind": "few-shot", "shots": 4}}
@@ -201,7 +201,7 @@ def test_data_options_are_load_datas_keyword_arguments():
     ``label_separator`` of a LabelSetReader: TrainConfig's declarations of those settings."""
     from contrastfit.data import load_data
     from contrastfit.data.multilabel import LabelSetReader
-    from contrastfit.training import TrainConfig
+    from contrastfit.config import TrainConfig
 
     params = {n: p.default for n, p in inspect.signature(load_data).parameters.items() if p.kind == p.KEYWORD_ONLY}
     del params["labels"]  # the reader the two below make: label sets, or one label a row

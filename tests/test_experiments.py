@@ -134,7 +134,7 @@ def test_killed_runner_resumes_without_losing_or_redoing_runs(experiment_files):
 
 
 def test_runner_resumes_an_interrupted_run_from_its_checkpoint(experiment_files, monkeypatch):
-    from contrastfit.training import ContrastfitTrainer
+    from contrastfit.trainer import ContrastfitTrainer
 
     config = load_config(experiment_files(methods=["ce"], training={"epochs": 3, "batch_size": 4, "min_steps": 1,
                                                                     "learning_rate": 1e-3, "save_checkpoints": True,

@@ -17,7 +17,7 @@ import pytest
 import contrastfit
 from contrastfit.errors import ConfigError
 from contrastfit.experiments import parse_config
-from contrastfit.training import TrainConfig
+from contrastfit.config import TrainConfig
 
 METHOD = '''
 from contrastfit.methods.base import Hparams, LossOutput, Method, hparam, register_method
@@ -69,7 +69,7 @@ from contrastfit.data import TextData
 from contrastfit.errors import ConfigError
 from contrastfit.experiments import parse_config
 from contrastfit.experiments.plan import protocol_runs
-from contrastfit.training import TrainConfig
+from contrastfit.config import TrainConfig
 
 out = io.StringIO()
 with contextlib.redirect_stdout(out):

@@ -26,7 +26,8 @@ from contrastfit.errors import ConfigError
 from contrastfit.gradcache import GradientCache, cached_backward, check_gradient_cache
 from contrastfit.methods import available_methods
 from contrastfit.methods.ce import CrossEntropy
-from contrastfit.training import TrainConfig, build_trainer
+from contrastfit.config import TrainConfig
+from contrastfit.trainer import build_trainer
 
 LABEL_NAMES = ["negative", "positive"]
 TEXTS = ["good fun film", "awful dull plot the movie was", "superb great story", "bad weak plot",
@@ -351,7 +352,7 @@ def tiny_no_dropout_dir(tiny_encoder_dir, tmp_path_factory):
 def _dataset(model):
     from conftest import sentiment_rows
 
-    from contrastfit.training import tokenize_dataset
+    from contrastfit.trainer import tokenize_dataset
 
     rows = sentiment_rows(12)
     ds = datasets.Dataset.from_dict({"text": [r["sentence"] for r in rows],

@@ -190,7 +190,8 @@ def test_bad_hyper_parameters_are_refused(tiny_encoder_dir):
 
 
 def test_label_learning_rate_reaches_the_optimizer(tmp_path, tiny_encoder_dir):
-    from contrastfit.training import TrainConfig, build_trainer
+    from contrastfit.config import TrainConfig
+    from contrastfit.trainer import build_trainer
 
     model, _ = _model(tiny_encoder_dir, "lacon", label_learning_rate=0.01)
     [own] = model.method.param_groups(model)

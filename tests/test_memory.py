@@ -18,7 +18,7 @@ from contrastfit.losses import supcon
 from contrastfit.memory import CrossBatchMemory, attach_memory, check_memory, detach_memory, memory_methods
 from contrastfit.methods import available_methods
 from contrastfit.modeling import non_encoder_state
-from contrastfit.training import TrainConfig
+from contrastfit.config import TrainConfig
 
 TEXTS = ["good great film", "bad awful plot", "superb fun story", "dull weak movie", "fine good actor",
          "boring bad story", "great fun plot", "awful dull film", "a very good story", "the plot was weak",

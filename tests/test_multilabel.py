@@ -20,7 +20,7 @@ from contrastfit.data.multilabel import (LabelSetReader, MultiLabelBatchSampler,
                                          sample_per_label)
 from contrastfit.errors import ConfigError, DataError
 from contrastfit.evaluation.multilabel import choose_thresholds, multilabel_metrics
-from contrastfit.training import ContrastfitTrainer
+from contrastfit.trainer import ContrastfitTrainer
 
 TOPICS = {"film": ["film", "movie", "actor", "plot"], "good": ["good", "great", "superb", "fun"],
           "bad": ["bad", "awful", "dull", "weak"]}

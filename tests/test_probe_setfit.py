@@ -17,7 +17,8 @@ from contrastfit.errors import ConfigError
 from contrastfit.heads import LinearHead
 from contrastfit.losses import cosine_pairs
 from contrastfit.methods.setfit import setfit_pair_count
-from contrastfit.training import TrainConfig, resolve_schedule, with_method_defaults
+from contrastfit.config import TrainConfig
+from contrastfit.trainer import resolve_schedule, with_method_defaults
 
 
 # -- the pair loss -------------------------------------------------------------------------------
@@ -212,7 +213,7 @@ def test_the_default_recipe_is_ce_scl_then_a_logistic_head(tiny_encoder_dir, sen
     its head is then the logistic regression of the fine-tuned encoder's normalised training
     embeddings and of its label names' embeddings, each weighing as much as its class's examples."""
     from contrastfit.data import load_data
-    from contrastfit.training import DEFAULT_METHOD
+    from contrastfit.shapes import DEFAULT_METHOD
 
     assert DEFAULT_METHOD == "ce-scl-lr"
     result = train(data=str(sentiment_csv), output=str(tmp_path / "default"), model=str(tiny_encoder_dir),

@@ -9,7 +9,7 @@ import contrastfit.training as training
 from contrastfit import train
 import contrastfit.pretrain as pretrain_module
 from contrastfit.shapes import LABEL_SETS, SINGLE_LABEL, LabelSets, Pretraining, TaskShape, shape_for
-from contrastfit.training import TrainConfig
+from contrastfit.config import TrainConfig
 
 STEPS = ("check", "load", "validation_split", "sample", "configure", "choose_method", "setup", "hparams",
          "build_model", "schedule", "validation_choices", "selection_metric", "compute_metrics", "fit", "fits_head",

@@ -20,7 +20,7 @@ from contrastfit.heads import CosineRegressionHead, PairConcatHead, SimCSETaskHe
 from contrastfit.losses.diffcse import DEFAULT_LAMBDA, diffcse_loss, replaced_token_detection
 from contrastfit.losses.simcse import simcse_sup, simcse_unsup
 from contrastfit.methods.simcse_sup import Triples, supervised_triples
-from contrastfit.training import tokenize_dataset
+from contrastfit.trainer import tokenize_dataset
 
 TEXTS = ["good fun film", "superb great", "awful dull", "bad weak plot", "fine movie", "boring story"]
 LABELS = torch.tensor([1, 1, 0, 0, 1, 0])

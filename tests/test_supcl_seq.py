@@ -14,7 +14,7 @@ from contrastfit.encoders import dropout_probabilities, set_dropout
 from contrastfit.errors import ConfigError
 from contrastfit.losses import supcon
 from contrastfit.head_stage import train_head
-from contrastfit.training import tokenize_dataset
+from contrastfit.trainer import tokenize_dataset
 
 TEXTS = ["good fun film", "superb great", "awful dull", "bad weak plot", "fine movie", "boring story"]
 LABELS = torch.tensor([1, 1, 0, 0, 1, 0])

@@ -10,7 +10,7 @@ import typing
 import pytest
 
 from contrastfit.errors import ConfigError
-from contrastfit.training import OPTION_GROUPS, TrainConfig
+from contrastfit.config import OPTION_GROUPS, TrainConfig
 
 FIELDS = {f.name: f for f in dataclasses.fields(TrainConfig)}
 HINTS = typing.get_type_hints(TrainConfig)

@@ -15,7 +15,8 @@ from transformers import TrainerCallback
 from contrastfit import ContrastiveClassifier, train
 from contrastfit.errors import ConfigError, ModelError
 from contrastfit.losses import supcon
-from contrastfit.training import ContrastfitTrainer, TrainConfig
+from contrastfit.trainer import ContrastfitTrainer
+from contrastfit.config import TrainConfig
 
 
 def _train(tmp_path, tiny_encoder_dir, data, method="ce-scl", name="run", **kw):
@@ -444,7 +445,7 @@ def test_a_one_step_run_trains_and_warns_with_its_numbers(tmp_path, tiny_encoder
 
 
 def test_the_warm_up_never_takes_every_step():
-    from contrastfit.training import capped_warmup
+    from contrastfit.trainer import capped_warmup
 
     assert [capped_warmup(w, n) for w, n in [(1, 1), (1, 2), (2, 2), (6, 60), (0, 5), (0, 1)]] == [0, 1, 1, 6, 0, 0]
 

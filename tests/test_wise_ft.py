@@ -81,7 +81,8 @@ def test_the_default_recipe_declares_its_weight_and_the_user_overrides_it():
     from contrastfit.trainer import method_schedule, with_method_defaults
     from contrastfit.methods import get_method
     from contrastfit.methods import multilabel_methods
-    from contrastfit.training import DEFAULT_METHOD, TrainConfig
+    from contrastfit.shapes import DEFAULT_METHOD
+    from contrastfit.config import TrainConfig
 
     assert method_schedule(get_method(DEFAULT_METHOD).cls)["wise_ft"] == 0.5
     assert with_method_defaults(TrainConfig(method=DEFAULT_METHOD)).wise_ft == 0.5

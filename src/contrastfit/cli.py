@@ -4,9 +4,9 @@ pretrain | distill | datasets | methods | experiment | report | compare``.
 Every user error (:class:`~contrastfit.errors.ContrastfitError`) is printed as one line,
 ``contrastfit: error: ...``, with exit status 2 and no traceback.
 
-``train``'s options are generated from the :class:`~contrastfit.training.TrainConfig` dataclass
+``train``'s options are generated from the :class:`~contrastfit.config.TrainConfig` dataclass
 (:func:`add_config_options`): each field declares its help text, default, option group, flag and
-allowed values once, with :func:`~contrastfit.training.setting`. ``transformers.HfArgumentParser``
+allowed values once, with :func:`~contrastfit.settings.setting`. ``transformers.HfArgumentParser``
 reads dataclasses too, but it cannot keep this CLI's flag names (it adds an underscore spelling of
 every option and names a negated switch ``--no_x``/``--no-x`` only, so no ``--quiet`` or ``--cpu``),
 puts every field in one group, offers no way to leave a field (``hparams``, ``tags``) off the
@@ -75,7 +75,7 @@ _INT8_OPTIONS = ("min_agreement", "max_prob_diff")
 
 
 def config_option_fields(names: Sequence[str] | None = None, source: type | None = None) -> list:
-    """The fields of ``source`` (default :class:`~contrastfit.training.TrainConfig`; a dataclass declared
+    """The fields of ``source`` (default :class:`~contrastfit.config.TrainConfig`; a dataclass declared
     with :func:`~contrastfit.settings.setting`) that are command-line options (those with a ``group``), in
     declaration order; only ``names`` if given."""
 
@@ -120,10 +120,10 @@ def _option_type(annotation: Any, name: str) -> type:
 
 def add_config_options(parser: argparse.ArgumentParser, names: Sequence[str] | None = None,
                        required: Sequence[str] = (), source: type | None = None) -> dict[str, Any]:
-    """Add the options of the fields of ``source`` (default :class:`~contrastfit.training.TrainConfig`;
+    """Add the options of the fields of ``source`` (default :class:`~contrastfit.config.TrainConfig`;
     :class:`~contrastfit.pretrain.PretrainOptions` for ``pretrain``), every field with a ``group`` or
     ``names``, to ``parser``, in argument groups ordered as
-    :data:`~contrastfit.training.OPTION_GROUPS`; returns the groups by name.
+    :data:`~contrastfit.config.OPTION_GROUPS`; returns the groups by name.
 
     An option is ``--name-with-dashes`` (or the field's ``flag``), stores into ``dest=name`` and has
     the field's default, type and choices; a boolean is a switch (``store_true``, or ``store_false``

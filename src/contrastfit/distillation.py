@@ -13,7 +13,7 @@ student is a model folder like any other (``results.json``, the model card, ``pr
    encoder pass per batch. Its arg-max is each text's label.
 2. The texts, labelled with the teacher's labels in the teacher's label order, are the training data;
    a stratified ``validation_split`` of them is held out where the run chooses something on it (the
-   step of ``distill-kl``; :func:`contrastfit.training.validation_split_for`): its accuracy is the
+   step of ``distill-kl``; :func:`contrastfit.config.validation_split_for`): its accuracy is the
    student's **agreement with the teacher** on texts it did not train on. ``test_data`` (labelled
    with the teacher's label names) gives the accuracy on real labels.
 3. :func:`contrastfit.training.train` trains the student with ``method``, the teacher's targets made

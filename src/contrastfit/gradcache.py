@@ -73,7 +73,7 @@ Conventions
 
 :class:`GradientCache` is the mechanism; :func:`cached_backward` runs one batch of a
 :class:`~contrastfit.modeling.ContrastiveClassifier` through it;
-:class:`~contrastfit.training.ContrastfitTrainer` uses it in ``training_step`` when
+:class:`~contrastfit.trainer.ContrastfitTrainer` uses it in ``training_step`` when
 ``gradient_cache_chunk`` is set.
 """
 

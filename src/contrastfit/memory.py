@@ -6,7 +6,7 @@ stand-ins for what the encoder would compute now, so a queue of them gives each 
 negatives (and, for a supervised loss, positives) than its batch holds, at the cost of a few
 matrix rows and no extra encoder pass.
 
-``--memory-size M`` (:class:`~contrastfit.training.TrainConfig` ``memory_size``) keeps a
+``--memory-size M`` (:class:`~contrastfit.config.TrainConfig` ``memory_size``) keeps a
 :class:`CrossBatchMemory` of the last ``M`` **detached** embeddings and their labels
 (label-aware: a memory row of the anchor's class is a positive, any other row a negative).
 
@@ -32,7 +32,7 @@ Conventions
       (:func:`contrastfit.distributed.gather`), so every process holds the same memory, row for row.
     * **Checkpoints.** The memory is a set of persistent buffers of the method (``method.memory``)
       while the Trainer trains, so every Trainer checkpoint holds it and ``--resume`` continues with
-      the memory the interrupted run had (exact resume). :class:`~contrastfit.training.ContrastfitTrainer`
+      the memory the interrupted run had (exact resume). :class:`~contrastfit.trainer.ContrastfitTrainer`
       attaches it when training starts and detaches it when training ends: the saved model
       (``head.safetensors``) is the same as without a memory (no ``M x hidden`` floats in it) and
       reloads with :meth:`~contrastfit.modeling.ContrastiveClassifier.from_pretrained`.

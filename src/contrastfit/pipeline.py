@@ -121,7 +121,7 @@ def open_output(output: Path, resume: bool, result_class: type[TrainResult], *, 
 def trainer_arguments(config: Any, *, max_steps: int, total_steps: int, evaluating: bool, epochs: float = 3.0,
                       train_batch_size: int | None = None) -> TrainingArguments:
     """The ``transformers.TrainingArguments`` of one run of ``config`` (a
-    :class:`~contrastfit.training.TrainConfig`, or any object with the same optimisation fields, e.g.
+    :class:`~contrastfit.config.TrainConfig`, or any object with the same optimisation fields, e.g.
     :class:`contrastfit.multitask.MultiTaskConfig`): AdamW, linear decay after ``warmup_ratio`` of the
     steps (a fraction below 1 is a ratio to the library), checkpoints in ``<output>/checkpoints`` (one
     kept, besides the best), ``max_steps`` (or ``epochs`` when it is -1) and the training batch size

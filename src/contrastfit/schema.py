@@ -11,7 +11,7 @@ one-line :class:`~contrastfit.errors.ConfigError` the CLI prints::
 
     protocol = parse(Protocol, raw, where="exp.yaml: protocol")
 
-A value of a declared setting (a :class:`~contrastfit.training.TrainConfig` field, a method's
+A value of a declared setting (a :class:`~contrastfit.config.TrainConfig` field, a method's
 hyper-parameter) that its declaration refuses is described by :func:`field_error`, from that
 declaration: ``batch_size must be >= 1, got 0``.
 """

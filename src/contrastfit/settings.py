@@ -1,6 +1,6 @@
 """Settings declared once: a dataclass field with its help, command-line option and allowed values.
 
-:class:`~contrastfit.training.TrainConfig` and :class:`~contrastfit.multitask.MultiTaskConfig` declare
+:class:`~contrastfit.config.TrainConfig` and :class:`~contrastfit.multitask.MultiTaskConfig` declare
 their fields with :func:`setting` (as do :class:`~contrastfit.multitask.Task` and
 :class:`~contrastfit.pretrain.PretrainOptions`); :func:`check_fields` checks an instance against the declarations
 (types from the annotations, strictly; choices; bounds; a field's own ``check``) and raises the first
@@ -36,10 +36,10 @@ def setting(default: Any = None, help: str = "", *, factory: Any = None, group: 
             choices: tuple[str, ...] | None = None, ge: float | None = None, gt: float | None = None,
             le: float | None = None, lt: float | None = None, check: Any = None) -> Any:
     """A dataclass field with everything about it in one place (``dataclasses.field`` metadata), read by
-    :func:`check_fields` and, for :class:`~contrastfit.training.TrainConfig`, by the CLI:
+    :func:`check_fields` and, for :class:`~contrastfit.config.TrainConfig`, by the CLI:
 
     * ``help``: what the setting does (the ``--help`` text; the CLI appends a non-None default);
-    * ``group``: its group of command-line options (``training.OPTION_GROUPS``; None: no option) and
+    * ``group``: its group of command-line options (``config.OPTION_GROUPS``; None: no option) and
       ``flag`` when the option is not ``--name-with-dashes``; a boolean is a switch that turns it on,
       or, for one that is on by default, off (``flag``, default ``--no-name``; ``flag_help`` says what
       that switch does); ``metavar`` names the value in ``--help``;

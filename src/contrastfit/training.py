@@ -2,8 +2,8 @@
 
 The Trainer (:class:`~contrastfit.trainer.ContrastfitTrainer`: balanced batches, loss-part logging,
 per-part learning rates, gradient caching, the cross-batch memory) and the run's schedule are in
-:mod:`contrastfit.trainer`, re-exported here; the run's settings, :class:`~contrastfit.config.TrainConfig`,
-are in :mod:`contrastfit.config` (re-exported here too).
+:mod:`contrastfit.trainer`; the run's settings, :class:`~contrastfit.config.TrainConfig`, are in
+:mod:`contrastfit.config`.
 
 :func:`train` runs the one job (:func:`_train`, which :func:`contrastfit.pretrain.pretrain` and
 :func:`train_multitask` run too, with their task shapes): prepare (load and sample
@@ -26,8 +26,7 @@ from typing import Any
 from transformers import TrainerCallback, set_seed
 
 from .checkpoints import resume_checkpoint
-from .config import (OPTION_GROUPS, SEED_MAX, SELECTION_METRICS, TrainConfig, check_precision,  # noqa: F401
-                     gpu_available, load_config_data, prepare_data, validation_split_for)
+from .config import TrainConfig, load_config_data
 from .data import TextData
 from .data.loading import in_memory
 from .distributed import launched_processes
@@ -35,12 +34,8 @@ from .errors import ConfigError
 from .multitask.config import MultiTaskConfig
 from .multitask.shape import MultiTask, MultiTaskResult
 from .pipeline import Clock, TrainResult, input_paths, open_output
-from .progress import progress_bars  # noqa: F401  (re-exported: contrastfit.training.progress_bars)
-from .shapes import (DEFAULT_METHOD, DEFAULT_REGRESSION_METHOD, TRAINING_SETTINGS, PreparedData,  # noqa: F401
-                     Run, TaskShape, shape_for)
-from .trainer import (DEFAULT_LEARNING_RATE, DEFAULT_MIN_STEPS, MIN_USEFUL_STEPS, MODEL_INPUTS,  # noqa: F401
-                      ContrastfitTrainer, build_trainer, capped_warmup, resolve_schedule,
-                      short_schedule_warning, tokenize_dataset, with_method_defaults)
+from .progress import progress_bars
+from .shapes import Run, TaskShape, shape_for
 
 #: The TrainConfig fields that may hold in-memory data when given to :func:`train`.
 DATA_FIELDS = ("data", "validation_data", "test_data")
@@ -60,7 +55,8 @@ def train(config: TrainConfig | Any = None, *, texts: Any = None, labels: Any = 
     :class:`ConfigError`. ``validation_data`` and ``test_data`` take a file or the same
     in-memory forms. In-memory data is checked and labelled as a file is
     (:func:`contrastfit.data.loading.load_memory`: class names sorted, 10% held out for validation
-    from 20 rows up where the run chooses something on it, :func:`validation_split_for`, unless
+    from 20 rows up where the run chooses something on it,
+    :func:`~contrastfit.config.validation_split_for`, unless
     ``validation_data`` or ``validation_split`` says otherwise); the record's
     ``data.source`` is ``{"kind": "memory", "rows": n, "hash": ...}``.
 

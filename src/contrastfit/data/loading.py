@@ -33,7 +33,7 @@ __all__ = ["LABEL", "SUFFIX_BUILDERS", "TEXT", "TEXT_PAIR", "LabelReader", "Text
            "sniff_delimiter", "stratified_split"]
 
 #: the share of a local file or in-memory table held out for validation where a run chooses something
-#: on it (:func:`contrastfit.training.validation_split_for`) and no validation data is given
+#: on it (:func:`contrastfit.config.validation_split_for`) and no validation data is given
 VALIDATION_SPLIT = 0.1
 
 SUFFIX_BUILDERS = {".csv": "csv", ".tsv": "csv", ".jsonl": "json", ".json": "json", ".parquet": "parquet"}

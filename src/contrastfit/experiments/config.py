@@ -160,7 +160,7 @@ def run_config(experiment: Experiment, variant: MethodVariant, **run: Any) -> Tr
 
 def load_experiment_data(experiment: Experiment):
     """The experiment's data, read once for all its runs as ``contrastfit train`` reads it
-    (:func:`contrastfit.training.load_config_data`): ``data`` with ``data_options``; label sets with
+    (:func:`contrastfit.config.load_config_data`): ``data`` with ``data_options``; label sets with
     ``multi_label`` (:class:`contrastfit.data.multilabel.LabelSetReader`)."""
     options = experiment.data_options.settings()
     if options.get("validation_split") is None:  # read once for every method, and the tables report validation

@@ -3,7 +3,7 @@
 Every mapping of an experiment config is one model here: the top level (:class:`Experiment`), its
 ``protocol:`` (a union discriminated on ``kind`` of the registered protocols' models, each declared in
 its own file of :mod:`.protocols` with its function), ``training:`` (exactly the
-fields of :class:`contrastfit.training.TrainConfig` an experiment may set, derived from that
+fields of :class:`contrastfit.config.TrainConfig` an experiment may set, derived from that
 dataclass), the ``methods`` entries, ``data_options``, ``attributions``, ``search`` and where the runs
 train (``executor``, ``ray``, ``slurm``: the declarations of :mod:`.executors`); and a
 multi-task experiment (a config with ``tasks:``, :class:`MultiTaskExperiment`): its ``tasks``

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
 from ..atomic import write_json_atomic
+from ..config import TrainConfig, load_config_data
 from ..data.loading import VALIDATION_SPLIT
 from ..errors import ConfigError, ContrastfitError
 from ..evaluation.metrics import headline_names
@@ -44,13 +45,8 @@ from ..methods import get_method
 from ..methods.base import resolve_hparams
 from .. import training
 from ..progress import progress_bars
-from ..training import (
-    DEFAULT_METHOD,
-    DEFAULT_REGRESSION_METHOD,
-    TrainConfig,
-    _config_with_memory_data,
-    load_config_data,
-)
+from ..shapes import DEFAULT_METHOD, DEFAULT_REGRESSION_METHOD
+from ..training import _config_with_memory_data
 from .config import MethodVariant, load_experiment_data, run_config
 from .executors import executor_package, ray_error, ray_session, ray_task
 from .plan import protocol_runs

@@ -148,7 +148,7 @@ class Method(nn.Module):
     contrastive: ClassVar[bool] = False
     #: The loss contrasts each row with the other rows of its batch as negatives (SimCSE's InfoNCE):
     #: like a contrastive method's, its term is 0 at every step with a batch of one, which is refused
-    #: (:func:`contrastfit.training.check_batch_size`).
+    #: (:func:`contrastfit.shapes.check_batch_size`).
     in_batch_negatives: ClassVar[bool] = False
     head_kind: ClassVar[str] = "linear"
     #: Two stages (SupCL-Seq, SimCSE, DiffCSE): stage 1 trains the encoder with
@@ -162,7 +162,7 @@ class Method(nn.Module):
     #: False for methods that never update the encoder (the linear probe): no Trainer stage.
     trains_encoder: ClassVar[bool] = True
     #: Training settings of the method's own recipe (``learning_rate``, ``min_steps``, ``wise_ft``), used where
-    #: the user gives none (:func:`contrastfit.training.with_method_defaults`).
+    #: the user gives none (:func:`contrastfit.trainer.with_method_defaults`).
     training_defaults: ClassVar[dict[str, Any]] = {}
     #: Gradient caching (``--gradient-cache``, :mod:`contrastfit.gradcache`): True when the loss
     #: reads the encoder only through ``model.encoder(...)`` calls (each call is then embedded in
