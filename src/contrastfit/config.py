@@ -61,13 +61,13 @@ class TrainConfig:
     ``--cpu`` is ``use_cpu``, ``--quiet`` turns ``progress`` off, ``--gradient-cache`` is
     ``gradient_cache_chunk``).
 
-    :func:`train` also takes in-memory data for ``data``, ``validation_data`` and ``test_data``
-    (:func:`contrastfit.data.loading.memory_table`: ``(texts, labels)``, a pandas DataFrame, a
-    ``datasets.Dataset``, a dict of columns, a list of row dicts); :meth:`validate` checks the text
-    settings the command line gives. ``output`` None (the default in Python): :func:`train` trains in a
+    :func:`~contrastfit.training.train` also takes in-memory data for ``data``, ``validation_data`` and
+    ``test_data`` (:func:`contrastfit.data.loading.memory_table`: ``(texts, labels)``, a pandas DataFrame,
+    a ``datasets.Dataset``, a dict of columns, a list of row dicts); :meth:`validate` checks the text
+    settings the command line gives. ``output`` None (the default in Python): ``train`` trains in a
     temporary folder and keeps the model in memory only.
 
-    Each field is declared once, with :func:`setting`: its type (the annotation), default, help
+    Each field is declared once, with :func:`~contrastfit.settings.setting`: its type (the annotation), default, help
     text, command-line option and allowed values. ``contrastfit train``'s options are generated from
     these declarations (:func:`contrastfit.cli.add_config_options`) and :meth:`validate` checks every
     field against them, so a new setting is one line here.
